@@ -1,0 +1,25 @@
+"""Exception types whose message is shown to the user as one line (no traceback)."""
+
+
+class PaBenchError(Exception):
+    """An error caused by the user's input or environment; the CLI prints it on one line."""
+
+    exit_code = 2
+
+
+class ConfigError(PaBenchError):
+    """A config file is missing, unreadable, or has an unknown key or a bad value."""
+
+
+class ShapeError(PaBenchError):
+    """A shape string does not follow the CTXxQ grammar."""
+
+
+class BackendUnavailable(PaBenchError):
+    """The requested backend (CuPy, a GPU, torch) is not available on this machine."""
+
+
+class RunError(PaBenchError):
+    """A run could not complete (result directory problems, a failed resume)."""
+
+    exit_code = 1
