@@ -1,0 +1,273 @@
+"""Timing statistics: summaries, nvbench's stopping rule, paired speed-ups and A/B verdicts.
+
+Pure functions on lists of milliseconds; no GPU, no pandas.
+
+- `summarize(samples_ms)` -> `TimingStats` (median, quartiles, mean, sample stdev ...).
+- `should_stop(...)` is nvbench's "cold measurement" rule: sample until there are at least
+  `min_samples` samples, at least `min_seconds` of GPU time and a relative standard deviation
+  of at most `max_noise`; give up at `max_seconds` of wall time or `max_samples` samples.
+- `paired_speedup(base, other)` uses interleaved samples (round k of both was taken at the same
+  time), so the per-round ratio cancels drift that hits both alike.
+- `verdict(a, b)` says whether b is faster, slower or the same as a, with a noise bound built
+  from each side's robust relative spread (IQR / (1.349 * median), which is the relative
+  standard deviation for normally distributed samples).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+#: IQR of a normal distribution in units of its standard deviation.
+IQR_TO_SIGMA = 1.349
+
+STOP_NOISE = "noise"
+STOP_TIMEOUT = "timeout"
+STOP_MAX_SAMPLES = "max_samples"
+
+
+@dataclass(frozen=True)
+class TimingStats:
+    """Summary of one variant's timing samples (all in milliseconds)."""
+
+    median: float
+    min: float
+    max: float
+    q1: float
+    q3: float
+    mean: float
+    stdev: float  # sample standard deviation (ddof=1); 0.0 for a single sample
+    rel_stdev: float  # stdev / mean
+    count: int
+    total_ms: float
+
+    @property
+    def iqr(self) -> float:
+        return self.q3 - self.q1
+
+    @property
+    def rel_iqr_spread(self) -> float:
+        """Robust relative spread: IQR / (1.349 * median)."""
+        return robust_rel_spread(self.median, self.q1, self.q3)
+
+
+def _clean(samples_ms: Sequence[float]) -> np.ndarray:
+    arr = np.asarray(list(samples_ms), dtype=np.float64)
+    return arr[np.isfinite(arr)]
+
+
+def _rel(num: float, den: float) -> float:
+    if den == 0:
+        return 0.0 if num == 0 else math.inf
+    return float(num / den)
+
+
+def summarize(samples_ms: Sequence[float]) -> TimingStats:
+    """Summarise timing samples; non-finite samples are dropped. Raises ValueError if none remain."""
+    arr = _clean(samples_ms)
+    if arr.size == 0:
+        raise ValueError("summarize() needs at least one finite timing sample")
+    q1, med, q3 = (float(x) for x in np.percentile(arr, [25.0, 50.0, 75.0]))
+    mean = float(arr.mean())
+    stdev = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
+    return TimingStats(
+        median=med,
+        min=float(arr.min()),
+        max=float(arr.max()),
+        q1=q1,
+        q3=q3,
+        mean=mean,
+        stdev=stdev,
+        rel_stdev=_rel(stdev, mean),
+        count=int(arr.size),
+        total_ms=float(arr.sum()),
+    )
+
+
+def relative_stdev(samples_ms: Sequence[float]) -> float:
+    """stdev(ddof=1) / mean; inf for fewer than two samples (noise unknown)."""
+    arr = _clean(samples_ms)
+    if arr.size < 2:
+        return math.inf
+    return _rel(float(arr.std(ddof=1)), float(arr.mean()))
+
+
+_STOP_DEFAULTS = {
+    "min_seconds": 0.5,
+    "max_seconds": 15.0,
+    "max_noise": 0.005,
+    "min_samples": 10,
+    "max_samples": 10000,
+}
+
+
+def should_stop(
+    samples_ms: Sequence[float],
+    elapsed_gpu_s: float | None,
+    wall_s: float,
+    settings: Any = None,
+    *,
+    min_seconds: float | None = None,
+    max_seconds: float | None = None,
+    max_noise: float | None = None,
+    min_samples: int | None = None,
+    max_samples: int | None = None,
+) -> tuple[bool, str]:
+    """nvbench's cold-measurement stopping rule.
+
+    Limits come from keyword arguments, else from attributes of `settings` (e.g. a
+    `TimingSettings`), else the SPEC defaults (0.5 s, 15 s, 0.5 %, 10, 10000).
+    `elapsed_gpu_s` is the GPU time of the samples so far (None: the sum of `samples_ms`).
+
+    Returns (stop, reason): reason is 'noise' (converged), 'max_samples' or 'timeout' when
+    stopping, and '' otherwise.
+    """
+    given = {
+        "min_seconds": min_seconds,
+        "max_seconds": max_seconds,
+        "max_noise": max_noise,
+        "min_samples": min_samples,
+        "max_samples": max_samples,
+    }
+    lim = {}
+    for name, value in given.items():
+        if value is None and settings is not None:
+            value = getattr(settings, name, None)
+        lim[name] = _STOP_DEFAULTS[name] if value is None else value
+
+    count = len(samples_ms)
+    gpu_s = float(np.sum(_clean(samples_ms))) / 1e3 if elapsed_gpu_s is None else elapsed_gpu_s
+    if (
+        count >= max(lim["min_samples"], 1)
+        and gpu_s >= lim["min_seconds"]
+        and relative_stdev(samples_ms) <= lim["max_noise"]
+    ):
+        return True, STOP_NOISE
+    if count >= lim["max_samples"]:
+        return True, STOP_MAX_SAMPLES
+    if wall_s >= lim["max_seconds"]:
+        return True, STOP_TIMEOUT
+    return False, ""
+
+
+def paired_speedup(
+    base_ms: Sequence[float], other_ms: Sequence[float]
+) -> tuple[float | None, float | None, float | None]:
+    """Speed-up of `other` over `base` from interleaved samples.
+
+    Round k of both lists was taken back to back, so the per-round ratio base_k / other_k is
+    free of slow drift. Returns (median, q1, q3) of those ratios over the common prefix of the
+    two lists (rounds with a non-positive or non-finite time are left out); (None, None, None)
+    if no round remains.
+    """
+    n = min(len(base_ms), len(other_ms))
+    if n == 0:
+        return None, None, None
+    base = np.asarray(list(base_ms[:n]), dtype=np.float64)
+    other = np.asarray(list(other_ms[:n]), dtype=np.float64)
+    ok = np.isfinite(base) & np.isfinite(other) & (base > 0) & (other > 0)
+    if not ok.any():
+        return None, None, None
+    ratios = base[ok] / other[ok]
+    q1, med, q3 = (float(x) for x in np.percentile(ratios, [25.0, 50.0, 75.0]))
+    return med, q1, q3
+
+
+def tflops(flops: float | None, ms: float | None) -> float | None:
+    """TFLOP/s of `flops` floating-point operations done in `ms` milliseconds."""
+    if flops is None or ms is None or not ms > 0:
+        return None
+    return float(flops) / (float(ms) * 1e-3) / 1e12
+
+
+def gbps(nbytes: float | None, ms: float | None) -> float | None:
+    """GB/s (1e9 bytes per second) of `nbytes` moved in `ms` milliseconds."""
+    if nbytes is None or ms is None or not ms > 0:
+        return None
+    return float(nbytes) / (float(ms) * 1e-3) / 1e9
+
+
+def flag_throttled(
+    clocks_mhz: Sequence[float | None], nominal_mhz: float | None, threshold: float = 0.75
+) -> list[bool]:
+    """One flag per sample: True if its SM clock was below `threshold` x `nominal_mhz`.
+
+    An unknown clock (None/NaN) or an unknown nominal clock is never flagged.
+    """
+    if nominal_mhz is None or not nominal_mhz > 0:
+        return [False] * len(clocks_mhz)
+    limit = threshold * float(nominal_mhz)
+    flags = []
+    for c in clocks_mhz:
+        flags.append(c is not None and math.isfinite(float(c)) and float(c) < limit)
+    return flags
+
+
+def robust_rel_spread(median: float | None, q1: float | None, q3: float | None) -> float | None:
+    """IQR / (1.349 * median): the relative stdev of a normal sample, robust to outliers."""
+    if median is None or q1 is None or q3 is None:
+        return None
+    vals = (float(median), float(q1), float(q3))
+    if not all(math.isfinite(v) for v in vals) or vals[0] <= 0:
+        return None
+    return max(vals[2] - vals[1], 0.0) / (IQR_TO_SIGMA * vals[0])
+
+
+def _field(obj: Any, *names: str) -> Any:
+    for name in names:
+        if isinstance(obj, Mapping):
+            value = obj.get(name)
+        else:
+            value = getattr(obj, name, None)
+        if value is not None:
+            try:
+                if isinstance(value, float) and math.isnan(value):
+                    continue
+            except TypeError:
+                pass
+            return value
+    return None
+
+
+def _spread_of(obj: Any) -> float:
+    """Robust relative spread of a TimingStats-like object (or Record, or mapping).
+
+    Prefers IQR / (1.349 * median) from the quartiles; falls back to the relative stdev
+    (`rel_stdev` or a record's `ms_rel_spread`); 0.0 if neither is known.
+    """
+    med = _field(obj, "median", "ms_median")
+    q1 = _field(obj, "q1", "ms_q1")
+    q3 = _field(obj, "q3", "ms_q3")
+    rs = robust_rel_spread(med, q1, q3)
+    if rs is not None:
+        return rs
+    rel = _field(obj, "rel_stdev", "ms_rel_spread")
+    if rel is not None and math.isfinite(float(rel)):
+        return abs(float(rel))
+    return 0.0
+
+
+def verdict(a: Any, b: Any, min_change: float = 0.01) -> tuple[str, float, float]:
+    """Compare two timings: is `b` faster, slower or the same as `a`?
+
+    `a` and `b` are TimingStats-like (attributes or keys `median`, `q1`, `q3`, `rel_stdev`;
+    a Record's `ms_median`, `ms_q1`, `ms_q3`, `ms_rel_spread` work too).
+    Returns (verdict, change, noise) with change = b.median / a.median - 1 and
+    noise = max(min_change, 2 * sqrt(rs_a^2 + rs_b^2)); 'faster' if change < -noise,
+    'slower' if change > noise, else 'same'.
+    """
+    med_a = _field(a, "median", "ms_median")
+    med_b = _field(b, "median", "ms_median")
+    if med_a is None or med_b is None or not float(med_a) > 0:
+        raise ValueError("verdict() needs a positive median time on both sides")
+    change = float(med_b) / float(med_a) - 1.0
+    noise = max(float(min_change), 2.0 * math.hypot(_spread_of(a), _spread_of(b)))
+    if change > noise:
+        return "slower", change, noise
+    if change < -noise:
+        return "faster", change, noise
+    return "same", change, noise

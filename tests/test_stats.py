@@ -1,0 +1,193 @@
+"""Timing statistics: summaries, stopping rule, paired speed-ups, verdicts (no GPU)."""
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from pa_bench import stats
+from pa_bench.stats import (
+    TimingStats,
+    flag_throttled,
+    gbps,
+    paired_speedup,
+    should_stop,
+    summarize,
+    tflops,
+    verdict,
+)
+
+
+# --- summarize -------------------------------------------------------------------------
+
+
+def test_summarize_known_list():
+    s = summarize([4.0, 1.0, 3.0, 2.0, 5.0])
+    assert s.median == 3.0
+    assert s.q1 == 2.0 and s.q3 == 4.0
+    assert s.min == 1.0 and s.max == 5.0
+    assert s.mean == 3.0
+    assert s.stdev == pytest.approx(math.sqrt(2.5))  # sample stdev, ddof=1
+    assert s.rel_stdev == pytest.approx(math.sqrt(2.5) / 3.0)
+    assert s.count == 5 and s.total_ms == 15.0
+
+
+def test_summarize_even_count_interpolates():
+    s = summarize([1.0, 2.0, 3.0, 4.0])
+    assert s.median == 2.5
+    assert s.q1 == 1.75 and s.q3 == 3.25
+    assert s.iqr == 1.5
+
+
+def test_summarize_single_sample():
+    s = summarize([7.5])
+    assert (s.median, s.min, s.max, s.q1, s.q3, s.mean) == (7.5,) * 6
+    assert s.stdev == 0.0 and s.rel_stdev == 0.0 and s.count == 1
+
+
+def test_summarize_drops_nonfinite_and_rejects_empty():
+    assert summarize([1.0, float("nan"), 3.0]).count == 2
+    with pytest.raises(ValueError):
+        summarize([])
+
+
+# --- should_stop -----------------------------------------------------------------------
+
+LIMITS = dict(min_seconds=0.5, max_seconds=15.0, max_noise=0.005, min_samples=10, max_samples=1000)
+
+
+def test_should_stop_not_before_min_samples():
+    quiet = [10.0] * 9  # perfectly quiet, plenty of GPU time
+    assert should_stop(quiet, 5.0, 1.0, **LIMITS) == (False, "")
+    assert should_stop(quiet + [10.0], 5.0, 1.0, **LIMITS) == (True, "noise")
+
+
+def test_should_stop_not_before_min_seconds():
+    quiet = [1.0] * 100  # 0.1 s of GPU time
+    assert should_stop(quiet, None, 1.0, **LIMITS) == (False, "")
+    assert should_stop(quiet * 5, None, 1.0, **LIMITS) == (True, "noise")  # 0.5 s
+
+
+def test_should_stop_at_low_noise_only():
+    rng = np.random.default_rng(0)
+    quiet = list(10.0 * (1 + 0.001 * rng.standard_normal(200)))
+    noisy = list(10.0 * (1 + 0.05 * rng.standard_normal(200)))
+    assert should_stop(quiet, 2.0, 2.0, **LIMITS) == (True, "noise")
+    assert should_stop(noisy, 2.0, 2.0, **LIMITS) == (False, "")
+
+
+def test_timeout_stops_a_noisy_stream():
+    rng = np.random.default_rng(1)
+    noisy = list(10.0 * (1 + 0.05 * rng.standard_normal(50)))
+    assert should_stop(noisy, 0.5, 14.9, **LIMITS) == (False, "")
+    assert should_stop(noisy, 0.5, 15.0, **LIMITS) == (True, "timeout")
+
+
+def test_max_samples_stops():
+    rng = np.random.default_rng(2)
+    noisy = list(0.01 * (1 + 0.05 * rng.standard_normal(1000)))
+    assert should_stop(noisy[:999], None, 1.0, **LIMITS) == (False, "")
+    assert should_stop(noisy, None, 1.0, **LIMITS) == (True, "max_samples")
+
+
+def test_should_stop_reads_a_settings_object():
+    settings = SimpleNamespace(**{**LIMITS, "min_samples": 3})
+    assert should_stop([5.0] * 3, 1.0, 0.1, settings) == (True, "noise")
+    # keyword arguments beat the settings object
+    assert should_stop([5.0] * 3, 1.0, 0.1, settings, min_samples=4) == (False, "")
+
+
+# --- paired_speedup ---------------------------------------------------------------------
+
+
+def test_paired_speedup_exact_two_x():
+    base = [2.0, 4.0, 6.0, 8.0]  # drift hits both alike
+    other = [1.0, 2.0, 3.0, 4.0]
+    assert paired_speedup(base, other) == (2.0, 2.0, 2.0)
+
+
+def test_paired_speedup_noisy_spread_contains_true_ratio():
+    rng = np.random.default_rng(3)
+    drift = np.linspace(1.0, 1.3, 400)  # the GPU slows down over the run
+    base = 13.0 * drift * (1 + 0.02 * rng.standard_normal(400))
+    other = 7.6 * drift * (1 + 0.02 * rng.standard_normal(400))
+    med, lo, hi = paired_speedup(list(base), list(other))
+    true = 13.0 / 7.6
+    assert lo < true < hi
+    assert lo < med < hi
+    assert med == pytest.approx(true, rel=0.01)
+
+
+def test_paired_speedup_uses_common_prefix_and_handles_empty():
+    assert paired_speedup([2.0, 2.0, 100.0], [1.0, 1.0]) == (2.0, 2.0, 2.0)
+    assert paired_speedup([], [1.0]) == (None, None, None)
+
+
+def test_tflops_and_gbps():
+    assert tflops(2e12, 1000.0) == pytest.approx(2.0)
+    assert tflops(1e9, 1.0) == pytest.approx(1.0)
+    assert gbps(1e9, 1.0) == pytest.approx(1000.0)
+    assert tflops(1e9, None) is None and gbps(1e9, 0.0) is None
+
+
+def test_flag_throttled():
+    flags = flag_throttled([1650.0, 1200.0, None, 1240.0, float("nan")], 1650.0)
+    # 0.75 * 1650 = 1237.5
+    assert flags == [False, True, False, False, False]
+    assert flag_throttled([100.0, 200.0], None) == [False, False]
+    assert flag_throttled([800.0], 1000.0, threshold=0.9) == [True]
+
+
+# --- verdict ----------------------------------------------------------------------------
+
+
+def _stats(median, rel):
+    """A TimingStats with a normal-like spread of `rel` (relative stdev)."""
+    half_iqr = 0.5 * stats.IQR_TO_SIGMA * rel * median
+    return TimingStats(
+        median=median, min=median * 0.9, max=median * 1.1, q1=median - half_iqr,
+        q3=median + half_iqr, mean=median, stdev=rel * median, rel_stdev=rel, count=100,
+        total_ms=100 * median,
+    )
+
+
+def test_verdict_identical_distributions_same():
+    rng = np.random.default_rng(4)
+    x = summarize(list(10.0 * (1 + 0.005 * rng.standard_normal(500))))
+    kind, change, noise = verdict(x, x)
+    assert kind == "same" and change == 0.0 and noise >= 0.01
+
+
+def test_verdict_ten_percent_slower_with_half_percent_noise():
+    kind, change, noise = verdict(_stats(10.0, 0.005), _stats(11.0, 0.005))
+    assert kind == "slower"
+    assert change == pytest.approx(0.10)
+    assert noise == pytest.approx(2 * math.sqrt(2) * 0.005)
+
+
+def test_verdict_within_noise_is_same():
+    # 3 % apart, but each side has 5 % spread: noise bound ~14 %
+    kind, change, noise = verdict(_stats(10.0, 0.05), _stats(10.3, 0.05))
+    assert kind == "same" and change == pytest.approx(0.03) and noise > 0.1
+
+
+def test_verdict_min_change_floor():
+    # no spread at all: the 1 % floor still applies
+    assert verdict(_stats(10.0, 0.0), _stats(10.05, 0.0))[0] == "same"
+    assert verdict(_stats(10.0, 0.0), _stats(10.05, 0.0), min_change=0.001)[0] == "slower"
+
+
+def test_verdict_faster():
+    kind, change, _ = verdict(_stats(13.0, 0.004), _stats(7.6, 0.004))
+    assert kind == "faster" and change == pytest.approx(7.6 / 13.0 - 1)
+
+
+def test_verdict_falls_back_to_rel_stdev_and_reads_records():
+    a = {"ms_median": 10.0, "ms_rel_spread": 0.05}
+    b = {"ms_median": 11.0, "ms_rel_spread": 0.05}
+    kind, _, noise = verdict(a, b)
+    assert kind == "same" and noise == pytest.approx(2 * math.sqrt(2) * 0.05)
+    a = SimpleNamespace(median=10.0, q1=None, q3=None, rel_stdev=0.001)
+    b = SimpleNamespace(median=11.0, q1=None, q3=None, rel_stdev=0.001)
+    assert verdict(a, b)[0] == "slower"
