@@ -1,0 +1,326 @@
+"""Run directories `results/<run-id>/`: create (never overwrite), meta, records, samples, resume.
+
+Layout of a run directory:
+
+- `records.csv`  one row per shape x variant (`pa_bench.records`), rewritten atomically after
+  every finished row, so an interrupted run keeps what it finished;
+- `samples.json` `{"<shape>|<variant>": [ms, ...], ...}` raw per-launch times, one key per line;
+- `clocks.json`  same keys, the SM clock (MHz, or null) read around each sample, when known;
+- `meta.json`    environment, config, command line ... (sorted keys, indent 2);
+- `report.md` and `*.png` written by `pa_bench.report`.
+
+`run-id` = `YYYYmmdd-HHMMSS-<config>-<backend>` (UTC); if that directory exists a suffix
+`-2`, `-3`, ... is added. Every file is written through a temporary file and `os.replace`,
+so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pa_bench.errors import RunError
+from pa_bench.records import STATUS_OK, Record, read_csv, write_csv
+
+RECORDS_FILE = "records.csv"
+SAMPLES_FILE = "samples.json"
+CLOCKS_FILE = "clocks.json"
+META_FILE = "meta.json"
+REPORT_FILE = "report.md"
+
+_TS_FORMAT = "%Y%m%d-%H%M%S"
+_RUN_ID_RE = re.compile(r"^(?P<ts>\d{8}-\d{6})-(?P<rest>.+?)(?:-(?P<n>\d+))?$")
+_MAX_SUFFIX = 10000
+
+
+def now_utc_iso() -> str:
+    """Current UTC time, e.g. '2026-11-30T03:09:58Z'."""
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def git_commit(repo_path: str | Path = ".") -> str | None:
+    """HEAD's commit hash of the git repository at `repo_path`; None if git or the repo is missing."""
+    out = _git(repo_path, "rev-parse", "HEAD")
+    return out if out and re.fullmatch(r"[0-9a-f]{7,64}", out) else None
+
+
+def git_dirty(repo_path: str | Path = ".") -> bool | None:
+    """True if the work tree has uncommitted changes; None if unknown."""
+    if git_commit(repo_path) is None:
+        return None
+    out = _git(repo_path, "status", "--porcelain", "--untracked-files=no")
+    return None if out is None else bool(out)
+
+
+def _git(repo_path: str | Path, *args: str) -> str | None:
+    git = shutil.which("git")
+    if git is None:
+        return None
+    try:
+        proc = subprocess.run(
+            [git, "-C", str(repo_path), *args],
+            capture_output=True, text=True, timeout=10, check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file in the same directory and os.replace."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _sample_key(shape: str, variant: str) -> str:
+    return f"{shape}|{variant}"
+
+
+def _dump_series(d: dict[str, list]) -> str:
+    """JSON object with one key per line (compact yet diff- and grep-friendly)."""
+    if not d:
+        return "{}\n"
+    lines = [f"{json.dumps(k)}: {json.dumps(v, separators=(',', ':'))}" for k, v in d.items()]
+    return "{\n" + ",\n".join(lines) + "\n}\n"
+
+
+class RunDir:
+    """One run directory. Create with `new_run_dir`, reopen with `open_run`."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RunDir) and self.path.resolve() == other.path.resolve()
+
+    def __hash__(self) -> int:
+        return hash(self.path.resolve())
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    # -- paths ---------------------------------------------------------------------------
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    @property
+    def records_path(self) -> Path:
+        return self.path / RECORDS_FILE
+
+    @property
+    def samples_path(self) -> Path:
+        return self.path / SAMPLES_FILE
+
+    @property
+    def clocks_path(self) -> Path:
+        return self.path / CLOCKS_FILE
+
+    @property
+    def meta_path(self) -> Path:
+        return self.path / META_FILE
+
+    @property
+    def report_path(self) -> Path:
+        return self.path / REPORT_FILE
+
+    # -- meta ----------------------------------------------------------------------------
+    def write_meta(self, meta: dict[str, Any]) -> None:
+        """Write meta.json (sorted keys, indent 2); values JSON cannot hold are written as str."""
+        text = json.dumps(meta, sort_keys=True, indent=2, default=str) + "\n"
+        _atomic_write_text(self.meta_path, text)
+
+    def update_meta(self, **values: Any) -> dict[str, Any]:
+        """Merge `values` into meta.json and return the new meta."""
+        meta = self.read_meta()
+        meta.update(values)
+        self.write_meta(meta)
+        return meta
+
+    def read_meta(self) -> dict[str, Any]:
+        """meta.json as a dict; {} if the run has none yet."""
+        if not self.meta_path.exists():
+            return {}
+        try:
+            meta = json.loads(self.meta_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise RunError(f"{self.meta_path}: unreadable meta.json ({exc})") from None
+        if not isinstance(meta, dict):
+            raise RunError(f"{self.meta_path}: meta.json is not a JSON object")
+        return meta
+
+    # -- records -------------------------------------------------------------------------
+    def records(self) -> list[Record]:
+        """The run's records in file order ([] if none yet)."""
+        if not self.records_path.exists():
+            return []
+        return read_csv(self.records_path)
+
+    def save_record(self, record: Record) -> None:
+        """Add a record, replacing the row with the same (shape, variant) in place, and
+        rewrite records.csv atomically."""
+        rows = self.records()
+        key = record.key()
+        for i, old in enumerate(rows):
+            if old.key() == key:
+                rows[i] = record
+                break
+        else:
+            rows.append(record)
+        self.write_records(rows)
+
+    def write_records(self, records: Iterable[Record]) -> None:
+        """Replace records.csv with `records` (atomically)."""
+        buf = io.StringIO()
+        write_csv(list(records), buf)
+        _atomic_write_text(self.records_path, buf.getvalue())
+
+    def done_keys(self) -> set[tuple[str, str]]:
+        """(shape, variant) of the rows that finished with status 'ok' (skipped by --resume)."""
+        return {r.key() for r in self.records() if r.status == STATUS_OK}
+
+    # -- samples -------------------------------------------------------------------------
+    def save_samples(
+        self,
+        shape: str,
+        variant: str,
+        samples_ms: Sequence[float],
+        clocks_mhz: Sequence[float | None] | None = None,
+    ) -> None:
+        """Store one shape x variant's raw samples (and SM clocks) replacing earlier ones."""
+        key = _sample_key(shape, variant)
+        data = self._read_series(self.samples_path)
+        data[key] = [float(x) for x in samples_ms]
+        _atomic_write_text(self.samples_path, _dump_series(data))
+        if clocks_mhz is not None:
+            clocks = self._read_series(self.clocks_path)
+            clocks[key] = [None if c is None else float(c) for c in clocks_mhz]
+            _atomic_write_text(self.clocks_path, _dump_series(clocks))
+
+    def samples(self) -> dict[str, list[float]]:
+        """{"<shape>|<variant>": [ms, ...]} ({} if none)."""
+        return self._read_series(self.samples_path)
+
+    def clocks(self) -> dict[str, list[float | None]]:
+        """{"<shape>|<variant>": [MHz or None, ...]} ({} if none recorded)."""
+        return self._read_series(self.clocks_path)
+
+    def samples_for(self, shape: str, variant: str) -> list[float] | None:
+        return self.samples().get(_sample_key(shape, variant))
+
+    @staticmethod
+    def _read_series(path: Path) -> dict[str, list]:
+        if not path.exists():
+            return {}
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise RunError(f"{path}: unreadable ({exc})") from None
+        if not isinstance(data, dict):
+            raise RunError(f"{path}: not a JSON object")
+        return data
+
+
+def run_id_for(config_name: str, backend: str, when: _dt.datetime | None = None) -> str:
+    """`YYYYmmdd-HHMMSS-<config>-<backend>` (UTC); names are made filesystem-safe."""
+    when = when or _dt.datetime.now(_dt.timezone.utc)
+    if when.tzinfo is not None:
+        when = when.astimezone(_dt.timezone.utc)
+    return f"{when.strftime(_TS_FORMAT)}-{_safe(config_name)}-{_safe(backend)}"
+
+
+def _safe(name: str) -> str:
+    cleaned = re.sub(r"[^A-Za-z0-9._+-]+", "-", str(name)).strip("-.")
+    return cleaned or "run"
+
+
+def new_run_dir(
+    root: str | Path, config_name: str, backend: str, when: _dt.datetime | None = None
+) -> RunDir:
+    """Create a fresh `root/<run-id>/` and return it. Never reuses an existing directory:
+    creation is an atomic mkdir, and on a collision `-2`, `-3`, ... is appended."""
+    root = Path(root)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunError(f"cannot create results directory {root}: {exc.strerror or exc}") from None
+    base = run_id_for(config_name, backend, when)
+    for n in range(1, _MAX_SUFFIX):
+        path = root / (base if n == 1 else f"{base}-{n}")
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise RunError(f"cannot create run directory {path}: {exc.strerror or exc}") from None
+        return RunDir(path)
+    raise RunError(f"too many runs named {base} under {root}")
+
+
+def open_run(path: str | Path, root: str | Path | None = None) -> RunDir:
+    """Reopen an existing run (for --resume, report, compare).
+
+    `path` is a run directory, or a run id under `root`. It must hold records.csv or meta.json.
+    """
+    p = Path(path)
+    if not p.is_dir() and root is not None and (Path(root) / p).is_dir():
+        p = Path(root) / p
+    if not p.is_dir():
+        raise RunError(f"no run directory {path}")
+    if not ((p / RECORDS_FILE).exists() or (p / META_FILE).exists()):
+        raise RunError(f"{path} is not a pa-bench run (no {RECORDS_FILE} or {META_FILE})")
+    return RunDir(p)
+
+
+def _run_sort_key(path: Path) -> tuple[float, int, float, str]:
+    """(time from the run id or mtime, collision suffix, mtime, name)."""
+    try:
+        mtime = (path / RECORDS_FILE).stat().st_mtime
+    except OSError:
+        mtime = 0.0
+    m = _RUN_ID_RE.match(path.name)
+    when = mtime
+    suffix = 1
+    if m:
+        try:
+            ts = _dt.datetime.strptime(m.group("ts"), _TS_FORMAT)
+            when = ts.replace(tzinfo=_dt.timezone.utc).timestamp()
+            suffix = int(m.group("n")) if m.group("n") else 1
+        except ValueError:
+            pass
+    return (when, suffix, mtime, path.name)
+
+
+def newest_runs(root: str | Path, n: int = 1) -> list[RunDir]:
+    """The `n` newest runs under `root` that hold records.csv, oldest first, newest LAST
+    (so `a, b = newest_runs(root, 2)` gives the earlier run as A). Ordered by the run id's
+    timestamp and suffix, else by records.csv's mtime. [] if there are none."""
+    root = Path(root)
+    if not root.is_dir() or n <= 0:
+        return []
+    runs = [p for p in root.iterdir() if p.is_dir() and (p / RECORDS_FILE).is_file()]
+    runs.sort(key=_run_sort_key)
+    return [RunDir(p) for p in runs[-n:]]
