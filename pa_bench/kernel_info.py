@@ -1,0 +1,107 @@
+"""The resource table of every kernel on every arch, from ``nvcc`` alone (no GPU needed).
+
+For each variant x arch it compiles the variant with the backend's own options, keeps the
+PTX beside the cubin, and reads: registers per thread, spill bytes, static shared memory per
+CTA (``-Xptxas -v``), whether the PTX uses ``cp.async``, and which ``mma.sync`` shape it uses.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from pa_bench import kernels as K
+from pa_bench.errors import PaBenchError
+
+CTA_DESC = f"{K.THREADS_PER_CTA // 32} warps x 16 rows ({K.THREADS_PER_CTA} threads, {K.ROWS_PER_CTA} query rows)"
+
+
+def nvcc_path() -> str | None:
+    return shutil.which("nvcc")
+
+
+def _parse_ptxas(log: str) -> dict:
+    regs = re.findall(r"Used (\d+) registers", log)
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    smem = re.findall(r"(\d+) bytes smem", log)
+    stack = re.findall(r"(\d+) bytes stack frame", log)
+    return {
+        "registers": max(map(int, regs)) if regs else None,
+        "spill_bytes": sum(int(a) + int(b) for a, b in spills) if spills else 0,
+        "smem_bytes": max(map(int, smem)) if smem else 0,
+        "stack_bytes": max(map(int, stack)) if stack else 0,
+    }
+
+
+def _parse_ptx(ptx: str) -> dict:
+    shapes = sorted(set(re.findall(r"mma\.sync\.aligned\.(m\d+n\d+k\d+)", ptx)))
+    return {"cp_async": "cp.async" in ptx, "mma": ",".join(shapes) if shapes else None}
+
+
+@functools.lru_cache(maxsize=None)
+def compile_one(variant: str, arch: str, head_dim: int = 128, force_turing: bool = False,
+                paged: bool = True, out_f16: bool = False) -> dict:
+    """Compile one build with nvcc and describe it (cached per process)."""
+    cc = int(arch.removeprefix("sm_"))
+    row = {"variant": variant, "arch": arch, "head_dim": head_dim, "force_turing": force_turing,
+           "cta": CTA_DESC, "compiled": False, "reason": None, "registers": None, "spill_bytes": None,
+           "smem_bytes": None, "stack_bytes": None, "cp_async": None, "mma": None}
+    why = K.build_unsupported(variant, cc, force_turing, head_dim)
+    if why:
+        row["reason"] = f"not built: {why}"
+        return row
+    nvcc = nvcc_path()
+    if nvcc is None:
+        raise PaBenchError("nvcc (the CUDA compiler) is not on PATH; `pa-bench kernels` needs it")
+    build = K.KernelBuild(variant, head_dim=head_dim, paged=paged, out_f16=out_f16, force_turing=force_turing)
+    with tempfile.TemporaryDirectory(prefix="pa-bench-nvcc-") as tmp:
+        cmd = [nvcc, "-cubin", f"-arch={arch}", "-O3", "-Xptxas", "-v", "--keep", f"--keep-dir={tmp}",
+               *build.options(), "-o", os.path.join(tmp, "k.cubin"), str(K.kernel_path(variant))]
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
+        if proc.returncode != 0:
+            first = next((ln for ln in proc.stderr.splitlines() if "error" in ln), proc.stderr.strip()[:200])
+            row["reason"] = f"nvcc failed: {first.strip()}"
+            return row
+        row.update(_parse_ptxas(proc.stderr + proc.stdout))
+        ptx = "".join(p.read_text() for p in Path(tmp).glob("*.ptx"))
+        row.update(_parse_ptx(ptx))
+        row["compiled"] = True
+    return row
+
+
+def kernel_table(archs: list[str] | None = None, head_dim: int = 128, force_turing: bool = False,
+                 variants: list[str] | None = None, jobs: int | None = None) -> list[dict]:
+    """One row per variant x arch (see the module docstring), compiled in parallel."""
+    archs = list(archs or K.ARCHS)
+    for a in archs:
+        if not re.fullmatch(r"sm_\d{2,3}", a):
+            raise PaBenchError(f"bad arch {a!r} (expected e.g. sm_90)")
+    variants = list(variants or K.KERNEL_VARIANTS)
+    for v in variants:
+        if v not in K.KERNEL_VARIANTS:
+            raise PaBenchError(f"unknown kernel variant {v!r} (choose from {', '.join(K.KERNEL_VARIANTS)})")
+    jobs = jobs or max(1, min(4, os.cpu_count() or 1))
+    todo = [(v, a) for v in variants for a in archs]
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(lambda va: compile_one(va[0], va[1], head_dim, force_turing), todo))
+
+
+def format_table(rows: list[dict]) -> str:
+    """A plain-text table of kernel_table's rows."""
+    head = ["variant", "arch", "built", "regs", "spills", "smem B", "cp.async", "mma", "CTA / reason"]
+    lines = []
+    for r in rows:
+        if r["compiled"]:
+            lines.append([r["variant"], r["arch"], "yes", str(r["registers"]), str(r["spill_bytes"]),
+                          str(r["smem_bytes"]), "yes" if r["cp_async"] else "no", r["mma"] or "-", r["cta"]])
+        else:
+            lines.append([r["variant"], r["arch"], "no", "-", "-", "-", "-", "-", r["reason"]])
+    widths = [max(len(h), *(len(x[i]) for x in lines)) for i, h in enumerate(head)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join([fmt.format(*head), fmt.format(*("-" * w for w in widths))] + [fmt.format(*x) for x in lines])

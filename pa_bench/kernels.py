@@ -1,0 +1,85 @@
+"""Where the CUDA kernels live and how they are compiled: sources, defines, options, hashes.
+
+Both the CuPy backend (NVRTC, at run time) and ``kernel_info`` (nvcc, no GPU needed) take
+their compile options from here, so the code that is checked is the code that runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+KERNEL_DIR = Path(os.environ.get("PA_BENCH_KERNELS", Path(__file__).resolve().parent.parent / "kernels"))
+HEADER = "pa_common.cuh"
+KERNEL_VARIANTS = ("v1", "v2", "v2t")
+ARCHS = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90")
+THREADS_PER_CTA = 128
+ROWS_PER_CTA = 64
+MIN_ARCH = {"v1": 75, "v2": 80, "v2t": 75}
+# Common compile options (NVRTC and nvcc understand both spellings used here).
+BASE_OPTIONS = ("-std=c++17",)
+
+
+@dataclass(frozen=True)
+class KernelBuild:
+    """One compiled flavour of a variant: the compile-time parameters of pa_common.cuh."""
+
+    variant: str
+    head_dim: int = 128
+    paged: bool = True
+    out_f16: bool = False
+    force_turing: bool = False
+
+    @property
+    def function(self) -> str:
+        return f"pa_{self.variant}"
+
+    def defines(self) -> tuple[str, ...]:
+        return (
+            f"-DPA_HEAD_DIM={self.head_dim}",
+            f"-DPA_PAGED={int(self.paged)}",
+            f"-DPA_OUT_F16={int(self.out_f16)}",
+            f"-DPA_FORCE_TURING={int(self.force_turing)}",
+        )
+
+    def options(self) -> tuple[str, ...]:
+        return BASE_OPTIONS + self.defines() + (f"-I{KERNEL_DIR}",)
+
+
+def kernel_path(variant: str) -> Path:
+    if variant not in KERNEL_VARIANTS:
+        raise ValueError(f"unknown kernel variant {variant!r}")
+    return KERNEL_DIR / f"{variant}.cu"
+
+
+def kernel_source(variant: str) -> str:
+    """The variant's source with the shared header inlined (NVRTC gets one translation unit)."""
+    text = kernel_path(variant).read_text()
+    header = (KERNEL_DIR / HEADER).read_text()
+    return text.replace(f'#include "{HEADER}"', f"// ---- {HEADER} (inlined)\n{header}\n// ---- end {HEADER}")
+
+
+def source_hashes() -> dict[str, str]:
+    """sha256 (first 16 hex digits) of each kernel file and the shared header."""
+    out = {}
+    for name in (HEADER,) + tuple(f"{v}.cu" for v in KERNEL_VARIANTS):
+        out[name] = hashlib.sha256((KERNEL_DIR / name).read_bytes()).hexdigest()[:16]
+    return out
+
+
+def mma_shape(arch_cc: int, force_turing: bool) -> str:
+    """The MMA instruction a build uses on a GPU of compute capability ``arch_cc`` (75, 90...)."""
+    return "m16n8k8" if (arch_cc < 80 or force_turing) else "m16n8k16"
+
+
+def build_unsupported(variant: str, arch_cc: int, force_turing: bool, head_dim: int) -> str | None:
+    """Why ``variant`` cannot be built for this arch/setting, or None."""
+    if head_dim not in (64, 128):
+        return f"head_dim {head_dim} is not supported by the kernels (64 or 128)"
+    if arch_cc < MIN_ARCH[variant]:
+        return f"{variant} needs cp.async (sm_80+); this GPU is sm_{arch_cc}"
+    if variant == "v2" and force_turing:
+        return "v2 has no Turing path (cp.async needs sm_80); the forced Turing path runs v1 and v2t"
+    return None
