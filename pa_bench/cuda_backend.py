@@ -1,0 +1,353 @@
+"""Backend ``cuda``: the kernels of ``kernels/`` through CuPy's RawModule (NVRTC).
+
+It uploads one shape's inputs once, compiles each variant flavour once per process (CuPy also
+caches the binaries on disk), launches kernels into outputs framed by canary guard regions,
+checks the guards and that every output element was written, launches twice to check
+determinism, computes the FP64 reference on the GPU with CuPy, and times kernels and peers
+through :mod:`pa_bench.timing`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pa_bench import kernels as K
+from pa_bench.backends import KernelOutput
+from pa_bench.errors import BackendUnavailable, PaBenchError
+
+PEERS = ("torch-sdpa", "torch-sdpa+dequant")
+GUARD_ELEMS = 4096                      # canary elements before and after every output
+CANARY_F32 = np.uint32(0xFFC0DEAD)      # a NaN with a payload no kernel produces
+CANARY_F16 = np.uint16(0xFDEA)
+
+
+def _cupy():
+    try:
+        import cupy
+    except Exception as exc:  # pragma: no cover - exercised only without CuPy
+        raise BackendUnavailable(f"the cuda backend needs CuPy: {exc}") from exc
+    return cupy
+
+
+@dataclass
+class Prepared:
+    """One shape's inputs on the GPU, and its output buffers."""
+
+    inputs: object
+    q: object
+    k: object
+    v: object
+    ks: object
+    vs: object
+    table: object
+    page_shift: int
+    out_dtype: str
+    out_a: object                          # [GUARD + Hq*Nq*D + GUARD] flat
+    out_b: object                          # second buffer for the determinism check
+    outputs: dict = field(default_factory=dict)   # variant -> full output (device, float32 view)
+    peer: object = None
+
+
+class CudaBackend:
+    """See docs/DESIGN.md, 'Backend interface'."""
+
+    name = "cuda"
+
+    def __init__(self, config=None, force_turing: bool = False):
+        cp = _cupy()
+        try:
+            if cp.cuda.runtime.getDeviceCount() < 1:
+                raise BackendUnavailable("CuPy sees no NVIDIA GPU")
+        except BackendUnavailable:
+            raise
+        except Exception as exc:
+            raise BackendUnavailable(f"CuPy sees no NVIDIA GPU ({exc})") from exc
+        self.cp = cp
+        self.config = config
+        self.force_turing = bool(force_turing or getattr(config, "force_turing", False))
+        self.device = cp.cuda.Device()
+        props = cp.cuda.runtime.getDeviceProperties(self.device.id)
+        self.props = props
+        self.cc = int(props["major"]) * 10 + int(props["minor"])
+        self._kernels: dict[K.KernelBuild, object] = {}
+        self._flush_buf = None
+        self._peer = None
+
+    # ------------------------------------------------------------------ description
+    def describe(self) -> dict:
+        p = self.props
+        name = p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"])
+        rt = self.cp.cuda.runtime
+        return {
+            "backend": "cuda",
+            "gpu": name,
+            "arch": f"sm_{self.cc}",
+            "sm_count": int(p["multiProcessorCount"]),
+            "l2_bytes": int(p["l2CacheSize"]),
+            "memory_bytes": int(p["totalGlobalMem"]),
+            "max_smem_per_block_optin": int(p.get("sharedMemPerBlockOptin", 0)),
+            "driver_version": _fmt_cuda_version(rt.driverGetVersion()),
+            "runtime_version": _fmt_cuda_version(rt.runtimeGetVersion()),
+            "cupy_version": self.cp.__version__,
+            "nvrtc_version": ".".join(map(str, self.cp.cuda.nvrtc.getVersion())),
+            "mma": K.mma_shape(self.cc, self.force_turing),
+            "force_turing": self.force_turing,
+        }
+
+    def meta(self) -> dict:
+        return {
+            "kernel_sources": K.source_hashes(),
+            "compile_options": list(K.BASE_OPTIONS) + ["-D... per build (see builds)", "--gpu-architecture=<device>"],
+            "builds": [
+                {"variant": b.variant, "options": list(b.defines()), "mma": K.mma_shape(self.cc, b.force_turing)}
+                for b in self._kernels
+            ],
+            "cta": {"threads": K.THREADS_PER_CTA, "rows": K.ROWS_PER_CTA},
+        }
+
+    # ------------------------------------------------------------------ support
+    def _kernel_reason(self, variant: str, problem) -> str | None:
+        if variant not in K.KERNEL_VARIANTS:
+            return None
+        return K.build_unsupported(variant, self.cc, self.force_turing, problem.head_dim)
+
+    def unsupported_parity(self, variant: str, problem) -> str | None:
+        if variant in PEERS:
+            return "torch peers are timing-only (their error is not part of parity)"
+        if variant not in K.KERNEL_VARIANTS:
+            return f"unknown variant {variant!r}"
+        return self._kernel_reason(variant, problem) or self._fit_reason(problem)
+
+    def unsupported_timing(self, variant: str, problem) -> str | None:
+        if variant in PEERS:
+            from pa_bench import torch_peer
+
+            return torch_peer.unavailable_reason() or self._fit_reason(problem, peer=True)
+        if variant not in K.KERNEL_VARIANTS:
+            return f"unknown variant {variant!r}"
+        return self._kernel_reason(variant, problem) or self._fit_reason(problem)
+
+    def _fit_reason(self, problem, peer: bool = False) -> str | None:
+        need = estimate_bytes(problem, peer=peer)
+        free, _total = self.cp.cuda.runtime.memGetInfo()
+        pool = self.cp.get_default_memory_pool()
+        free += pool.free_bytes()
+        if need > 0.9 * free:
+            return f"needs about {need / 2**30:.1f} GiB of GPU memory, {free / 2**30:.1f} GiB free"
+        return None
+
+    # ------------------------------------------------------------------ inputs
+    def prepare(self, inputs) -> Prepared:
+        cp = self.cp
+        pb = inputs.problem
+        reason = self._fit_reason(pb)
+        if reason:
+            raise PaBenchError(f"shape {pb.shape.label} will not fit: {reason}")
+        if pb.layout == "paged":
+            pk = inputs.paged
+            k, v = cp.asarray(pk.k_pool), cp.asarray(pk.v_pool)
+            ks, vs = cp.asarray(pk.k_scale_pool, dtype=cp.float32), cp.asarray(pk.v_scale_pool, dtype=cp.float32)
+            table = cp.asarray(pk.page_table, dtype=cp.int32)
+            page_shift = int(math.log2(pb.page))
+        else:
+            k, v = cp.asarray(np.ascontiguousarray(inputs.k_i8)), cp.asarray(np.ascontiguousarray(inputs.v_i8))
+            ks = cp.asarray(inputs.k_scale, dtype=cp.float32)
+            vs = cp.asarray(inputs.v_scale, dtype=cp.float32)
+            table = cp.zeros(1, dtype=cp.int32)
+            page_shift = 0
+        q = cp.asarray(np.ascontiguousarray(inputs.q, dtype=np.float16))
+        n_out = pb.heads_q * pb.queries * pb.head_dim + 2 * GUARD_ELEMS
+        odt = cp.float16 if pb.out_dtype == "float16" else cp.float32
+        return Prepared(inputs, q, k, v, ks, vs, table, page_shift, pb.out_dtype,
+                        cp.empty(n_out, dtype=odt), cp.empty(n_out, dtype=odt))
+
+    def release(self, prepared: Prepared) -> None:
+        prepared.outputs.clear()
+        prepared.peer = None
+        self.cp.get_default_memory_pool().free_all_blocks()
+
+    # ------------------------------------------------------------------ kernels
+    def build(self, variant: str, problem) -> K.KernelBuild:
+        return K.KernelBuild(
+            variant=variant,
+            head_dim=problem.head_dim,
+            paged=problem.layout == "paged",
+            out_f16=problem.out_dtype == "float16",
+            force_turing=self.force_turing,
+        )
+
+    def kernel(self, build: K.KernelBuild):
+        fn = self._kernels.get(build)
+        if fn is None:
+            try:
+                mod = self.cp.RawModule(code=K.kernel_source(build.variant),
+                                        options=build.options() + self._include_options())
+                fn = mod.get_function(build.function)
+            except Exception as exc:
+                raise PaBenchError(f"compiling {build.variant} failed: {_first_line(exc)}") from exc
+            self._kernels[build] = fn
+        return fn
+
+    def _include_options(self) -> tuple[str, ...]:
+        """The CUDA headers (cuda_fp16.h, cuda_pipeline_primitives.h) for NVRTC, where found."""
+        import os
+
+        try:
+            root = self.cp.cuda.get_cuda_path()
+        except Exception:
+            root = None
+        inc = os.path.join(root, "include") if root else None
+        return (f"-I{inc}",) if inc and os.path.isdir(inc) else ()
+
+    def launcher(self, prep: Prepared, variant: str, out=None):
+        """A no-argument callable that launches ``variant`` once (asynchronously)."""
+        cp = self.cp
+        inp = prep.inputs
+        pb = inp.problem
+        fn = self.kernel(self.build(variant, pb))
+        out = prep.out_a if out is None else out
+        body = out[GUARD_ELEMS:]
+        grid = ((pb.queries + K.ROWS_PER_CTA - 1) // K.ROWS_PER_CTA, pb.heads_q)
+        args = (
+            prep.q, prep.k, prep.v, prep.ks, prep.vs, prep.table, body,
+            np.int32(pb.queries), np.int32(pb.context), np.int32(pb.heads_q), np.int32(pb.heads_kv),
+            np.int32(prep.page_shift), np.float32(inp.qk_scale_log2), np.float32(inp.p_scale),
+            np.float32(1.0 / inp.p_scale),
+        )
+        block = (K.THREADS_PER_CTA,)
+
+        def launch():
+            fn(grid, block, args)
+
+        return launch
+
+    def _fill_canary(self, buf) -> None:
+        if buf.dtype == self.cp.float16:
+            buf.view(self.cp.uint16).fill(CANARY_F16)
+        else:
+            buf.view(self.cp.uint32).fill(CANARY_F32)
+
+    def _canary_checks(self, buf) -> tuple[bool, bool]:
+        """(guards intact, every body element written)."""
+        cp = self.cp
+        bits = buf.view(cp.uint16 if buf.dtype == cp.float16 else cp.uint32)
+        pat = CANARY_F16 if buf.dtype == cp.float16 else CANARY_F32
+        guards = bool((bits[:GUARD_ELEMS] == pat).all()) and bool((bits[-GUARD_ELEMS:] == pat).all())
+        written = not bool((bits[GUARD_ELEMS:-GUARD_ELEMS] == pat).any())
+        return guards, written
+
+    def compute(self, prep: Prepared, variant: str, rows=None, check_determinism: bool = True) -> KernelOutput:
+        cp = self.cp
+        pb = prep.inputs.problem
+        outs = []
+        for buf in (prep.out_a, prep.out_b) if check_determinism else (prep.out_a,):
+            self._fill_canary(buf)
+            self.launcher(prep, variant, buf)()
+            cp.cuda.runtime.deviceSynchronize()
+            outs.append(buf)
+        guards, written = self._canary_checks(prep.out_a)
+        deterministic = None
+        if check_determinism:
+            ga, wb = self._canary_checks(prep.out_b)
+            guards, written = guards and ga, written and wb
+            view = cp.uint16 if prep.out_a.dtype == cp.float16 else cp.uint32
+            deterministic = bool(cp.array_equal(prep.out_a.view(view), prep.out_b.view(view)))
+        body = prep.out_a[GUARD_ELEMS:-GUARD_ELEMS].reshape(pb.heads_q, pb.queries, pb.head_dim)
+        full = body.astype(cp.float32)
+        prep.outputs[variant] = full
+        digest = hashlib.sha1(cp.asnumpy(body).tobytes()).hexdigest()
+        sel = full if rows is None else full[:, cp.asarray(rows), :]
+        return KernelOutput(out=cp.asnumpy(sel), canary_ok=guards and written, deterministic=deterministic,
+                            full_hash=digest, diff_source=variant)
+
+    def max_diff(self, prep: Prepared, a: str, b: str) -> float | None:
+        """Max abs difference of two variants' full outputs (None if either is missing)."""
+        if a not in prep.outputs or b not in prep.outputs:
+            return None
+        return float(self.cp.abs(prep.outputs[a] - prep.outputs[b]).max())
+
+    # ------------------------------------------------------------------ reference
+    def reference(self, inputs, rows=None, quantised: bool = True):
+        from pa_bench.reference import reference_attention
+
+        cp = self.cp
+        pb = inputs.problem
+        if quantised:
+            k = cp.asarray(inputs.k_i8).astype(cp.float64) * cp.asarray(inputs.k_scale, dtype=cp.float64)[..., None]
+            v = cp.asarray(inputs.v_i8).astype(cp.float64) * cp.asarray(inputs.v_scale, dtype=cp.float64)[..., None]
+        else:
+            if inputs.k_float is None:
+                return None
+            k = cp.asarray(inputs.k_float)
+            v = cp.asarray(inputs.v_float)
+        ref = reference_attention(cp.asarray(inputs.q), k, v, pb.context, pb.softmax_scale,
+                                  rows=None if rows is None else np.asarray(rows), xp=cp)
+        del k, v
+        out = cp.asnumpy(ref)
+        cp.get_default_memory_pool().free_all_blocks()
+        return out
+
+    # ------------------------------------------------------------------ timing
+    def flush_buffer(self):
+        if self._flush_buf is None:
+            self._flush_buf = self.cp.empty(max(int(self.props["l2CacheSize"]), 1 << 20), dtype=self.cp.uint8)
+        return self._flush_buf
+
+    def time(self, prep: Prepared, variants, settings) -> dict:
+        from pa_bench import timing
+
+        pb = prep.inputs.problem
+        fns, results = {}, {}
+        for var in variants:
+            reason = self.unsupported_timing(var, pb)
+            if reason:
+                results[var] = reason
+                continue
+            try:
+                if var in PEERS:
+                    from pa_bench import torch_peer
+
+                    if prep.peer is None:
+                        prep.peer = torch_peer.TorchPeer(prep.inputs)
+                    fns[var] = prep.peer.launcher(dequant=var.endswith("+dequant"))
+                else:
+                    fns[var] = self.launcher(prep, var)
+            except PaBenchError as exc:
+                results[var] = str(exc)
+            except Exception as exc:  # a peer that cannot run this shape (torch raises RuntimeError)
+                results[var] = f"{var} could not run: {_first_line(exc)}"
+        if fns:
+            flush = self.flush_buffer()
+            results.update(timing.time_interleaved(fns, settings, flush=lambda: flush.fill(0),
+                                                   clock=timing.ClockReader(self.device.id)))
+        return results
+
+
+def estimate_bytes(problem, peer: bool = False) -> int:
+    """GPU memory a shape needs: inputs, two framed outputs, the FP64 reference's K/V."""
+    hq, hkv, d, nq, nk = problem.heads_q, problem.heads_kv, problem.head_dim, problem.queries, problem.keys
+    kv = 2 * hkv * nk * (d + 4)
+    if problem.layout == "paged":
+        kv = kv * 2 + 2 * hkv * problem.page * (d + 4)
+    q = hq * nq * d * 2
+    out = 2 * (hq * nq * d + 2 * GUARD_ELEMS) * 4 + hq * nq * d * 4 * 2
+    ref = 2 * hkv * nk * d * 8 + 256 * nk * 8 * 4 + hq * nq * d * 8
+    peer_bytes = (2 * hkv * nk * d * 2 + hq * nq * d * 2) * 2 if peer else 0
+    return kv + q + out + ref + peer_bytes
+
+
+def _fmt_cuda_version(v: int) -> str:
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [ln for ln in str(exc).splitlines() if ln.strip()]
+    # NVRTC errors: keep the first line that names an error
+    for ln in lines:
+        if "error" in ln.lower():
+            return ln.strip()
+    return lines[0].strip() if lines else type(exc).__name__
