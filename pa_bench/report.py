@@ -1,0 +1,611 @@
+"""Markdown report (and PNG plots) rebuilt from a stored run alone: records.csv + meta.json.
+
+No GPU, no config import: everything the report prints comes from the run directory, so
+`pa-bench report` works on any machine, on runs made elsewhere.
+
+Sections: title; the run's parameters and environment; the parameters the PR left unstated and
+what this run chose; one table per shape (every variant's time, speed-up over v1 with its
+spread, throughput, errors, parity, status); the PR's figures beside ours; skipped and failed
+rows with reasons; throttled samples; plots.
+
+meta.json keys read (top level, or inside any dict-valued top-level entry such as
+`environment` or `backend`): gpu, arch, sm_count, sm_clock_max_mhz, driver, cuda_driver,
+cuda_runtime, cupy, nvcc, torch, git_commit, command (str or argv list), created, config
+(`Config.to_dict()`: timing, reference.source, ...), seed. Missing keys print as '-'.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pa_bench.records import STATUS_OK, Record
+from pa_bench.results import REPORT_FILE, RunDir, open_run
+
+#: Display order of known variants; others follow in order of appearance.
+VARIANT_ORDER = ("v1", "v2", "v2t", "torch-sdpa", "torch-sdpa+dequant")
+PLOT_MS = "ms_per_chunk.png"
+PLOT_TFLOPS = "tflops_vs_context.png"
+PLOT_INSTALL_HINT = "pip install 'pa-bench[plot]'"
+DASH = "–"
+
+# --------------------------------------------------------------------------- formatting
+
+
+def _num(x: Any) -> float | None:
+    if x is None:
+        return None
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return None
+    return f
+
+
+def fmt_ms(x: Any) -> str:
+    """Milliseconds: 3 decimals (3 significant digits below 0.1 ms)."""
+    f = _num(x)
+    if f is None:
+        return DASH
+    if not math.isfinite(f):
+        return str(f)
+    return f"{f:.3f}" if abs(f) >= 0.1 else f"{f:.3g}"
+
+
+def fmt_err(x: Any) -> str:
+    """Errors: %.2e."""
+    f = _num(x)
+    return DASH if f is None else f"{f:.2e}"
+
+
+def fmt_ratio(x: Any) -> str:
+    f = _num(x)
+    return DASH if f is None else f"{f:.2f}"
+
+
+def fmt_speedup(x: Any, lo: Any = None, hi: Any = None) -> str:
+    f = _num(x)
+    if f is None:
+        return DASH
+    text = f"{f:.2f}x"
+    lo_f, hi_f = _num(lo), _num(hi)
+    if lo_f is not None and hi_f is not None:
+        text += f" [{lo_f:.2f}{DASH}{hi_f:.2f}]"
+    return text
+
+
+def fmt_rate(x: Any) -> str:
+    """TFLOP/s or GB/s."""
+    f = _num(x)
+    if f is None:
+        return DASH
+    if abs(f) >= 100:
+        return f"{f:.0f}"
+    return f"{f:.1f}" if abs(f) >= 10 else f"{f:.2f}"
+
+
+def _cell(text: Any) -> str:
+    """A markdown table cell: no pipes or newlines."""
+    s = DASH if text is None or text == "" else str(text)
+    return s.replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: list[str], rows: list[list[Any]], align: list[str] | None = None) -> list[str]:
+    align = align or ["l"] * len(header)
+    sep = ["---:" if a == "r" else "---" for a in align]
+    out = ["| " + " | ".join(header) + " |", "| " + " | ".join(sep) + " |"]
+    out += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return out
+
+
+# --------------------------------------------------------------------------- meta access
+
+
+def meta_get(meta: Mapping[str, Any], *names: str) -> Any:
+    """First non-empty value among `names`, at the top level of meta or in any dict-valued
+    top-level entry other than `config` (e.g. meta['environment'], meta['backend'])."""
+    scopes = [meta] + [v for k, v in meta.items() if isinstance(v, Mapping) and k != "config"]
+    for name in names:
+        for scope in scopes:
+            value = scope.get(name)
+            if value not in (None, "", [], {}) and not isinstance(value, Mapping):
+                return value
+    return None
+
+
+def _command(meta: Mapping[str, Any]) -> str | None:
+    cmd = meta_get(meta, "command", "command_line", "cmdline", "argv")
+    if isinstance(cmd, (list, tuple)):
+        return shlex.join(str(c) for c in cmd)
+    return cmd
+
+
+def _config(meta: Mapping[str, Any]) -> Mapping[str, Any]:
+    cfg = meta.get("config")
+    return cfg if isinstance(cfg, Mapping) else {}
+
+
+# --------------------------------------------------------------------------- records helpers
+
+
+def _shapes(records: list[Record]) -> list[str]:
+    seen: dict[str, None] = {}
+    for r in records:
+        seen.setdefault(r.shape, None)
+    return list(seen)
+
+
+def _variant_key(order: list[str]):
+    def key(v: str) -> tuple[int, int]:
+        return (VARIANT_ORDER.index(v), 0) if v in VARIANT_ORDER else (len(VARIANT_ORDER), order.index(v))
+
+    return key
+
+
+def _variants(records: list[Record]) -> list[str]:
+    order: list[str] = []
+    for r in records:
+        if r.variant not in order:
+            order.append(r.variant)
+    return sorted(order, key=_variant_key(order))
+
+
+def _by_key(records: list[Record]) -> dict[tuple[str, str], Record]:
+    return {r.key(): r for r in records}
+
+
+def _unique(records: Iterable[Record], name: str) -> list[Any]:
+    out: list[Any] = []
+    for r in records:
+        v = getattr(r, name)
+        if v is not None and v not in out:
+            out.append(v)
+    return out
+
+
+def _param(records: list[Record], name: str, cfg: Mapping[str, Any], cfg_name: str | None = None):
+    """The value(s) a run used: from the records, else from meta's config."""
+    vals = _unique(records, name)
+    if not vals:
+        v = cfg.get(cfg_name or name)
+        return None if v is None else [v]
+    return vals
+
+
+def _join(vals: list[Any] | None, fmt=str) -> str:
+    if not vals:
+        return DASH
+    return ", ".join(fmt(v) for v in vals)
+
+
+def _rec_or_meta(records: list[Record], name: str, meta: Mapping[str, Any], *meta_keys: str) -> str | None:
+    """The records' value(s) of `name` joined, else meta's first of `meta_keys` (or `name`)."""
+    vals = _unique(records, name)
+    if vals:
+        return _join(vals)
+    value = meta_get(meta, *(meta_keys or (name,)))
+    return None if value is None else str(value)
+
+
+def shape_title(shape: str, recs: list[Record]) -> str:
+    """'1.5K (0 x 1536)' / '32Kx1024 (32768 x 1024)': the label and the exact numbers."""
+    labels = _unique(recs, "label")
+    ctx, nq = _unique(recs, "context"), _unique(recs, "queries")
+    name = labels[0] if labels else shape
+    if ctx and nq:
+        return f"{name} ({ctx[0]} x {nq[0]})"
+    return name
+
+
+def _speedup_of(rec: Record | None, v1: Record | None) -> tuple[float | None, float | None, float | None]:
+    """Paired speed-up over v1 from the record, else the ratio of medians (no spread)."""
+    if rec is None:
+        return None, None, None
+    if rec.speedup_vs_v1 is not None:
+        return rec.speedup_vs_v1, rec.speedup_lo, rec.speedup_hi
+    if rec.variant == "v1" and rec.ms_median is not None:
+        return 1.0, None, None
+    if v1 is not None and v1.ms_median and rec.ms_median:
+        return v1.ms_median / rec.ms_median, None, None
+    return None, None, None
+
+
+# --------------------------------------------------------------------------- sections
+
+
+def _parameters(records: list[Record], meta: Mapping[str, Any]) -> list[str]:
+    cfg = _config(meta)
+    timing = cfg.get("timing") if isinstance(cfg.get("timing"), Mapping) else {}
+    hq, hkv = _param(records, "heads_q", cfg), _param(records, "heads_kv", cfg)
+    d = _param(records, "head_dim", cfg)
+    layout, page = _param(records, "layout", cfg), _param(records, "page", cfg)
+    scale = _param(records, "softmax_scale", cfg)
+    scale_text = _join(scale, lambda s: f"{float(s):.6g}")
+    if scale and d and len(scale) == 1 and len(d) == 1:
+        if math.isclose(float(scale[0]), 1 / math.sqrt(float(d[0])), rel_tol=1e-9):
+            scale_text += f" (1/sqrt({d[0]}))"
+    elif not scale and d:
+        scale_text = f"1/sqrt({d[0]})"
+    layout_text = _join(layout)
+    if layout and "paged" in layout and page:
+        layout_text += f", {_join(page)} keys per page"
+    gpu = _rec_or_meta(records, "gpu", meta, "gpu", "gpu_name")
+    arch = _rec_or_meta(records, "arch", meta)
+    sm_count = meta_get(meta, "sm_count")
+    clocks = [c for c in _unique(records, "sm_clock_mhz")]
+    clock_text = DASH
+    if clocks:
+        clock_text = f"{min(clocks):.0f}" + (f"{DASH}{max(clocks):.0f}" if max(clocks) != min(clocks) else "")
+        clock_text += " MHz measured during samples"
+    nominal = meta_get(meta, "sm_clock_max_mhz", "nominal_mhz", "sm_clock_mhz")
+    if nominal is not None:
+        clock_text += f" (nominal {float(nominal):.0f} MHz)" if clocks else f"{float(nominal):.0f} MHz nominal"
+    gpu_text = f"{gpu or DASH} ({arch or DASH}" + (f", {sm_count} SMs)" if sm_count else ")")
+    if timing:
+        mode = "hot (back-to-back launches)" if timing.get("hot") else "cold (L2 flushed before each launch)"
+        timing_text = (
+            f"{mode}; {timing.get('warmup', DASH)} warm-up launches; until rel. stdev <= "
+            f"{100 * float(timing.get('max_noise', math.nan)):.2g}% with >= {timing.get('min_seconds', DASH)} s "
+            f"and >= {timing.get('min_samples', DASH)} samples, or {timing.get('max_seconds', DASH)} s"
+        )
+    else:
+        timing_text = DASH
+    seed = _param(records, "seed", cfg) or ([meta["seed"]] if meta.get("seed") is not None else None)
+    rows = [
+        ["config", _join(_unique(records, "config")) if _unique(records, "config") else cfg.get("name")],
+        ["heads (query / KV)", f"{_join(hq)} / {_join(hkv)}"],
+        ["head dim", _join(d)],
+        ["layout", layout_text],
+        ["data", f"{_join(_param(records, 'data', cfg))}, seed {_join(seed)}"],
+        ["output dtype", _join(_param(records, "out_dtype", cfg))],
+        ["softmax scale", scale_text],
+        ["variants", _join(_variants(records))],
+        ["backend", _rec_or_meta(records, "backend", meta)],
+        ["GPU", gpu_text],
+        ["SM clock", clock_text],
+        ["MMA path", _join(_unique(records, "mma"))
+         + (" (Turing path forced)" if True in _unique(records, "force_turing") else "")],
+        ["driver / CUDA driver / CUDA runtime",
+         f"{meta_get(meta, 'driver', 'driver_version') or DASH} / {meta_get(meta, 'cuda_driver') or DASH}"
+         f" / {meta_get(meta, 'cuda_runtime', 'runtime') or DASH}"],
+        ["CuPy / nvcc / torch",
+         f"{meta_get(meta, 'cupy') or DASH} / {meta_get(meta, 'nvcc') or DASH} / {meta_get(meta, 'torch') or DASH}"],
+        ["timing", timing_text],
+        ["pa-bench / git commit", f"{meta_get(meta, 'pa_bench') or DASH} / {meta_get(meta, 'git_commit') or DASH}"],
+        ["created", meta_get(meta, "created", "created_utc", "started", "date") or DASH],
+    ]
+    out = ["## Parameters", ""] + _table(["parameter", "value"], rows)
+    cmd = _command(meta)
+    out += ["", f"Command: `{cmd}`" if cmd else "Command: not recorded."]
+    return out
+
+
+def _unstated(records: list[Record], meta: Mapping[str, Any]) -> list[str]:
+    cfg = _config(meta)
+    hq, hkv = _param(records, "heads_q", cfg), _param(records, "heads_kv", cfg)
+    d = _param(records, "head_dim", cfg)
+    layout, page = _param(records, "layout", cfg), _param(records, "page", cfg)
+    data = _param(records, "data", cfg)
+    data_text = _join(data)
+    if data and "realistic" in data:
+        data_text += " (a few outlier key channels and an attention sink on the first tokens)"
+    elif data and "normal" in data:
+        data_text += " (i.i.d. normal)"
+    lines = [
+        "## What the PR left unstated, and what this run chose",
+        "",
+        f"- query / KV heads: {_join(hq)} / {_join(hkv)} (GQA: query head h uses KV head h // (Hq/Hkv))",
+        f"- head dimension: {_join(d)}",
+        "- int8 scales: symmetric, one fp32 scale per token per KV head, for K and for V",
+        f"- KV layout: {_join(layout)}"
+        + (f", {_join(page)} keys per page, pages shuffled in a larger pool" if layout and "paged" in layout else ""),
+        f"- output type: {_join(_param(records, 'out_dtype', cfg))}",
+        f"- data: {data_text}",
+        "- error metric: max abs error against an FP64 reference computed on the same fp16 Q and "
+        "the dequantised int8 K/V (also relative L2, NMSE); parity when kernel error <= "
+        "2 x numerics-model error + a few fp32 ulps",
+    ]
+    for shape in _shapes(records):
+        recs = [r for r in records if r.shape == shape]
+        labels = [lab for lab in _unique(recs, "label") if lab != shape]
+        ctx, nq = _unique(recs, "context"), _unique(recs, "queries")
+        if labels and ctx and nq:
+            lines.append(
+                f"- the PR's \"{labels[0]}\" row: read as {ctx[0]} x {nq[0]} "
+                f"(context x queries{', a first chunk with no earlier context' if ctx[0] == 0 else ''})"
+            )
+    return lines
+
+
+def _shape_section(shape: str, recs: list[Record]) -> list[str]:
+    by_variant = {r.variant: r for r in recs}
+    v1 = by_variant.get("v1")
+    out = [f"### {shape_title(shape, recs)}", ""]
+    header = ["variant", "ms median [q1–q3]", "speed-up vs v1 [spread]", "TFLOP/s", "GB/s",
+              "max abs err vs FP64", "model err", "ratio", "parity", "status"]
+    align = ["l", "r", "r", "r", "r", "r", "r", "r", "l", "l"]
+    rows = []
+    for variant in _variants(recs):
+        r = by_variant[variant]
+        ms = fmt_ms(r.ms_median)
+        if r.ms_median is not None and r.ms_q1 is not None and r.ms_q3 is not None:
+            ms += f" [{fmt_ms(r.ms_q1)}{DASH}{fmt_ms(r.ms_q3)}]"
+        if r.throttled:
+            ms += f" ⚠ {r.throttled} throttled"
+        sp = fmt_speedup(*_speedup_of(r, v1)) if r.ms_median is not None else DASH
+        parity = DASH
+        if r.parity_pass is not None:
+            parity = "pass" if r.parity_pass else "**FAIL**"
+            notes = []
+            if r.nan_inf:
+                notes.append(f"{r.nan_inf} NaN/Inf")
+            if r.canary_ok is False:
+                notes.append("guard overwritten")
+            if r.deterministic is False:
+                notes.append("not deterministic")
+            if notes:
+                parity += " (" + ", ".join(notes) + ")"
+        status = r.status if r.status == STATUS_OK or not r.reason else f"{r.status}: {r.reason}"
+        rows.append([variant, ms, sp, fmt_rate(r.tflops), fmt_rate(r.kv_gbps), fmt_err(r.max_abs_err),
+                     fmt_err(r.model_max_abs_err), fmt_ratio(r.err_ratio), parity, status])
+    out += _table(header, rows, align)
+    notes = []
+    sampled = _unique(recs, "sampled_rows")
+    nq = _unique(recs, "queries")
+    if sampled:
+        of = f" of {nq[0]}" if nq else ""
+        notes.append(f"Errors on {_join(sampled)} sampled query rows{of} (the reference is FP64 on those rows).")
+    quant = _unique(recs, "quant_max_abs_err")
+    if quant:
+        notes.append(f"Quantisation error for context (FP64 on float K/V vs on int8 K/V): max abs {fmt_err(max(quant))}.")
+    for r in recs:
+        diffs = []
+        if r.diff_vs_v1 is not None and r.variant != "v1":
+            diffs.append(f"vs v1 {fmt_err(r.diff_vs_v1)}")
+        if r.diff_vs_v2 is not None and r.variant != "v2":
+            d = "0 (bitwise identical)" if r.diff_vs_v2 == 0 else fmt_err(r.diff_vs_v2)
+            diffs.append(f"vs v2 {d}")
+        if diffs:
+            notes.append(f"{r.variant} output max difference " + "; ".join(diffs) + ".")
+    if notes:
+        out += [""] + notes
+    return out
+
+
+def _pr_section(records: list[Record], meta: Mapping[str, Any]) -> list[str]:
+    ref = _config(meta).get("reference")
+    source = ref.get("source") if isinstance(ref, Mapping) else None
+    figures = ref.get("figures") if isinstance(ref, Mapping) and isinstance(ref.get("figures"), Mapping) else {}
+    by_key = _by_key(records)
+    rows = []
+    any_sampled = False
+    for shape in _shapes(records):
+        recs = [r for r in records if r.shape == shape]
+        v1, v2t = by_key.get((shape, "v1")), by_key.get((shape, "v2t"))
+        fig = figures.get(shape) if isinstance(figures.get(shape), Mapping) else {}
+
+        def ref_of(rec: Record | None, variant: str, what: str) -> float | None:
+            value = getattr(rec, f"ref_{what}") if rec is not None else None
+            if value is None and isinstance(fig.get(variant), Mapping):
+                value = _num(fig[variant].get(what))
+            return value
+
+        pr_v1, pr_v2t = ref_of(v1, "v1", "ms"), ref_of(v2t, "v2t", "ms")
+        pr_err = ref_of(v2t, "v2t", "err")
+        if pr_v1 is None and pr_v2t is None and pr_err is None:
+            continue
+        pr_speed = pr_v1 / pr_v2t if pr_v1 and pr_v2t else None
+        ours_sp = _speedup_of(v2t, v1) if v2t is not None and v2t.ms_median is not None else (None, None, None)
+        err = fmt_err(v2t.max_abs_err) if v2t is not None else DASH
+        if v2t is not None and v2t.max_abs_err is not None and v2t.sampled_rows:
+            err += "*"
+            any_sampled = True
+        rows.append([
+            shape_title(shape, recs), fmt_ms(pr_v1), fmt_ms(pr_v2t),
+            f"{pr_speed:.2f}x" if pr_speed else DASH, fmt_err(pr_err),
+            fmt_ms(v1.ms_median if v1 else None), fmt_ms(v2t.ms_median if v2t else None),
+            fmt_speedup(*ours_sp), err,
+        ])
+    out = ["## Beside the PR's figures", ""]
+    if not rows:
+        return out + ["This run's config carries no reference figures."]
+    if source:
+        out += [f"The PR's figures: {source.rstrip('.')}."]
+    ours_gpu = _rec_or_meta(records, "gpu", meta, "gpu", "gpu_name")
+    ours_arch = _rec_or_meta(records, "arch", meta)
+    backend = _rec_or_meta(records, "backend", meta)
+    out += [f"Ours: {ours_gpu or DASH} ({ours_arch or DASH}), backend {backend or DASH}. "
+            "Milliseconds depend on the GPU; speed-ups and errors are the comparable figures.", ""]
+    out += _table(
+        ["shape", "PR v1 ms", "PR v2T ms", "PR speed-up", "PR v2T err",
+         "ours v1 ms", "ours v2t ms", "ours speed-up", "ours v2t err"],
+        rows, ["l", "r", "r", "r", "r", "r", "r", "r", "r"],
+    )
+    if any_sampled:
+        out += ["", "\\* errors on sampled query rows (see the shape's table)."]
+    return out
+
+
+def _problems(records: list[Record]) -> list[str]:
+    out = ["## Skipped and failed", ""]
+    bad = [r for r in records if r.status != STATUS_OK]
+    if not bad:
+        return out + ["None: every shape x variant ran."]
+    for r in bad:
+        out.append(f"- {shape_title(r.shape, [r])} {r.variant}: {r.status}: {r.reason or 'no reason recorded'}")
+    return out
+
+
+def _throttling(records: list[Record]) -> list[str]:
+    hot = [r for r in records if r.throttled]
+    if not hot:
+        return []
+    out = ["## Throttled samples", "",
+           "Samples taken below 75 % of the nominal SM clock are flagged (⚠ in the tables):", ""]
+    for r in hot:
+        of = f" of {r.samples}" if r.samples is not None else ""
+        clock = f"; median SM clock {r.sm_clock_mhz:.0f} MHz" if r.sm_clock_mhz is not None else ""
+        out.append(f"- {shape_title(r.shape, [r])} {r.variant}: {r.throttled}{of} samples throttled{clock}")
+    return out
+
+
+def _peer_note(records: list[Record], meta: Mapping[str, Any]) -> list[str]:
+    peers_ok = [r for r in records if r.variant.startswith("torch") and r.status == STATUS_OK]
+    if peers_ok or meta_get(meta, "torch"):
+        return []
+    return ["PyTorch is not installed on the machine that ran this: no torch-sdpa baseline."]
+
+
+# --------------------------------------------------------------------------- plots
+
+
+def _timed(records: list[Record]) -> list[Record]:
+    return [r for r in records if r.status == STATUS_OK and r.ms_median is not None]
+
+
+def draw_plots(records: list[Record], out_dir: Path, prefix: str = "") -> list[tuple[str, str]]:
+    """Write PNG plots; returns [(title, file name)]. Raises ImportError without matplotlib."""
+    import matplotlib  # noqa: F401,PLC0415 - optional dependency
+    from matplotlib.figure import Figure  # noqa: PLC0415
+
+    timed = _timed(records)
+    if not timed:
+        return []
+    made: list[tuple[str, str]] = []
+    shapes = _shapes(timed)
+    variants = _variants(timed)
+    by_key = _by_key(timed)
+
+    fig = Figure(figsize=(min(max(6.0, 1.1 * len(shapes) + 2), 14.0), 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    width = 0.8 / max(len(variants), 1)
+    for i, variant in enumerate(variants):
+        xs, ys, lo, hi = [], [], [], []
+        for j, shape in enumerate(shapes):
+            r = by_key.get((shape, variant))
+            if r is None:
+                continue
+            xs.append(j + (i - (len(variants) - 1) / 2) * width)
+            ys.append(r.ms_median)
+            lo.append(max(r.ms_median - (r.ms_q1 if r.ms_q1 is not None else r.ms_median), 0.0))
+            hi.append(max((r.ms_q3 if r.ms_q3 is not None else r.ms_median) - r.ms_median, 0.0))
+        ax.bar(xs, ys, width=width, label=variant, yerr=[lo, hi], capsize=2)
+    ax.set_xticks(range(len(shapes)))
+    ticks = [shape_title(s, [r for r in timed if r.shape == s]).replace(" (", "\n(") for s in shapes]
+    if len(shapes) > 6:
+        ax.set_xticklabels(ticks, fontsize=7, rotation=45, ha="right", rotation_mode="anchor")
+    else:
+        ax.set_xticklabels(ticks, fontsize=8)
+    ax.set_ylabel("ms per chunk (median, q1–q3)")
+    ys_all = [r.ms_median for r in timed if r.ms_median > 0]
+    if ys_all and max(ys_all) / min(ys_all) > 50:
+        ax.set_yscale("log")
+    ax.set_title("Time per chunk by shape and variant")
+    ax.legend(fontsize=8)
+    name = prefix + PLOT_MS
+    fig.savefig(out_dir / name, dpi=120)
+    made.append(("Time per chunk", name))
+
+    with_tf = [r for r in timed if r.tflops is not None and r.context is not None]
+    groups: dict[tuple[str, int | None], list[tuple[int, float]]] = {}
+    for r in with_tf:
+        groups.setdefault((r.variant, r.queries), []).append((r.context, r.tflops))
+    lines = {k: sorted(v) for k, v in groups.items() if len({c for c, _ in v}) > 1}
+    if lines:
+        fig = Figure(figsize=(7.0, 4.5), layout="constrained")
+        ax = fig.add_subplot()
+        line_variants = _variants([r for r in with_tf if (r.variant, r.queries) in lines])
+        queries = sorted({q for _, q in lines if q is not None})
+        markers = "os^vD<>ph*"
+        styles = ["-", "--", ":", "-."]
+        for vi, variant in enumerate(line_variants):
+            for qi, q in enumerate(queries):
+                pts = lines.get((variant, q))
+                if pts:
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], color=f"C{vi}",
+                            marker=markers[qi % len(markers)], linestyle=styles[qi % len(styles)],
+                            label=f"{variant}, {q} queries")
+        if min(c for pts in lines.values() for c, _ in pts) > 0:
+            ax.set_xscale("log", base=2)
+        ax.set_xlabel("context (keys before the chunk)")
+        ax.set_ylabel("TFLOP/s")
+        ax.set_title("Throughput vs context")
+        ax.legend(fontsize=7)
+        name = prefix + PLOT_TFLOPS
+        fig.savefig(out_dir / name, dpi=120)
+        made.append(("TFLOP/s vs context", name))
+    return made
+
+
+def _plots(records: list[Record], out_dir: Path, prefix: str) -> list[str]:
+    out = ["## Plots", ""]
+    try:
+        made = draw_plots(records, out_dir, prefix)
+    except ImportError:
+        return out + [f"Plots skipped: matplotlib is not installed ({PLOT_INSTALL_HINT})."]
+    if not made:
+        return out + ["No timing data in this run: nothing to plot."]
+    for title, name in made:
+        out += [f"![{title}]({name})", ""]
+    return out[:-1]
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def _as_run(run_path: str | Path | RunDir) -> RunDir:
+    return run_path if isinstance(run_path, RunDir) else open_run(run_path)
+
+
+def build_report(run_path: str | Path | RunDir, out_dir: str | Path | None = None, plots: bool = True) -> str:
+    """Markdown report of a stored run, from its records.csv and meta.json alone.
+
+    Plots (when matplotlib is importable and `plots` is true) are written into `out_dir`
+    (default: the run directory) and linked by file name, so the markdown belongs in `out_dir`.
+    Outside the run directory their names get the run id as a prefix.
+    """
+    run = _as_run(run_path)
+    records = run.records()
+    meta = run.read_meta()
+    cfg = _config(meta)
+    out_dir = Path(out_dir) if out_dir is not None else run.path
+    prefix = "" if out_dir.resolve() == run.path.resolve() else f"{run.run_id}-"
+
+    config_name = _join(_unique(records, "config")) if _unique(records, "config") else cfg.get("name", "run")
+    gpu = _rec_or_meta(records, "gpu", meta, "gpu", "gpu_name")
+    lines = [f"# pa-bench: {config_name} on {gpu or 'an unknown device'}", "",
+             f"Run `{run.run_id}`."]
+    if cfg.get("description"):
+        lines += ["", str(cfg["description"]).strip()]
+    lines += [""]
+    lines += _parameters(records, meta) + [""]
+    lines += _unstated(records, meta) + [""]
+    lines += ["## Results per shape", ""]
+    if not records:
+        lines += ["This run has no records yet.", ""]
+    for shape in _shapes(records):
+        lines += _shape_section(shape, [r for r in records if r.shape == shape]) + [""]
+    peer = _peer_note(records, meta)
+    if peer and records:
+        lines += peer + [""]
+    lines += _pr_section(records, meta) + [""]
+    lines += _problems(records) + [""]
+    throttle = _throttling(records)
+    if throttle:
+        lines += throttle + [""]
+    if plots:
+        lines += _plots(records, out_dir, prefix) + [""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_report(run_path: str | Path | RunDir, out_path: str | Path | None = None, plots: bool = True) -> Path:
+    """Write the report (default `<run>/report.md`, plots beside it) and return its path."""
+    run = _as_run(run_path)
+    out = Path(out_path) if out_path is not None else run.path / REPORT_FILE
+    out.parent.mkdir(parents=True, exist_ok=True)
+    text = build_report(run, out_dir=out.parent, plots=plots)
+    out.write_text(text, encoding="utf-8")
+    return out
