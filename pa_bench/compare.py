@@ -1,0 +1,179 @@
+"""A/B comparison of two stored runs: the change per shape x variant with a noise bound.
+
+`compare_runs(a, b)` pairs the rows of two runs by (shape, variant). Each pair's time change
+is judged by `stats.verdict` using the medians, quartiles and relative spreads in the records:
+'faster' / 'slower' (B against A) only when the change exceeds the noise bound, else 'same'.
+Parity changes (pass -> fail and back) are reported beside it. Rows found in only one run are
+kept and marked. Differences between the runs' GPUs or parameters are listed in
+`df.attrs['warnings']`, since they make a comparison of times meaningless.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from pa_bench.records import STATUS_OK, Record
+from pa_bench.results import RunDir, open_run
+from pa_bench.stats import verdict
+
+COMPARE_COLUMNS = (
+    "shape", "variant", "presence", "status_a", "status_b", "ms_a", "ms_b", "change", "noise",
+    "verdict", "parity_a", "parity_b", "parity_change", "err_a", "err_b",
+)
+
+#: Parameters that must match for times to be comparable.
+_SAME_PARAMS = ("gpu", "arch", "context", "queries", "heads_q", "heads_kv", "head_dim", "layout",
+                "page", "data", "out_dtype", "seed", "mma", "force_turing")
+
+
+def _as_run(run: str | Path | RunDir) -> RunDir:
+    return run if isinstance(run, RunDir) else open_run(run)
+
+
+def _timed(r: Record | None) -> bool:
+    return r is not None and r.status == STATUS_OK and r.ms_median is not None and r.ms_median > 0
+
+
+def _parity_change(a: bool | None, b: bool | None) -> str:
+    if a is True and b is False:
+        return "regressed"
+    if a is False and b is True:
+        return "fixed"
+    return ""
+
+
+def _row(shape: str, variant: str, a: Record | None, b: Record | None, min_change: float) -> dict:
+    presence = "both" if a is not None and b is not None else ("only_a" if b is None else "only_b")
+    row: dict[str, Any] = {
+        "shape": shape, "variant": variant, "presence": presence,
+        "status_a": a.status if a else None, "status_b": b.status if b else None,
+        "ms_a": a.ms_median if a else None, "ms_b": b.ms_median if b else None,
+        "change": math.nan, "noise": math.nan,
+        "parity_a": a.parity_pass if a else None, "parity_b": b.parity_pass if b else None,
+        "err_a": a.max_abs_err if a else None, "err_b": b.max_abs_err if b else None,
+    }
+    if presence == "only_a":
+        row["verdict"] = "only in A"
+    elif presence == "only_b":
+        row["verdict"] = "only in B"
+    elif _timed(a) and _timed(b):
+        kind, change, noise = verdict(a, b, min_change=min_change)
+        row.update(verdict=kind, change=change, noise=noise)
+    else:
+        row["verdict"] = "n/a"  # not timed (ok) on both sides
+    row["parity_change"] = _parity_change(row["parity_a"], row["parity_b"])
+    return row
+
+
+def _warnings(ra: list[Record], rb: list[Record]) -> list[str]:
+    by_b = {r.key(): r for r in rb}
+    out = []
+    for name in _SAME_PARAMS:
+        diffs = set()
+        for a in ra:
+            b = by_b.get(a.key())
+            if b is None:
+                continue
+            va, vb = getattr(a, name), getattr(b, name)
+            if va is not None and vb is not None and va != vb:
+                diffs.add((va, vb))
+        for va, vb in sorted(diffs, key=str):
+            out.append(f"{name} differs: A {va}, B {vb}")
+    return out
+
+
+def compare_runs(run_a: str | Path | RunDir, run_b: str | Path | RunDir, min_change: float = 0.01):
+    """One row per (shape, variant) of either run (A's order, then B's new rows).
+
+    Columns: COMPARE_COLUMNS. `change` = ms_b / ms_a - 1 (negative: B is faster), `noise` the
+    bound it is judged against, `verdict` in {'faster', 'slower', 'same', 'n/a', 'only in A',
+    'only in B'}, `parity_change` in {'', 'regressed', 'fixed'}.
+    attrs: run_a, run_b (run ids), warnings (list of str).
+    """
+    import pandas as pd  # noqa: PLC0415 - pandas only for the frame
+
+    a, b = _as_run(run_a), _as_run(run_b)
+    ra, rb = a.records(), b.records()
+    by_a = {r.key(): r for r in ra}
+    by_b = {r.key(): r for r in rb}
+    keys = list(by_a) + [k for k in by_b if k not in by_a]
+    rows = [_row(shape, variant, by_a.get((shape, variant)), by_b.get((shape, variant)), min_change)
+            for shape, variant in keys]
+    df = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
+    for col in ("ms_a", "ms_b", "change", "noise", "err_a", "err_b"):
+        df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
+    df.attrs["run_a"] = a.run_id
+    df.attrs["run_b"] = b.run_id
+    df.attrs["warnings"] = _warnings(ra, rb)
+    return df
+
+
+def has_slowdown(df) -> bool:
+    """True if any row's verdict is 'slower' (for --fail-on-slowdown)."""
+    return bool((df["verdict"] == "slower").any()) if len(df) else False
+
+
+def has_parity_regression(df) -> bool:
+    """True if a row passed parity in A and fails in B."""
+    return bool((df["parity_change"] == "regressed").any()) if len(df) else False
+
+
+def _missing(x: Any) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def _pct(x: Any, fmt: str, prefix: str = "") -> str:
+    return "-" if _missing(x) else f"{prefix}{format(100 * x, fmt)}%"
+
+
+def _ms(x: Any) -> str:
+    if _missing(x):
+        return "-"
+    return f"{x:.3f}" if abs(x) >= 0.1 else f"{x:.3g}"
+
+
+def _parity(a: Any, b: Any, change: str, presence: str) -> str:
+    def one(p: Any) -> str:
+        return "-" if _missing(p) else ("pass" if p else "FAIL")
+
+    if presence != "both":
+        return one(a if presence == "only_a" else b)
+    text = f"{one(a)} -> {one(b)}" if one(a) != one(b) else one(a)
+    return f"{text} ({change})" if change else text
+
+
+def format_compare(df) -> str:
+    """A plain-text table of `compare_runs`' frame, with a summary line and any warnings."""
+    lines = []
+    if df.attrs.get("run_a") or df.attrs.get("run_b"):
+        lines += [f"A: {df.attrs.get('run_a', '?')}", f"B: {df.attrs.get('run_b', '?')}"]
+    for w in df.attrs.get("warnings", []):
+        lines.append(f"warning: {w}")
+    header = ["shape", "variant", "A ms", "B ms", "change", "noise", "verdict", "parity"]
+    body = []
+    for row in df.to_dict(orient="records"):
+        body.append([
+            str(row["shape"]), str(row["variant"]), _ms(row["ms_a"]), _ms(row["ms_b"]),
+            _pct(row["change"], "+.1f"),
+            _pct(row["noise"], ".1f", prefix="±"),
+            str(row["verdict"]),
+            _parity(row["parity_a"], row["parity_b"], row["parity_change"], row["presence"]),
+        ])
+    widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(header)]
+    right = {2, 3, 4, 5}
+
+    def fmt(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    if lines:
+        lines.append("")
+    lines += [fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in body]
+    counts = {k: int((df["verdict"] == k).sum()) for k in ("faster", "slower", "same")} if len(df) else {}
+    summary = f"{counts.get('faster', 0)} faster, {counts.get('slower', 0)} slower, {counts.get('same', 0)} same (B against A)"
+    regressions = int((df["parity_change"] == "regressed").sum()) if len(df) else 0
+    if regressions:
+        summary += f"; {regressions} parity regression{'s' if regressions > 1 else ''}"
+    lines += ["", summary]
+    return "\n".join(lines)

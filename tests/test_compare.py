@@ -1,0 +1,111 @@
+"""A/B of two hand-made runs: verdicts, parity changes, rows in one run only, has_slowdown."""
+
+import datetime as dt
+import math
+
+import pytest
+
+from pa_bench.compare import compare_runs, format_compare, has_parity_regression, has_slowdown
+from pa_bench.records import Record
+from pa_bench.results import new_run_dir
+from pa_bench.stats import IQR_TO_SIGMA
+
+WHEN = dt.datetime(2026, 11, 30, 3, 0, 0, tzinfo=dt.timezone.utc)
+
+
+def rec(shape, variant, ms, rel=0.005, parity=True, status="ok", gpu="NVIDIA H200", **kw):
+    half = 0.5 * IQR_TO_SIGMA * rel * ms if ms is not None else None
+    return Record(shape=shape, variant=variant, status=status, gpu=gpu, ms_median=ms,
+                  ms_q1=None if ms is None else ms - half, ms_q3=None if ms is None else ms + half,
+                  ms_rel_spread=rel if ms is not None else None, parity_pass=parity,
+                  max_abs_err=3.7e-6, **kw)
+
+
+def make(tmp_path, name, records, minutes=0):
+    run = new_run_dir(tmp_path, name, "cuda", WHEN + dt.timedelta(minutes=minutes))
+    for r in records:
+        run.save_record(r)
+    return run
+
+
+@pytest.fixture
+def runs(tmp_path):
+    a = make(tmp_path, "base", [
+        rec("32Kx1024", "v1", 13.0),
+        rec("32Kx1024", "v2t", 7.6),
+        rec("64Kx512", "v1", 6.7, rel=0.05),
+        rec("64Kx512", "v2t", 4.8),
+        rec("2.1Kx256", "v2t", 2.3),
+        rec("0x1536", "v2", None, status="skipped", reason="sm_75"),
+    ])
+    b = make(tmp_path, "change", [
+        rec("32Kx1024", "v1", 13.0),               # identical -> same
+        rec("32Kx1024", "v2t", 8.36),              # +10 % with 0.5 % noise -> slower
+        rec("64Kx512", "v1", 6.9, rel=0.05),       # +3 % within 5 % noise -> same
+        rec("64Kx512", "v2t", 4.0, parity=False),  # faster, but parity regressed
+        rec("1Kx113", "v2t", 0.5),                 # new shape
+        rec("0x1536", "v2", None, status="skipped", reason="sm_75"),
+    ], minutes=5)
+    return a, b
+
+
+def test_compare_verdicts(runs):
+    a, b = runs
+    df = compare_runs(a.path, b.path)
+    v = {(r.shape, r.variant): r for r in df.itertuples()}
+    assert v["32Kx1024", "v1"].verdict == "same" and v["32Kx1024", "v1"].change == 0.0
+    slow = v["32Kx1024", "v2t"]
+    assert slow.verdict == "slower" and slow.change == pytest.approx(0.10)
+    assert slow.noise == pytest.approx(2 * math.sqrt(2) * 0.005)
+    within = v["64Kx512", "v1"]
+    assert within.verdict == "same" and within.noise > abs(within.change)
+    fast = v["64Kx512", "v2t"]
+    assert fast.verdict == "faster" and fast.change == pytest.approx(4.0 / 4.8 - 1)
+    assert fast.parity_change == "regressed" and fast.parity_a is True and fast.parity_b is False
+    assert v["2.1Kx256", "v2t"].verdict == "only in A" and v["2.1Kx256", "v2t"].presence == "only_a"
+    assert v["1Kx113", "v2t"].verdict == "only in B" and math.isnan(v["1Kx113", "v2t"].ms_a)
+    assert v["0x1536", "v2"].verdict == "n/a"
+    # A's rows first, in A's order, then B's new rows
+    assert list(zip(df["shape"], df["variant"]))[-1] == ("1Kx113", "v2t")
+    assert df.attrs["run_a"] == a.run_id and df.attrs["run_b"] == b.run_id
+    assert has_slowdown(df) and has_parity_regression(df)
+
+
+def test_no_slowdown_when_only_faster_or_same(tmp_path):
+    a = make(tmp_path, "a", [rec("32Kx1024", "v1", 13.0), rec("32Kx1024", "v2t", 7.6)])
+    b = make(tmp_path, "b", [rec("32Kx1024", "v1", 13.02), rec("32Kx1024", "v2t", 7.0)], minutes=1)
+    df = compare_runs(a, b)
+    assert list(df["verdict"]) == ["same", "faster"]
+    assert not has_slowdown(df) and not has_parity_regression(df)
+    # and the other way round it is a slowdown
+    assert has_slowdown(compare_runs(b, a))
+
+
+def test_compare_warns_when_gpus_differ(tmp_path):
+    a = make(tmp_path, "a", [rec("32Kx1024", "v1", 13.0, gpu="RTX 2080 Ti")])
+    b = make(tmp_path, "b", [rec("32Kx1024", "v1", 6.0)], minutes=1)
+    df = compare_runs(a, b)
+    assert df.attrs["warnings"] == ["gpu differs: A RTX 2080 Ti, B NVIDIA H200"]
+    assert "warning: gpu differs" in format_compare(df)
+
+
+def test_format_compare(runs):
+    a, b = runs
+    text = format_compare(compare_runs(a, b))
+    lines = text.splitlines()
+    assert lines[0] == f"A: {a.run_id}" and lines[1] == f"B: {b.run_id}"
+    header = next(l for l in lines if l.startswith("shape"))
+    assert header.split() == ["shape", "variant", "A", "ms", "B", "ms", "change", "noise", "verdict", "parity"]
+    slow = next(l for l in lines if l.startswith("32Kx1024") and " v2t " in l)
+    assert "7.600" in slow and "8.360" in slow and "+10.0%" in slow and "±1.4%" in slow and "slower" in slow
+    reg = next(l for l in lines if l.startswith("64Kx512") and " v2t " in l)
+    assert "pass -> FAIL (regressed)" in reg and "faster" in reg
+    assert lines[-1] == "1 faster, 1 slower, 2 same (B against A); 1 parity regression"
+
+
+def test_compare_empty_runs(tmp_path):
+    a, b = make(tmp_path, "a", []), make(tmp_path, "b", [], minutes=1)
+    a.write_meta({}), b.write_meta({})
+    df = compare_runs(a, b)
+    assert len(df) == 0 and not has_slowdown(df)
+    assert format_compare(df).endswith("0 faster, 0 slower, 0 same (B against A)")
