@@ -468,8 +468,7 @@ def _timed(records: list[Record]) -> list[Record]:
 
 def draw_plots(records: list[Record], out_dir: Path, prefix: str = "") -> list[tuple[str, str]]:
     """Write PNG plots; returns [(title, file name)]. Raises ImportError without matplotlib."""
-    import matplotlib  # noqa: F401,PLC0415 - optional dependency
-    from matplotlib.figure import Figure  # noqa: PLC0415
+    from matplotlib.figure import Figure  # noqa: PLC0415 - optional dependency (no pyplot state)
 
     timed = _timed(records)
     if not timed:
