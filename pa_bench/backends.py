@@ -1,0 +1,101 @@
+"""Backend selection: ``auto`` | ``cuda`` | ``numpy``.
+
+``auto`` picks ``cuda`` where CuPy imports and sees an NVIDIA GPU, else ``numpy`` (and
+says so on one line). ``cuda`` without CuPy or a GPU is a :class:`BackendUnavailable`
+error whose one-line message says what is missing and how to install it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from pa_bench.errors import BackendUnavailable, PaBenchError
+
+BACKENDS = ("auto", "cuda", "numpy")
+
+
+@dataclass
+class KernelOutput:
+    """What ``backend.compute`` returns (see docs/DESIGN.md, "Backend interface")."""
+
+    out: np.ndarray                    # float32 [Hq, R, D], the selected rows
+    canary_ok: bool = True
+    deterministic: bool | None = None  # two launches bitwise equal (None: not checked)
+    full_hash: str | None = None       # sha1 of the full output bytes (cuda)
+    diff_source: object | None = None  # backend-private handle for cross-variant diffs
+
+INSTALL_HINT = "install with: pip install 'pa-bench[cuda12]' (or 'pa-bench[cuda13]' for CUDA 13 drivers)"
+
+
+def cuda_problem() -> str | None:
+    """Why the cuda backend cannot run here (one line), or None when CuPy sees a GPU."""
+    try:
+        import cupy  # noqa: F401
+    except Exception as exc:  # ImportError, or a broken CuPy install (missing CUDA libs)
+        detail = "" if isinstance(exc, ModuleNotFoundError) else f" ({type(exc).__name__}: {_first_line(exc)})"
+        return f"CuPy is not installed or cannot be imported{detail}"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:
+        return f"CuPy sees no NVIDIA GPU ({_first_line(exc)})"
+    if count < 1:
+        return "CuPy sees no NVIDIA GPU"
+    return None
+
+
+def cuda_unavailable_message(problem: str) -> str:
+    """The one-line error for a backend that needs CuPy and a GPU."""
+    return f"the cuda backend needs CuPy and an NVIDIA GPU: {problem}; {INSTALL_HINT}"
+
+
+def make_backend(name: str, config=None, *, notice: Callable[[str], None] | None = None):
+    """Build the backend called ``name`` for ``config``.
+
+    ``notice`` receives the one-line message printed when ``auto`` falls back to numpy.
+    """
+    if name not in BACKENDS:
+        raise PaBenchError(f"unknown backend {name!r} (choose from {', '.join(BACKENDS)})")
+    if name == "numpy":
+        return _numpy_backend(config)
+    problem = cuda_problem()
+    if problem is None:
+        return _cuda_backend(config)
+    if name == "cuda":
+        raise BackendUnavailable(cuda_unavailable_message(problem))
+    if notice is not None:
+        notice(f"note: {problem}; using the numpy backend (parity on sampled rows, no timing). {INSTALL_HINT}")
+    return _numpy_backend(config)
+
+
+def _numpy_backend(config):
+    from pa_bench.numpy_backend import NumpyBackend
+
+    determinism = True if config is None else bool(config.parity.determinism)
+    return NumpyBackend(check_determinism=determinism)
+
+
+def _cuda_backend(config):
+    """Construct the lead's CudaBackend, passing only the keyword arguments it accepts."""
+    try:
+        from pa_bench.cuda_backend import CudaBackend
+    except ImportError as exc:
+        raise BackendUnavailable(f"the cuda backend cannot be loaded: {_first_line(exc)}") from exc
+    offered = {}
+    if config is not None:
+        offered = {"config": config, "force_turing": bool(getattr(config, "force_turing", False))}
+    try:
+        params = inspect.signature(CudaBackend).parameters
+    except (TypeError, ValueError):
+        params = {}
+    accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    kwargs = {k: v for k, v in offered.items() if accepts_any or k in params}
+    return CudaBackend(**kwargs)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,129 @@
+"""Backend ``numpy``: the numerics model as the "kernel", and a NumPy FP64 reference.
+
+It lets everything but timing run on a machine without a GPU: ``compute`` returns the
+output of :func:`pa_bench.model.model_attention` with the variant's tile size, so its
+kernel/model error ratio is 1 by construction. Peers are timing-only and nothing is timed.
+"""
+
+from __future__ import annotations
+
+import platform
+
+import numpy as np
+
+from pa_bench.backends import KernelOutput
+
+from pa_bench.model import TILE_KEYS  # keys per tile of each kernel variant
+
+PEER_PREFIX = "torch-"
+
+# The determinism check runs the model a second time; do it only while that is cheap:
+# at most this many (query head x row x visible key) score elements (about a second).
+DETERMINISM_MAX_WORK = 1 << 25
+
+
+def _model_work(inputs, rows) -> int:
+    """Score elements one model run computes: query heads x rows x keys they see."""
+    hq, nq, _ = inputs.q.shape
+    ctx = inputs.k_i8.shape[1] - nq
+    if rows is None:
+        return hq * (nq * ctx + nq * (nq + 1) // 2)
+    rows = np.asarray(rows)
+    return int(hq * (len(rows) * ctx + int(rows.sum()) + len(rows)))
+
+
+def tile_keys(variant: str) -> int:
+    """Keys per tile of ``variant`` (the model of that kernel's arithmetic)."""
+    return TILE_KEYS[variant]
+
+
+class NumpyBackend:
+    """Model outputs and an FP64 NumPy reference; no timing."""
+
+    name = "numpy"
+
+    def __init__(self, check_determinism: bool = True) -> None:
+        self.check_determinism = check_determinism
+        # v2 and v2t share a tile size, so their model outputs are the same: compute once.
+        self._cache: dict[tuple, KernelOutput] = {}
+        self._cache_owner = None  # keeps id(prepared) in the cache key unique
+
+    def describe(self) -> dict:
+        return {
+            "backend": self.name,
+            "gpu": "cpu",
+            "arch": "cpu",
+            "cpu": platform.processor() or platform.machine(),
+            "numpy": np.__version__,
+            "mma": "model",
+        }
+
+    def meta(self) -> dict:
+        return {
+            "backend": self.name,
+            "kernels": "numerics model (pa_bench.model), no CUDA kernels",
+            "tile_keys": dict(TILE_KEYS),
+            "mma": "none (NumPy model)",
+        }
+
+    def unsupported_parity(self, variant: str, problem) -> str | None:
+        if variant.startswith(PEER_PREFIX):
+            return "torch peers are timing-only"
+        if variant not in TILE_KEYS:
+            return f"unknown variant {variant!r}"
+        return None
+
+    def unsupported_timing(self, variant: str, problem) -> str | None:
+        return "the numpy backend does not time kernels (needs CuPy and a GPU)"
+
+    def prepare(self, inputs):
+        return inputs
+
+    def compute(self, prepared, variant: str, rows: np.ndarray | None,
+                check_determinism: bool | None = None) -> KernelOutput:
+        """The model's output for ``variant``'s tile size on ``rows`` (None: every row).
+
+        Determinism (two runs bitwise equal) is checked when asked and cheap, else None.
+        """
+        from pa_bench.model import model_attention
+
+        tile = tile_keys(variant)
+        check = self.check_determinism if check_determinism is None else check_determinism
+        key = (id(prepared), tile, None if rows is None else np.asarray(rows).tobytes(), check)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return KernelOutput(out=hit.out.copy(), canary_ok=True, deterministic=hit.deterministic)
+        out = np.asarray(model_attention(prepared, tile, rows), dtype=np.float32)
+        deterministic = None
+        if check and _model_work(prepared, rows) <= DETERMINISM_MAX_WORK:
+            again = np.asarray(model_attention(prepared, tile, rows), dtype=np.float32)
+            deterministic = bool(again.tobytes() == out.tobytes())
+        result = KernelOutput(out=out, canary_ok=True, deterministic=deterministic)
+        self._cache = {key: result}  # one shape's outputs at a time
+        self._cache_owner = prepared
+        return result
+
+    def reference(self, inputs, rows, quantised: bool = True) -> np.ndarray | None:
+        """FP64 attention on the dequantised int8 K/V, or on the float K/V (None if absent)."""
+        from pa_bench.reference import reference_attention
+
+        problem = inputs.problem
+        if quantised:  # int8 K/V dequantised one KV head at a time inside the reference
+            return reference_attention(
+                inputs.q, inputs.k_i8, inputs.v_i8, problem.context, problem.softmax_scale,
+                rows=rows, xp=np, k_scale=inputs.k_scale, v_scale=inputs.v_scale,
+            )
+        if inputs.k_float is None or inputs.v_float is None:
+            return None
+        return reference_attention(
+            inputs.q, inputs.k_float, inputs.v_float, problem.context, problem.softmax_scale,
+            rows=rows, xp=np,
+        )
+
+    def time(self, prepared, variants, settings) -> dict:
+        reason = self.unsupported_timing("", None)
+        return {variant: reason for variant in variants}
+
+    def release(self, prepared) -> None:
+        self._cache.clear()
+        self._cache_owner = None

@@ -1,0 +1,669 @@
+"""One command's walk through the chain: plan -> inputs -> backend -> metrics -> records -> run dir.
+
+``run_parity``, ``run_timing`` and ``run_all`` take a validated :class:`~pa_bench.config.Config`
+(command-line overrides already applied) and a backend, and write a run directory
+``<results_root>/<run-id>/`` whose path they return. Per shape the inputs are made once and
+uploaded once; every variant of the shape is then checked against the FP64 reference and
+timed (all variants of a shape interleaved). ``records.csv`` is saved after every finished
+row, so an interrupted run keeps its rows and ``resume_run`` carries on where it stopped.
+
+A variant the backend cannot run becomes a row with status ``skipped`` and the reason; an
+error in one row (a CUDA error, out of memory) becomes status ``failed`` with a one-line
+reason, and the sweep goes on.
+
+Parity of one row (SPEC section 1): the kernel's max abs error against FP64 on the compared
+rows must be at most ``2 * model_err + floor``, where ``model_err`` is the numerics model's
+error (same tile size as the kernel) against the same FP64 reference. The model runs on the
+CPU, so on the cuda backend it runs on at most ``parity.numpy_sample_rows`` of the compared
+rows (always including the first and last); on the numpy backend the "kernel" *is* the model,
+so its ratio is 1 by construction.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from pa_bench import results as R
+from pa_bench.errors import PaBenchError, RunError
+from pa_bench.records import STATUS_FAILED, STATUS_OK, STATUS_SKIPPED, Record
+
+MODE_PARITY = "parity"
+MODE_TIME = "time"
+MODE_ALL = "run"
+
+#: Rows the numerics model runs on (cuda backend) when the config does not say.
+DEFAULT_MODEL_ROWS = 64
+
+#: Kernel variants in the order they are computed (partners of cross-variant diffs first).
+KERNEL_ORDER = ("v1", "v2", "v2t")
+
+
+# --------------------------------------------------------------------------- progress
+
+
+class Progress(Protocol):
+    """What the runner reports while it works (the CLI draws a rich progress bar)."""
+
+    def start(self, total: int, description: str) -> None: ...
+    def update(self, description: str) -> None: ...
+    def advance(self, n: int = 1) -> None: ...
+    def log(self, message: str) -> None: ...
+    def stop(self) -> None: ...
+
+
+class NullProgress:
+    """A progress sink that ignores everything (library use, tests)."""
+
+    def start(self, total: int, description: str) -> None:
+        pass
+
+    def update(self, description: str) -> None:
+        pass
+
+    def advance(self, n: int = 1) -> None:
+        pass
+
+    def log(self, message: str) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a run: the finished rows are kept in ``run_dir``."""
+
+    def __init__(self, run_dir: Path):
+        super().__init__(str(run_dir))
+        self.run_dir = Path(run_dir)
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def run_parity(config, backend, **kwargs) -> Path:
+    """Parity of every shape x variant of ``config``; returns the run directory."""
+    return _run(MODE_PARITY, config, backend, **kwargs)
+
+
+def run_timing(config, backend, **kwargs) -> Path:
+    """Time per chunk of every shape x variant of ``config``; returns the run directory."""
+    return _run(MODE_TIME, config, backend, **kwargs)
+
+
+def run_all(config, backend, **kwargs) -> Path:
+    """Parity and timing of every shape x variant of ``config``; returns the run directory."""
+    return _run(MODE_ALL, config, backend, **kwargs)
+
+
+@dataclass
+class _Job:
+    """Everything one run needs while walking its shapes."""
+
+    mode: str
+    config: Any
+    backend: Any
+    run: R.RunDir
+    progress: Progress
+    sample_rows: int | None
+    save_outputs: Path | None
+    describe: dict = field(default_factory=dict)
+    previous: dict = field(default_factory=dict)  # (shape, variant) -> Record from a resumed run
+    last_phase: dict = field(default_factory=dict)  # variant -> the phase that finishes its row
+
+    @property
+    def parity(self) -> bool:
+        return self.mode in (MODE_PARITY, MODE_ALL)
+
+    @property
+    def timing(self) -> bool:
+        return self.mode in (MODE_TIME, MODE_ALL)
+
+
+def _run(
+    mode: str,
+    config,
+    backend,
+    *,
+    results_root: str | Path = "results",
+    sample_rows: int | None = None,
+    resume_run: str | Path | None = None,
+    save_outputs: str | Path | None = None,
+    progress: Progress | None = None,
+    command: list[str] | None = None,
+    write_report: bool = True,
+) -> Path:
+    """Walk every shape of ``config`` for ``mode`` and write a run directory.
+
+    ``sample_rows``: query rows compared with FP64 per shape (None: the config's choice for
+    this backend; 0: every row). ``resume_run``: a run directory (or run id under
+    ``results_root``) to carry on; its rows that finished ok are kept.
+    """
+    from pa_bench.plan import make_plan
+
+    progress = progress or NullProgress()
+    plan = make_plan(config)
+    command = list(sys.argv if command is None else command)
+    started = time.time()
+    describe = backend.describe()
+    if resume_run is not None:
+        run = R.open_run(resume_run, root=results_root)
+        previous = _check_resume(run, config, backend)
+        run.update_meta(resumes=run.read_meta().get("resumes", []) + [
+            {"command": command, "started": R.now_utc_iso()}], status="running")
+    else:
+        run = R.new_run_dir(results_root, config.name, backend.name)
+        previous = {}
+        run.write_meta(_meta(mode, config, backend, describe, command, sample_rows))
+    job = _Job(mode, config, backend, run, progress, sample_rows,
+               Path(save_outputs) if save_outputs is not None else None, describe, previous)
+
+    progress.start(len(plan), f"{mode} {config.name} on {backend.name}")
+    try:
+        for problem in plan.problems:
+            _run_shape(job, problem, plan.variants)
+    except KeyboardInterrupt:
+        progress.stop()
+        run.update_meta(status="interrupted", finished=R.now_utc_iso(),
+                        wall_seconds=round(time.time() - started, 3))
+        raise RunInterrupted(run.path) from None
+    progress.stop()
+    run.update_meta(status="complete", finished=R.now_utc_iso(),
+                    wall_seconds=round(time.time() - started, 3))
+    if write_report:
+        _write_report(run, progress)
+    return run.path
+
+
+def _write_report(run: R.RunDir, progress: Progress) -> None:
+    from pa_bench import report
+
+    try:
+        report.write_report(run.path)
+    except Exception as exc:  # the rows are saved; a report problem must not lose the run
+        progress.log(f"note: report.md not written ({_one_line(exc)}); "
+                     f"rebuild it with: pa-bench report {run.path}")
+
+
+# --------------------------------------------------------------------------- meta
+
+
+def _meta(mode: str, config, backend, describe: dict, command: list[str],
+          sample_rows: int | None) -> dict:
+    from pa_bench import envinfo
+
+    repo = Path(__file__).resolve().parent.parent
+    return {
+        "mode": mode,
+        "status": "running",
+        "created": R.now_utc_iso(),
+        "command": command,
+        "config": config.to_dict(),
+        "config_path": config.path,
+        "seed": config.seed,
+        "sample_rows": sample_rows,
+        "backend": describe,
+        "backend_meta": backend.meta(),
+        "environment": envinfo.environment(),
+        "git_commit": R.git_commit(repo),
+        "git_dirty": R.git_dirty(repo),
+    }
+
+
+def _check_resume(run: R.RunDir, config, backend) -> dict:
+    """The resumed run's records by key, after checking it was made with this config/backend."""
+    meta = run.read_meta()
+    made_with = (meta.get("config") or {}).get("name")
+    if made_with is not None and made_with != config.name:
+        raise RunError(f"cannot resume {run.path}: it was made with config {made_with!r}, "
+                       f"not {config.name!r}; pass the same config")
+    made_on = (meta.get("backend") or {}).get("backend")
+    if made_on is not None and made_on != backend.name:
+        raise RunError(f"cannot resume {run.path}: it was made on the {made_on} backend; "
+                       f"resume it with --backend {made_on}")
+    return {r.key(): r for r in run.records()}
+
+
+# --------------------------------------------------------------------------- one shape
+
+
+def shape_string(shape) -> str:
+    """The shape as written in a config (``32Kx1024``), or its exact numbers for a labelled one."""
+    from pa_bench.shapes import parse_shape
+
+    try:
+        same = parse_shape(shape.label)
+        if (same.context, same.queries) == (shape.context, shape.queries):
+            return shape.label
+    except PaBenchError:
+        pass
+    return shape.spec
+
+
+def base_record(job: _Job, problem, variant: str) -> Record:
+    """A record with every "what ran / who ran it" column and the reference figures filled."""
+    cfg = job.config
+    fig = cfg.ref_figure(problem.shape, variant)
+    return Record(
+        config=cfg.name, shape=shape_string(problem.shape), label=problem.shape.label,
+        context=problem.context, queries=problem.queries, heads_q=problem.heads_q,
+        heads_kv=problem.heads_kv, head_dim=problem.head_dim, layout=problem.layout,
+        page=problem.page, data=problem.data, variant=variant, backend=job.backend.name,
+        gpu=job.describe.get("gpu"), arch=job.describe.get("arch"), status=STATUS_OK,
+        out_dtype=problem.out_dtype, softmax_scale=problem.softmax_scale, seed=problem.seed,
+        mma=job.describe.get("mma"), force_turing=bool(cfg.force_turing),
+        ref_ms=None if fig is None else fig.ms, ref_err=None if fig is None else fig.err,
+    )
+
+
+@dataclass
+class _Row:
+    """A record being built, with the outcome of each phase."""
+
+    record: Record
+    parity_reason: str | None = None   # why parity cannot run (None: it can)
+    timing_reason: str | None = None
+    notes: list[str] = field(default_factory=list)
+    failed: bool = False
+    ran: bool = False                  # some phase ran ok
+
+    def finish(self) -> Record:
+        rec = self.record
+        if self.failed:
+            rec.status = STATUS_FAILED
+        elif self.ran:
+            rec.status = STATUS_OK
+        else:
+            rec.status = STATUS_SKIPPED
+        rec.reason = "; ".join(dict.fromkeys(self.notes)) or None
+        return rec
+
+
+def _parity_done(rec: Record | None, reason: str | None) -> bool:
+    return reason is not None or (rec is not None and rec.parity_pass is not None)
+
+
+def _timing_done(rec: Record | None, reason: str | None) -> bool:
+    return reason is not None or (rec is not None and rec.ms_median is not None)
+
+
+def _run_shape(job: _Job, problem, variants: list[str]) -> None:
+    backend = job.backend
+    key = shape_string(problem.shape)
+    job.progress.update(f"{problem.shape.label} ({problem.context}x{problem.queries})")
+    rows: dict[str, _Row] = {}
+    for v in variants:
+        row = _Row(base_record(job, problem, v))
+        if job.parity:
+            row.parity_reason = _safe_reason(backend.unsupported_parity, v, problem)
+        if job.timing:
+            row.timing_reason = _safe_reason(backend.unsupported_timing, v, problem)
+        row.notes += [r for r in (row.parity_reason, row.timing_reason) if r]
+        rows[v] = row
+
+    # Rows a resumed run already finished are kept as they are.
+    todo_parity, todo_timing = [], []
+    for v, row in rows.items():
+        prev = job.previous.get((key, v))
+        if (prev is not None and prev.status == STATUS_OK
+                and (not job.parity or _parity_done(prev, row.parity_reason))
+                and (not job.timing or _timing_done(prev, row.timing_reason))):
+            job.progress.advance()
+            continue
+        if job.parity and row.parity_reason is None:
+            todo_parity.append(v)
+        if job.timing and row.timing_reason is None:
+            todo_timing.append(v)
+        if v not in todo_parity and v not in todo_timing:  # nothing it can run: skipped
+            job.run.save_record(row.finish())
+            job.progress.advance()
+    if todo_timing:  # re-time every timable variant together (interleaved, paired speed-ups)
+        todo_timing = [v for v in variants if rows[v].timing_reason is None]
+    active = list(dict.fromkeys(todo_parity + todo_timing))
+    if not active:
+        return
+    # Each row counts one progress step, after its last phase.
+    job.last_phase = {v: (MODE_TIME if v in todo_timing else MODE_PARITY) for v in active}
+
+    try:
+        from pa_bench.inputs import make_inputs
+
+        inputs = make_inputs(problem)
+        prepared = backend.prepare(inputs)
+    except PaBenchError as exc:  # e.g. "will not fit", a bad .npz: skip the shape's rows
+        return _give_up(job, rows, active, _one_line(exc), failed=False)
+    except Exception as exc:
+        return _give_up(job, rows, active, _failure(exc), failed=True)
+
+    try:
+        if todo_parity:
+            _parity_phase(job, problem, inputs, prepared, rows, todo_parity, variants)
+        if todo_timing:
+            _timing_phase(job, problem, prepared, rows, todo_timing, todo_parity)
+    finally:
+        try:
+            backend.release(prepared)
+        except Exception:  # releasing must not hide the real error
+            pass
+
+
+def _save(job: _Job, row: _Row, phase: str) -> None:
+    """Save a row after one of its phases, and count it when that phase was its last."""
+    job.run.save_record(row.finish())
+    if job.last_phase.get(row.record.variant) == phase:
+        job.progress.advance()
+
+
+def _give_up(job: _Job, rows: dict[str, _Row], variants: list[str], reason: str,
+             failed: bool, phase: str | None = None) -> None:
+    """Mark rows skipped (or failed) with one reason; phase None: the whole shape."""
+    for v in variants:
+        rows[v].notes.append(reason)
+        rows[v].failed = rows[v].failed or failed
+        if phase is None:
+            job.run.save_record(rows[v].finish())
+            job.progress.advance()
+        else:
+            _save(job, rows[v], phase)
+
+
+def _safe_reason(fn, variant: str, problem) -> str | None:
+    try:
+        return fn(variant, problem)
+    except PaBenchError as exc:
+        return _one_line(exc)
+
+
+# --------------------------------------------------------------------------- parity
+
+
+def _rows_for(job: _Job, nq: int, seed: int) -> np.ndarray | None:
+    """Query rows compared with FP64 (sorted), or None for every row."""
+    from pa_bench.reference import sample_rows
+
+    n = job.sample_rows
+    if n is None:
+        p = job.config.parity
+        n = p.numpy_sample_rows if job.backend.name == "numpy" else p.sample_rows
+    if n is None or n <= 0 or n >= nq:
+        return None
+    return sample_rows(nq, n, seed)
+
+
+def _model_positions(job: _Job, n_compared: int, seed: int) -> np.ndarray | None:
+    """Positions (within the compared rows) the numerics model runs on; None: all of them."""
+    from pa_bench.reference import sample_rows
+
+    if job.backend.name == "numpy":
+        return None  # the kernel is the model: it already ran on every compared row
+    cap = job.config.parity.numpy_sample_rows or DEFAULT_MODEL_ROWS
+    if n_compared <= cap:
+        return None
+    return sample_rows(n_compared, cap, seed)
+
+
+def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
+                  todo: list[str], variants: list[str]) -> None:
+    from pa_bench import metrics
+    from pa_bench.model import TILE_KEYS, model_attention
+
+    backend, cfg = job.backend, job.config
+    sel = _rows_for(job, problem.queries, problem.seed)
+    all_rows = np.arange(problem.queries) if sel is None else sel
+    try:
+        ref = np.asarray(backend.reference(inputs, sel, quantised=True), dtype=np.float64)
+        ref_float = backend.reference(inputs, sel, quantised=False)
+    except PaBenchError as exc:
+        return _give_up(job, rows, todo, _one_line(exc), failed=False, phase=MODE_PARITY)
+    except Exception as exc:
+        return _give_up(job, rows, todo, "FP64 reference: " + _failure(exc), failed=True,
+                        phase=MODE_PARITY)
+    quant_err = None if ref_float is None else float(np.max(np.abs(np.asarray(ref_float) - ref)))
+    del ref_float
+    floor = float(metrics.parity_floor(ref))
+    model_pos = _model_positions(job, len(all_rows), problem.seed)
+    model_rows = all_rows if model_pos is None else all_rows[model_pos]
+    ref_model = ref if model_pos is None else ref[:, model_pos]
+    model_errs: dict[int, float] = {}
+
+    def model_err(tile: int, kernel_out: np.ndarray | None) -> float:
+        if tile not in model_errs:
+            if backend.name == "numpy" and kernel_out is not None:
+                out = kernel_out  # the numpy backend's output is the model's
+            else:
+                out = model_attention(inputs, tile, model_rows)
+            model_errs[tile] = float(metrics.error_metrics(out, ref_model)["max_abs_err"])
+        return model_errs[tile]
+
+    # Partners of the cross-variant diffs are computed too (not re-recorded) when resuming.
+    partners = [v for v in ("v1", "v2") if v in variants and v not in todo
+                and rows[v].parity_reason is None]
+    order = sorted(dict.fromkeys(todo + partners),
+                   key=lambda v: KERNEL_ORDER.index(v) if v in KERNEL_ORDER else len(KERNEL_ORDER))
+    outputs: dict[str, Any] = {}
+    for v in order:
+        row, record = rows[v], rows[v].record
+        recorded = v in todo
+        try:
+            ko = backend.compute(prepared, v, sel, check_determinism=cfg.parity.determinism)
+            out = np.asarray(ko.out)
+            outputs[v] = (ko, out)
+            if not recorded:
+                continue
+            m = metrics.error_metrics(out, ref)
+            k_err = float(m["max_abs_err"])
+            me = model_err(TILE_KEYS[v], out)
+            ok, why = metrics.judge_parity(k_err, me, floor, int(m["nan_inf"]), bool(ko.canary_ok))
+            record.max_abs_err = k_err
+            record.rel_l2_err = _f(m.get("rel_l2_err"))
+            record.nmse = _f(m.get("nmse"))
+            record.cosine = _f(m.get("cosine"))
+            record.nan_inf = int(m["nan_inf"])
+            record.canary_ok = bool(ko.canary_ok)
+            record.model_max_abs_err = me
+            record.err_ratio = metrics.err_ratio(k_err, me)
+            record.parity_pass = bool(ok)
+            record.sampled_rows = None if sel is None else len(sel)
+            record.quant_max_abs_err = quant_err
+            record.deterministic = ko.deterministic
+            if not ok:
+                row.notes.append(f"parity: {why}" if why else "parity failed")
+            row.ran = True
+        except KeyboardInterrupt:
+            raise
+        except PaBenchError as exc:
+            if not recorded:
+                continue
+            row.notes.append(_one_line(exc))
+        except Exception as exc:
+            if not recorded:
+                continue
+            row.failed = True
+            row.notes.append(_failure(exc))
+        _fill_diffs(job, prepared, rows, outputs, v)
+        _save(job, row, MODE_PARITY)
+        _refresh_partner_diffs(job, prepared, rows, outputs, v, todo)
+    if job.save_outputs is not None:
+        _save_outputs(job, problem, sel, ref, outputs)
+
+
+def _diff(job: _Job, prepared, outputs: dict, a: str, b: str) -> float | None:
+    """Max abs difference of two variants' outputs: full outputs where the backend keeps
+    them (``max_diff``), else on the compared rows."""
+    if a not in outputs or b not in outputs:
+        return None
+    full = getattr(job.backend, "max_diff", None)
+    if full is not None:
+        try:
+            d = full(prepared, a, b)
+            if d is not None:
+                return float(d)
+        except Exception:
+            pass
+    return float(np.max(np.abs(outputs[a][1] - outputs[b][1]), initial=0.0))
+
+
+def _fill_diffs(job: _Job, prepared, rows: dict[str, _Row], outputs: dict, v: str) -> None:
+    rec = rows[v].record
+    if v not in outputs:
+        return
+    rec.diff_vs_v1 = _diff(job, prepared, outputs, v, "v1")
+    rec.diff_vs_v2 = _diff(job, prepared, outputs, v, "v2")
+    if v == "v2t" and "v2" in outputs:
+        _check_bitwise(rows[v], outputs["v2t"][0], outputs["v2"][0])
+
+
+def _check_bitwise(row: _Row, ko_v2t, ko_v2) -> None:
+    """v2t must be bitwise identical to v2 (same MMA path; v2 has no forced-Turing build)."""
+    rec = row.record
+    if ko_v2t.full_hash is not None and ko_v2.full_hash is not None:
+        same = ko_v2t.full_hash == ko_v2.full_hash
+    else:
+        same = rec.diff_vs_v2 == 0.0
+    if not same and rec.parity_pass is not None:
+        rec.parity_pass = False
+        row.notes.append(f"parity: v2t is not bitwise identical to v2 on the same MMA path "
+                         f"(max difference {rec.diff_vs_v2:.3g})")
+
+
+def _refresh_partner_diffs(job: _Job, prepared, rows, outputs, v: str, todo: list[str]) -> None:
+    """A new output gives earlier rows of this shape their diff against it."""
+    if v not in ("v1", "v2"):
+        return
+    for other in todo:
+        if other == v or other not in outputs:
+            continue
+        rec = rows[other].record
+        if rec.parity_pass is None:
+            continue
+        before = (rec.diff_vs_v1, rec.diff_vs_v2)
+        _fill_diffs_quiet(job, prepared, rows, outputs, other)
+        if (rec.diff_vs_v1, rec.diff_vs_v2) != before:
+            job.run.save_record(rows[other].finish())
+
+
+def _fill_diffs_quiet(job, prepared, rows, outputs, v: str) -> None:
+    rec = rows[v].record
+    rec.diff_vs_v1 = _diff(job, prepared, outputs, v, "v1")
+    rec.diff_vs_v2 = _diff(job, prepared, outputs, v, "v2")
+
+
+def _save_outputs(job: _Job, problem, sel, ref, outputs: dict) -> None:
+    """``<dir>/<shape>/{<variant>,reference,rows}.npy`` for checking with other tools."""
+    import re
+
+    name = re.sub(r"[^A-Za-z0-9._+-]+", "_", shape_string(problem.shape))
+    out_dir = job.save_outputs / name
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = np.arange(problem.queries) if sel is None else np.asarray(sel)
+    np.save(out_dir / "rows.npy", rows.astype(np.int64))
+    np.save(out_dir / "reference.npy", ref)
+    for v, (_ko, out) in outputs.items():
+        np.save(out_dir / f"{v}.npy", np.asarray(out, dtype=np.float32))
+
+
+# --------------------------------------------------------------------------- timing
+
+
+def _timing_phase(job: _Job, problem, prepared, rows: dict[str, _Row], todo: list[str],
+                  parity_todo: list[str]) -> None:
+    from pa_bench import stats
+
+    key = shape_string(problem.shape)
+    try:
+        results = job.backend.time(prepared, list(todo), job.config.timing)
+    except KeyboardInterrupt:
+        raise
+    except PaBenchError as exc:
+        results = {v: _one_line(exc) for v in todo}
+    except Exception as exc:
+        results = {v: _TimingFailure(_failure(exc)) for v in todo}
+    base = results.get("v1")
+    base_samples = None if isinstance(base, (str, _TimingFailure)) or base is None else base.samples_ms
+    for v in todo:
+        row, rec = rows[v], rows[v].record
+        res = results.get(v, "not timed by the backend")
+        if v not in parity_todo and (prev := job.previous.get((key, v))) is not None:
+            _copy_parity(prev, rec, row)  # a resumed row keeps its parity columns
+        if isinstance(res, _TimingFailure):
+            row.failed = True
+            row.notes.append(f"timing: {res.reason}")
+        elif isinstance(res, str):
+            row.notes.append(f"timing: {res}")
+        else:
+            try:
+                _fill_timing(rec, res, problem, base_samples if v != "v1" else None, stats)
+                job.run.save_samples(key, v, res.samples_ms, res.clocks_mhz)
+                row.ran = True
+            except Exception as exc:
+                row.failed = True
+                row.notes.append("timing: " + _failure(exc))
+        _save(job, row, MODE_TIME)
+
+
+@dataclass
+class _TimingFailure:
+    reason: str
+
+
+def _copy_parity(prev: Record, rec: Record, row: _Row) -> None:
+    for name in ("max_abs_err", "rel_l2_err", "nmse", "cosine", "nan_inf", "canary_ok",
+                 "model_max_abs_err", "err_ratio", "parity_pass", "sampled_rows",
+                 "quant_max_abs_err", "deterministic", "diff_vs_v1", "diff_vs_v2"):
+        setattr(rec, name, getattr(prev, name))
+    if prev.parity_pass is not None:
+        row.ran = True
+    if prev.reason:
+        row.notes += [n for n in prev.reason.split("; ") if n.startswith("parity")]
+
+
+def _fill_timing(rec: Record, res, problem, base_samples, stats) -> None:
+    st = stats.summarize(res.samples_ms)
+    rec.ms_median, rec.ms_min, rec.ms_max = st.median, st.min, st.max
+    rec.ms_q1, rec.ms_q3 = st.q1, st.q3
+    rec.ms_rel_spread = st.rel_stdev
+    rec.samples = st.count
+    rec.tflops = stats.tflops(problem.flops, st.median)
+    rec.kv_gbps = stats.gbps(problem.kv_bytes, st.median)
+    clocks = [float(c) for c in (res.clocks_mhz or []) if c is not None and math.isfinite(float(c))]
+    rec.sm_clock_mhz = float(np.median(clocks)) if clocks else None
+    rec.throttled = int(sum(bool(t) for t in (res.throttled or [])))
+    if rec.variant == "v1":
+        rec.speedup_vs_v1, rec.speedup_lo, rec.speedup_hi = 1.0, 1.0, 1.0
+    elif base_samples:
+        rec.speedup_vs_v1, rec.speedup_lo, rec.speedup_hi = stats.paired_speedup(
+            base_samples, res.samples_ms)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _f(x) -> float | None:
+    return None if x is None else float(x)
+
+
+def _ratio(kernel_err: float, model_err: float) -> float:
+    if model_err > 0:
+        return kernel_err / model_err
+    return 1.0 if kernel_err == 0 else math.inf
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def _failure(exc: BaseException) -> str:
+    """One line naming an unexpected error (a CUDA error, out of memory ...)."""
+    return f"{type(exc).__name__}: {_one_line(exc)}"
+
+
+__all__ = ["run_parity", "run_timing", "run_all", "RunInterrupted", "NullProgress", "Progress",
+           "shape_string", "base_record"]
