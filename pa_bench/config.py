@@ -164,8 +164,9 @@ class Config:
         if self.reference is not None:
             out["reference"] = {
                 "source": self.reference.source,
-                "figures": {
-                    key: {v: {"ms": fig.ms, "err": fig.err} for v, fig in row.items()}
+                "figures": {  # keyed like shapes are written: label, or CTXxQ if labelled
+                    _shape_key(self.shapes, key): {v: {"ms": fig.ms, "err": fig.err}
+                                                   for v, fig in row.items()}
                     for key, row in self.reference.figures.items()
                 },
             }
@@ -217,6 +218,14 @@ def _settings_dict(obj: Any) -> dict:
         return {f.name: getattr(obj, f.name) for f in fields(obj)}
     except TypeError:
         raise ConfigError(f"override: expected a mapping or settings object, got {obj!r}") from None
+
+
+def _shape_key(shapes: tuple[Shape, ...], label: str) -> str:
+    for shape in shapes:
+        if shape.label == label:
+            written = _shape_to_yaml(shape)
+            return written if isinstance(written, str) else shape.spec
+    return label
 
 
 def _shape_to_yaml(shape: Shape) -> str | dict:

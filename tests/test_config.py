@@ -272,6 +272,9 @@ def test_to_dict_round_trip(tmp_path):
         again = load_config(write(tmp_path, yaml.safe_dump(c.to_dict()), f"{name}.yaml"))
         assert again.to_dict() == c.to_dict()
         assert again.shapes == c.shapes
+    # Figures are written with the shape strings as in `shapes` (records' `shape` column).
+    figures = load_config("pr2092").to_dict()["reference"]["figures"]
+    assert list(figures) == ["32Kx1024", "64Kx512", "0x1536", "2.1Kx256"]
 
 
 def test_config_is_frozen():
