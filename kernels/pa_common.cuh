@@ -199,7 +199,7 @@ __device__ __forceinline__ void i8x4_to_f16x2x2(u32 w, u32& lo, u32& hi) {
 }
 // Byte `b` of x and of y -> f16x2 (x_b, y_b), exactly (x, y already xor-ed with 0x80808080).
 __device__ __forceinline__ u32 i8_pair_to_f16x2(u32 x_biased, u32 y_biased, int b) {
-    const u32 sel = (u32)b | ((u32)(b + 4) << 8);
+    const u32 sel = (u32)b | ((u32)(b + 4) << 4);                   // nibble 0: x_b, nibble 1: y_b
     const u32 pair = __byte_perm(x_biased, y_biased, sel);        // [x_b, y_b, ., .]
     const u32 h = __byte_perm(pair, 0x64646464u, 0x4140);          // [x_b, 0x64, y_b, 0x64]
     return half2_as_u32(__hsub2(u32_as_half2(h), u32_as_half2(0x64806480u)));

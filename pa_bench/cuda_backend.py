@@ -276,17 +276,17 @@ class CudaBackend:
 
         cp = self.cp
         pb = inputs.problem
+        extra = {}
         if quantised:
-            k = cp.asarray(inputs.k_i8).astype(cp.float64) * cp.asarray(inputs.k_scale, dtype=cp.float64)[..., None]
-            v = cp.asarray(inputs.v_i8).astype(cp.float64) * cp.asarray(inputs.v_scale, dtype=cp.float64)[..., None]
+            k, v = cp.asarray(inputs.k_i8), cp.asarray(inputs.v_i8)
+            extra = {"k_scale": cp.asarray(inputs.k_scale), "v_scale": cp.asarray(inputs.v_scale)}
         else:
             if inputs.k_float is None:
                 return None
-            k = cp.asarray(inputs.k_float)
-            v = cp.asarray(inputs.v_float)
+            k, v = cp.asarray(inputs.k_float), cp.asarray(inputs.v_float)
         ref = reference_attention(cp.asarray(inputs.q), k, v, pb.context, pb.softmax_scale,
-                                  rows=None if rows is None else np.asarray(rows), xp=cp)
-        del k, v
+                                  rows=None if rows is None else np.asarray(rows), xp=cp, **extra)
+        del k, v, extra
         out = cp.asnumpy(ref)
         cp.get_default_memory_pool().free_all_blocks()
         return out

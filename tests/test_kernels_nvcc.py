@@ -1,0 +1,104 @@
+"""Every kernel compiled for every arch with nvcc (no GPU): resources and instruction choices."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from pa_bench import kernel_info as ki
+from pa_bench import kernels as K
+
+pytestmark = [
+    pytest.mark.nvcc,
+    pytest.mark.skipif(ki.nvcc_path() is None, reason="nvcc (the CUDA compiler) is not on PATH"),
+]
+
+TURING_SMEM_LIMIT = 64 * 1024     # per CTA on sm_75
+STATIC_SMEM_LIMIT = 48 * 1024     # static __shared__ without an opt-in
+
+
+@pytest.fixture(scope="module", params=[128, 64], ids=["d128", "d64"])
+def table(request):
+    return ki.kernel_table(head_dim=request.param)
+
+
+@pytest.fixture(scope="module")
+def turing_table():
+    return ki.kernel_table(head_dim=128, force_turing=True)
+
+
+def _row(rows, variant, arch):
+    return next(r for r in rows if r["variant"] == variant and r["arch"] == arch)
+
+
+def test_every_variant_builds_where_it_should(table):
+    for r in table:
+        cc = int(r["arch"][3:])
+        if r["variant"] == "v2" and cc < 80:
+            assert not r["compiled"] and "cp.async" in r["reason"]
+        else:
+            assert r["compiled"], f"{r['variant']} {r['arch']}: {r['reason']}"
+
+
+def test_no_spills_no_stack_and_register_cap(table):
+    for r in (r for r in table if r["compiled"]):
+        assert r["spill_bytes"] == 0, f"{r['variant']} {r['arch']} spills {r['spill_bytes']} bytes"
+        assert r["stack_bytes"] == 0, f"{r['variant']} {r['arch']} uses a {r['stack_bytes']}-byte stack frame"
+        assert 32 <= r["registers"] <= 255
+
+
+def test_shared_memory_fits_turing_and_static_limit(table):
+    for r in (r for r in table if r["compiled"]):
+        assert 0 < r["smem_bytes"] <= STATIC_SMEM_LIMIT
+        if r["arch"] == "sm_75":
+            assert r["smem_bytes"] <= TURING_SMEM_LIMIT
+
+
+def test_only_v2_uses_cp_async(table):
+    for r in (r for r in table if r["compiled"]):
+        assert r["cp_async"] == (r["variant"] == "v2"), f"{r['variant']} {r['arch']}"
+
+
+def test_mma_shape_per_arch(table):
+    for r in (r for r in table if r["compiled"]):
+        expected = "m16n8k8" if r["arch"] == "sm_75" else "m16n8k16"
+        assert r["mma"] == expected, f"{r['variant']} {r['arch']}: {r['mma']}"
+
+
+def test_forced_turing_path_uses_k8_everywhere_and_drops_v2(turing_table):
+    for r in turing_table:
+        if r["variant"] == "v2":
+            assert not r["compiled"]
+        else:
+            assert r["compiled"] and r["mma"] == "m16n8k8" and not r["cp_async"]
+
+
+def test_v1_smem_is_one_stage_and_v2_two_per_warp(table):
+    v1 = _row(table, "v1", "sm_90")["smem_bytes"]
+    v2 = _row(table, "v2", "sm_90")["smem_bytes"]
+    v2t = _row(table, "v2t", "sm_90")["smem_bytes"]
+    assert v2 == v2t == 2 * v1        # 4 warps x 2 slices vs one 4-slice tile
+
+
+def test_variant_files_open_with_a_design_comment():
+    for v in K.KERNEL_VARIANTS:
+        head = K.kernel_path(v).read_text().splitlines()[:12]
+        text = " ".join(head).lower()
+        assert head[0].startswith("//")
+        for word in ("tiling", "pipeline", "barrier"):
+            assert word in text, f"{v}.cu's opening comment does not explain its {word}"
+
+
+def test_inline_ptx_only_for_mma():
+    """CUDA C++ has intrinsics for everything else the kernels need (cp.async included)."""
+    for name in (K.HEADER,) + tuple(f"{v}.cu" for v in K.KERNEL_VARIANTS):
+        src = (K.KERNEL_DIR / name).read_text()
+        for asm in re.findall(r'asm volatile\(\s*"([^"]+)', src):
+            assert asm.startswith("mma.sync"), f"{name}: inline PTX {asm!r}"
+
+
+def test_format_table_lists_every_row(table):
+    text = ki.format_table(table)
+    assert len(text.splitlines()) == 2 + len(table)
+    assert "not built" in text
