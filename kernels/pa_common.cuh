@@ -86,6 +86,8 @@ struct Args {
     float qk_scale_log2;          // softmax_scale * log2(e)
     float p_scale;                // power of two: max(v_scale) * p_scale in (0.5, 1]
     float inv_p_scale;
+    int scale_stride;             // contiguous: keys between two KV heads' scale rows (a multiple
+                                  // of 4, so every 4-key scale chunk is 16-byte aligned)
 };
 
 // ---------------------------------------------------------------- shared-memory slice layout
@@ -113,6 +115,15 @@ __device__ __forceinline__ u64 kv_row_base(const Args& a, int hkv, int j0) {
 #else
     const int nk = a.ctx + a.n_q;
     return (u64)hkv * nk + j0;
+#endif
+}
+// Index of key j0's scale: the same place as its row in the paged pool; in the contiguous
+// layout the scale rows are padded to scale_stride keys.
+__device__ __forceinline__ u64 scale_base(const Args& a, int hkv, int j0, u64 row_base) {
+#if PA_PAGED
+    return row_base;
+#else
+    return (u64)hkv * a.scale_stride + j0;
 #endif
 }
 
@@ -145,7 +156,7 @@ __device__ __forceinline__ SliceSrc slice_src(const Args& a, int hkv, int j0, in
     const int keys_left = nk - (j0 + 4 * q4);
     s.sc_valid = lane < 8 ? (keys_left < 0 ? 0 : (keys_left > 4 ? 4 : keys_left)) : 0;
     const float* scale = lane < 4 ? a.k_scale : a.v_scale;
-    s.sc = scale + (s.sc_valid > 0 ? base + 4 * q4 : 0);
+    s.sc = scale + (s.sc_valid > 0 ? scale_base(a, hkv, j0, base) + 4 * q4 : 0);
     return s;
 }
 // Where lane `lane`'s chunks go inside a slice.
@@ -421,7 +432,8 @@ __device__ __forceinline__ int keys_needed(const Args& a, int row0, int rows) {
 #define PA_KERNEL_PARAMS                                                                      \
     const __half *q, const signed char *k, const signed char *v, const float *k_scale,       \
         const float *v_scale, const int *page_table, void *out, int n_q, int ctx, int heads_q, \
-        int heads_kv, int page_shift, float qk_scale_log2, float p_scale, float inv_p_scale
+        int heads_kv, int page_shift, float qk_scale_log2, float p_scale, float inv_p_scale, \
+        int scale_stride
 #define PA_MAKE_ARGS(a)                                                                       \
     pa::Args a = {q, k, v, k_scale, v_scale, page_table, out, n_q, ctx, heads_q, heads_kv, \
-                  page_shift, qk_scale_log2, p_scale, inv_p_scale}
+                  page_shift, qk_scale_log2, p_scale, inv_p_scale, scale_stride}

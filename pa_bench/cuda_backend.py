@@ -155,8 +155,12 @@ class CudaBackend:
             page_shift = int(math.log2(pb.page))
         else:
             k, v = cp.asarray(np.ascontiguousarray(inputs.k_i8)), cp.asarray(np.ascontiguousarray(inputs.v_i8))
-            ks = cp.asarray(inputs.k_scale, dtype=cp.float32)
-            vs = cp.asarray(inputs.v_scale, dtype=cp.float32)
+            # scale rows padded to a multiple of 4 keys: 16-byte aligned 4-key chunks
+            stride = (pb.keys + 3) // 4 * 4
+            ks = cp.zeros((pb.heads_kv, stride), dtype=cp.float32)
+            vs = cp.zeros((pb.heads_kv, stride), dtype=cp.float32)
+            ks[:, : pb.keys] = cp.asarray(inputs.k_scale, dtype=cp.float32)
+            vs[:, : pb.keys] = cp.asarray(inputs.v_scale, dtype=cp.float32)
             table = cp.zeros(1, dtype=cp.int32)
             page_shift = 0
         q = cp.asarray(np.ascontiguousarray(inputs.q, dtype=np.float16))
@@ -216,7 +220,7 @@ class CudaBackend:
             prep.q, prep.k, prep.v, prep.ks, prep.vs, prep.table, body,
             np.int32(pb.queries), np.int32(pb.context), np.int32(pb.heads_q), np.int32(pb.heads_kv),
             np.int32(prep.page_shift), np.float32(inp.qk_scale_log2), np.float32(inp.p_scale),
-            np.float32(1.0 / inp.p_scale),
+            np.float32(1.0 / inp.p_scale), np.int32(prep.ks.shape[-1]),
         )
         block = (K.THREADS_PER_CTA,)
 

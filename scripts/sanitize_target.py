@@ -1,0 +1,44 @@
+"""Launch every kernel variant once on a small and a non-aligned shape, for compute-sanitizer.
+
+    compute-sanitizer --tool memcheck python scripts/sanitize_target.py [--force-turing]
+
+Both layouts (paged with 16-key pages, contiguous) and both head dims; no timing, no reference.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from pa_bench.cuda_backend import CudaBackend
+from pa_bench.inputs import make_inputs
+from pa_bench.plan import Problem
+from pa_bench.shapes import parse_shape
+
+SHAPES = ("128x64", "1023x113")          # small; not a multiple of the tile or page sizes
+SETUPS = (  # head_dim, heads_q, heads_kv, layout, page
+    (128, 4, 2, "paged", 16),
+    (64, 2, 2, "contiguous", 64),
+)
+
+
+def main(argv: list[str]) -> int:
+    force = "--force-turing" in argv
+    backend = CudaBackend(force_turing=force)
+    for shape in SHAPES:
+        for d, hq, hkv, layout, page in SETUPS:
+            pb = Problem(parse_shape(shape), heads_q=hq, heads_kv=hkv, head_dim=d, layout=layout, page=page,
+                         data="realistic")
+            prep = backend.prepare(make_inputs(pb))
+            for variant in ("v1", "v2", "v2t"):
+                why = backend.unsupported_parity(variant, pb)
+                if why:
+                    print(f"{shape} {variant}: skipped ({why})")
+                    continue
+                res = backend.compute(prep, variant, None, check_determinism=False)
+                print(f"{shape} d{d} {layout} {variant}: canary_ok={res.canary_ok}", flush=True)
+            backend.release(prep)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
