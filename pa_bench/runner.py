@@ -169,6 +169,7 @@ def _run(
     try:
         for problem in plan.problems:
             _run_shape(job, problem, plan.variants)
+            _sort_records(run, plan)
     except KeyboardInterrupt:
         progress.stop()
         run.update_meta(status="interrupted", finished=R.now_utc_iso(),
@@ -180,6 +181,17 @@ def _run(
     if write_report:
         _write_report(run, progress)
     return run.path
+
+
+def _sort_records(run: R.RunDir, plan) -> None:
+    """Keep records.csv in the plan's order (shape-major, variants as listed)."""
+    shapes = {shape_string(p.shape): i for i, p in enumerate(plan.problems)}
+    variants = {v: i for i, v in enumerate(plan.variants)}
+    records = run.records()
+    ordered = sorted(records, key=lambda r: (shapes.get(r.shape, len(shapes)),
+                                             variants.get(r.variant, len(variants))))
+    if [r.key() for r in ordered] != [r.key() for r in records]:
+        run.write_records(ordered)
 
 
 def _write_report(run: R.RunDir, progress: Progress) -> None:
