@@ -57,6 +57,10 @@ class PaBenchGroup(click.Group):
         return code
 
     def _main(self, args, prog_name, complete_var, **extra) -> int:
+        argv = list(sys.argv[1:] if args is None else args)
+        obj = extra.setdefault("obj", {})
+        if isinstance(obj, dict):
+            obj.setdefault("argv", ["pa-bench", *map(str, argv)])  # recorded in meta.json
         try:
             rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
                               standalone_mode=False, **extra)
@@ -396,13 +400,18 @@ def _run_command(mode: str, *, config, backend, results_root: str, resume: str |
     try:
         return fn(config, backend, results_root=results_root, sample_rows=sample_rows,
                   resume_run=resume, save_outputs=save_outputs, progress=progress,
-                  command=["pa-bench", *sys.argv[1:]] if _invoked_as_script() else list(sys.argv))
+                  command=_command_line())
     finally:
         progress.stop()
 
 
-def _invoked_as_script() -> bool:
-    return Path(sys.argv[0]).name in ("pa-bench", "__main__.py", "-m")
+def _command_line() -> list[str]:
+    """The command as typed (``pa-bench ...``), for meta.json."""
+    ctx = click.get_current_context(silent=True)
+    obj = ctx.find_root().obj if ctx is not None else None
+    if isinstance(obj, dict) and obj.get("argv"):
+        return list(obj["argv"])
+    return ["pa-bench", *sys.argv[1:]]
 
 
 # --------------------------------------------------------------------------- tables

@@ -1,0 +1,130 @@
+"""The numpy backend (model outputs, NumPy FP64 reference, no timing) and backend selection."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pa_bench import backends
+from pa_bench.backends import KernelOutput, make_backend
+from pa_bench.errors import BackendUnavailable, PaBenchError
+from pa_bench.inputs import make_inputs
+from pa_bench.model import TILE_KEYS, model_attention
+from pa_bench.numpy_backend import NumpyBackend
+from pa_bench.plan import Problem
+from pa_bench.reference import dequantize, reference_attention, sample_rows
+from pa_bench.shapes import parse_shape
+
+
+@pytest.fixture(scope="module")
+def inputs():
+    problem = Problem(shape=parse_shape("100x37"), heads_q=4, heads_kv=2, head_dim=64,
+                      layout="paged", page=16, data="realistic", seed=3)
+    return make_inputs(problem)
+
+
+def test_compute_is_the_model_of_the_variants_tile(inputs):
+    be = NumpyBackend()
+    rows = sample_rows(37, 9, 0)
+    for variant, tile in TILE_KEYS.items():
+        ko = be.compute(be.prepare(inputs), variant, rows)
+        assert isinstance(ko, KernelOutput)
+        assert ko.out.dtype == np.float32 and ko.out.shape == (4, len(rows), 64)
+        assert np.array_equal(ko.out, model_attention(inputs, tile, rows))
+        assert ko.canary_ok is True
+        assert ko.deterministic is True  # small: checked by running twice
+
+
+def test_v2_and_v2t_are_bitwise_equal_and_differ_from_v1(inputs):
+    be = NumpyBackend()
+    prep = be.prepare(inputs)
+    v1, v2, v2t = (be.compute(prep, v, None).out for v in ("v1", "v2", "v2t"))
+    assert v2.tobytes() == v2t.tobytes()
+    assert not np.array_equal(v1, v2)  # 64-key vs 16-key tiles sum in another order
+    assert v1.shape == (4, 37, 64)
+
+
+def test_determinism_check_can_be_turned_off(inputs):
+    be = NumpyBackend(check_determinism=False)
+    assert be.compute(be.prepare(inputs), "v1", None).deterministic is None
+
+
+def test_reference_is_fp64_on_dequantised_or_float_kv(inputs):
+    be = NumpyBackend()
+    rows = np.array([0, 5, 36])
+    p = inputs.problem
+    ref = be.reference(inputs, rows, quantised=True)
+    expect = reference_attention(inputs.q, dequantize(inputs.k_i8, inputs.k_scale),
+                                 dequantize(inputs.v_i8, inputs.v_scale), p.context,
+                                 p.softmax_scale, rows=rows)
+    assert ref.dtype == np.float64 and ref.shape == (4, 3, 64)
+    np.testing.assert_allclose(ref, expect, rtol=1e-12, atol=1e-12)
+    ref_f = be.reference(inputs, rows, quantised=False)
+    expect_f = reference_attention(inputs.q, inputs.k_float, inputs.v_float, p.context,
+                                   p.softmax_scale, rows=rows)
+    np.testing.assert_allclose(ref_f, expect_f, rtol=1e-12, atol=1e-12)
+    assert np.max(np.abs(ref_f - ref)) > 0  # the quantisation error is not zero
+
+
+def test_reference_on_float_kv_is_none_without_floats(inputs):
+    from dataclasses import replace
+
+    loaded = replace(inputs, k_float=None, v_float=None)
+    assert NumpyBackend().reference(loaded, None, quantised=False) is None
+
+
+def test_support_and_description(inputs):
+    be = NumpyBackend()
+    p = inputs.problem
+    for v in ("v1", "v2", "v2t"):
+        assert be.unsupported_parity(v, p) is None
+        assert "does not time" in be.unsupported_timing(v, p)
+    for peer in ("torch-sdpa", "torch-sdpa+dequant"):
+        assert be.unsupported_parity(peer, p) == "torch peers are timing-only"
+        assert "needs CuPy and a GPU" in be.unsupported_timing(peer, p)
+    d = be.describe()
+    assert d["gpu"] == "cpu" and d["arch"] == "cpu" and be.name == "numpy"
+    assert isinstance(be.meta(), dict)
+    timed = be.time(be.prepare(inputs), ["v1", "v2t"], None)
+    assert set(timed) == {"v1", "v2t"} and all(isinstance(r, str) for r in timed.values())
+
+
+# --------------------------------------------------------------------------- selection
+
+
+def test_make_backend_numpy():
+    assert isinstance(make_backend("numpy"), NumpyBackend)
+
+
+def test_auto_falls_back_to_numpy_with_one_line_notice(monkeypatch):
+    monkeypatch.setattr(backends, "cuda_problem", lambda: "CuPy is not installed or cannot be imported")
+    notes = []
+    be = make_backend("auto", notice=notes.append)
+    assert isinstance(be, NumpyBackend)
+    assert len(notes) == 1 and "\n" not in notes[0]
+    assert "numpy" in notes[0] and "CuPy" in notes[0]
+
+
+def test_cuda_without_cupy_is_a_clear_one_line_error(monkeypatch):
+    monkeypatch.setattr(backends, "cuda_problem", lambda: "CuPy is not installed or cannot be imported")
+    with pytest.raises(BackendUnavailable) as err:
+        make_backend("cuda")
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert "CuPy" in msg and "NVIDIA GPU" in msg
+    assert "pip install 'pa-bench[cuda12]'" in msg and "cuda13" in msg
+    assert err.value.exit_code == 2
+
+
+def test_unknown_backend_name():
+    with pytest.raises(PaBenchError, match="unknown backend"):
+        make_backend("opencl")
+
+
+def test_cuda_problem_names_cupy_when_it_is_absent():
+    try:
+        import cupy  # noqa: F401
+    except Exception:
+        assert "CuPy" in backends.cuda_problem()
+    else:  # pragma: no cover - only on a machine with CuPy
+        pytest.skip("CuPy is installed here")
