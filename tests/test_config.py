@@ -48,7 +48,7 @@ def test_pr2092_config():
     assert [s.label for s in c.shapes] == ["32Kx1024", "64Kx512", "1.5K", "2.1Kx256"]
     assert "1536" in c.description and "no" in c.description  # says how 1.5K is read
     assert (c.heads_q, c.heads_kv, c.head_dim, c.layout, c.page, c.data) == (
-        32, 8, 128, "paged", 64, "realistic")
+        32, 8, 128, "paged", 64, "normal")
     assert c.variants == ("v1", "v2", "v2t", "torch-sdpa", "torch-sdpa+dequant")
     assert c.softmax_scale is None and c.resolved_softmax_scale == pytest.approx(128 ** -0.5)
     src = c.reference.source

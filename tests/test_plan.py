@@ -52,7 +52,7 @@ def test_make_plan_from_pr_config_is_shape_major():
     assert [c.problem.label for c in cases[::5]] == ["32Kx1024", "64Kx512", "1.5K", "2.1Kx256"]
     p = plan.problems[2]
     assert (p.context, p.queries, p.heads_q, p.heads_kv, p.head_dim, p.layout, p.page, p.data) == (
-        0, 1536, 32, 8, 128, "paged", 64, "realistic")
+        0, 1536, 32, 8, 128, "paged", 64, "normal")
     assert p.softmax_scale == pytest.approx(128 ** -0.5)
     assert plan.kernel_variants == ["v1", "v2", "v2t"]
     assert plan.peer_variants == ["torch-sdpa", "torch-sdpa+dequant"]
