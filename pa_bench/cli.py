@@ -513,6 +513,7 @@ TIME_COLUMNS = ["shape", "variant", "status", "ms median", "ms q1-q3", "spread",
 def _time_rows(records, common: list[str] = ()) -> list[list[str]]:
     out = []
     for r in records:
+        timing_common = list(common) + [n for n in _notes(r) if "timing-only" in n]
         quart = "-" if r.ms_q1 is None else f"{_fmt(r.ms_q1, 'ms')}-{_fmt(r.ms_q3, 'ms')}"
         speed = _fmt(r.speedup_vs_v1, "x")
         if r.speedup_lo is not None and r.variant != "v1":
@@ -521,7 +522,7 @@ def _time_rows(records, common: list[str] = ()) -> list[list[str]]:
             _shape_cell(r), r.variant, r.status, _fmt(r.ms_median, "ms"), quart,
             _fmt(r.ms_rel_spread, "pct"), _fmt(r.samples), _fmt(r.tflops, "1"),
             _fmt(r.kv_gbps, "0"), _fmt(r.sm_clock_mhz, "0"), _fmt(r.throttled), speed,
-            _fmt(r.ref_ms, "ms"), _reason(r, common),
+            _fmt(r.ref_ms, "ms"), _reason(r, timing_common),
         ])
     return out
 
