@@ -345,3 +345,30 @@ def test_no_traceback_in_a_real_process(tmp_path):
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
     assert proc.stderr.startswith("error: ") and "32Kx1O24" in proc.stderr
     assert proc.stdout == ""
+
+
+# --------------------------------------------------------------------------- on a GPU
+
+
+@pytest.mark.gpu
+def test_run_smoke_on_cuda(invoke, tmp_path):
+    """`pytest -m gpu`: the CLI end to end on the cuda backend (parity and timing)."""
+    result = invoke("run", SMOKE, "--backend", "cuda", "--max-seconds", 2, "--results", tmp_path)
+    assert result.exit_code == 0, result.output
+    (run_dir,) = run_dirs(tmp_path)
+    _, rows = read_csv(run_dir / "records.csv")
+    assert len(rows) == 9
+    for r in rows:
+        if r["status"] == "skipped":  # v2 on a pre-sm_80 GPU
+            assert r["variant"] == "v2" and "sm_80" in r["reason"]
+            continue
+        assert r["status"] == "ok" and r["parity_pass"] == "True", r
+        assert r["deterministic"] == "True" and r["canary_ok"] == "True"
+        assert float(r["ms_median"]) > 0 and int(r["samples"]) >= 1
+        assert r["backend"] == "cuda" and r["arch"].startswith("sm_")
+        if r["variant"] == "v2t" and r["diff_vs_v2"]:
+            assert float(r["diff_vs_v2"]) == 0.0
+    samples = json.loads((run_dir / "samples.json").read_text())
+    assert any(key.endswith("|v2t") for key in samples)
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["backend_meta"]["kernel_sources"]
