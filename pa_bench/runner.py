@@ -119,6 +119,7 @@ class _Job:
     describe: dict = field(default_factory=dict)
     previous: dict = field(default_factory=dict)  # (shape, variant) -> Record from a resumed run
     last_phase: dict = field(default_factory=dict)  # variant -> the phase that finishes its row
+    kept: set = field(default_factory=set)  # finished rows of a resumed run (only re-timed)
 
     @property
     def parity(self) -> bool:
@@ -324,12 +325,13 @@ def _run_shape(job: _Job, problem, variants: list[str]) -> None:
         rows[v] = row
 
     # Rows a resumed run already finished are kept as they are.
-    todo_parity, todo_timing = [], []
+    todo_parity, todo_timing, kept = [], [], set()
     for v, row in rows.items():
         prev = job.previous.get((key, v))
         if (prev is not None and prev.status == STATUS_OK
                 and (not job.parity or _parity_done(prev, row.parity_reason))
                 and (not job.timing or _timing_done(prev, row.timing_reason))):
+            kept.add(v)
             job.progress.advance()
             continue
         if job.parity and row.parity_reason is None:
@@ -345,7 +347,9 @@ def _run_shape(job: _Job, problem, variants: list[str]) -> None:
     if not active:
         return
     # Each row counts one progress step, after its last phase.
-    job.last_phase = {v: (MODE_TIME if v in todo_timing else MODE_PARITY) for v in active}
+    job.last_phase = {v: (MODE_TIME if v in todo_timing else MODE_PARITY)
+                      for v in active if v not in kept}
+    job.kept = kept
 
     try:
         from pa_bench.inputs import make_inputs
@@ -380,6 +384,8 @@ def _give_up(job: _Job, rows: dict[str, _Row], variants: list[str], reason: str,
              failed: bool, phase: str | None = None) -> None:
     """Mark rows skipped (or failed) with one reason; phase None: the whole shape."""
     for v in variants:
+        if v in job.kept:  # a finished row is only replaced by a better one
+            continue
         rows[v].notes.append(reason)
         rows[v].failed = rows[v].failed or failed
         if phase is None:
@@ -617,6 +623,8 @@ def _timing_phase(job: _Job, problem, prepared, rows: dict[str, _Row], todo: lis
     for v in todo:
         row, rec = rows[v], rows[v].record
         res = results.get(v, "not timed by the backend")
+        if v in job.kept and isinstance(res, (str, _TimingFailure)):
+            continue  # re-timing a finished row failed: keep the row it had
         if v not in parity_todo and (prev := job.previous.get((key, v))) is not None:
             _copy_parity(prev, rec, row)  # a resumed row keeps its parity columns
         if isinstance(res, _TimingFailure):
@@ -674,12 +682,6 @@ def _fill_timing(rec: Record, res, problem, base_samples, stats) -> None:
 
 def _f(x) -> float | None:
     return None if x is None else float(x)
-
-
-def _ratio(kernel_err: float, model_err: float) -> float:
-    if model_err > 0:
-        return kernel_err / model_err
-    return 1.0 if kernel_err == 0 else math.inf
 
 
 def _one_line(exc: BaseException) -> str:

@@ -261,3 +261,22 @@ def test_every_record_column_is_known(smoke):
     assert rec.shape == "1023x113" and rec.context == 1023 and rec.queries == 113
     assert rec.label == "1023x113" and rec.seed == 0 and rec.softmax_scale == 0.125
     assert set(rec.to_dict()) == set(COLUMNS)
+
+
+def test_resume_of_a_timed_run_retimes_the_shape_together(smoke, tmp_path):
+    cfg = tiny(smoke)
+    path = runner.run_all(cfg, FakeGpu(), results_root=tmp_path)
+    run = open_run(path)
+    before = {r.key(): r for r in run.records()}
+    run.write_records([r for r in run.records() if r.key() != ("1023x113", "v2t")])
+
+    again = FakeGpu()
+    runner.run_all(cfg, again, results_root=tmp_path, resume_run=path)
+    after = records_of(path)
+    assert {s for s, _ in again.computed} == {"1023x113"}
+    v2t = after[("1023x113", "v2t")]
+    assert v2t.parity_pass is True and v2t.ms_median is not None
+    assert v2t.speedup_vs_v1 is not None  # v1 was timed again beside it (interleaved)
+    v1 = after[("1023x113", "v1")]
+    assert v1.parity_pass is True and v1.max_abs_err == before[("1023x113", "v1")].max_abs_err
+    assert after[("256x64", "v2")] == before[("256x64", "v2")]
