@@ -88,7 +88,18 @@ struct Args {
     float inv_p_scale;
     int scale_stride;             // contiguous: keys between two KV heads' scale rows (a multiple
                                   // of 4, so every 4-key scale chunk is 16-byte aligned)
+    int heads_per_cta;            // v2/v2t: query heads of one KV group sharing a CTA (1, 2 or 4)
 };
+
+// v2/v2t: which query head and which 16 rows warp `warp` of this CTA owns. A CTA holds
+// heads_per_cta query heads of one KV group (so its warps stream the same K/V slices at the
+// same time and the later ones hit in L1) times 4/heads_per_cta consecutive 16-row blocks.
+// CTAs run longest-first (the last rows see the most keys).
+__device__ __forceinline__ void warp_rows(const Args& a, int warp, int& hq, int& row0) {
+    const int hpc = a.heads_per_cta;
+    hq = blockIdx.y * hpc + warp % hpc;
+    row0 = ((gridDim.x - 1 - blockIdx.x) * (WARPS / hpc) + warp / hpc) * ROWS_PER_WARP;
+}
 
 // ---------------------------------------------------------------- shared-memory slice layout
 // A slice is [K rows 16 x D][V rows 16 x D][K scales 16][V scales 16]. 16-byte chunk `col` of
@@ -305,23 +316,27 @@ __device__ __forceinline__ void warp_step(const Args& a, const unsigned char* sl
             }
         }
     }
-    // ---- scale, mask, running max
+    // ---- scale, mask (only where the step crosses the diagonal or the end), running max
+    const bool masked = j0 + 16 * NS - 1 > a.ctx + st.row0;                // warp-uniform
     float mx[2] = {PA_NEG_INF, PA_NEG_INF};
 #pragma unroll
     for (int n = 0; n < NS; ++n) {
         const float4 ks = *reinterpret_cast<const float4*>(slices + n * SLICE_BYTES + SLICE_KS_OFF + 16 * t);
-        const float kss[4] = {ks.x, ks.y, ks.z, ks.w};
+        const float kss[4] = {ks.x * a.qk_scale_log2, ks.y * a.qk_scale_log2, ks.z * a.qk_scale_log2,
+                              ks.w * a.qk_scale_log2};
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int rr = e >> 1;
-                const int key = j0 + 16 * n + 4 * t + 2 * h + (e & 1);
-                const int pos = a.ctx + st.row0 + g + 8 * rr;          // absolute query position
-                const bool ok = key <= pos && key < nk;
-                const float v = s[n][h][e] * (kss[2 * h + (e & 1)] * a.qk_scale_log2);
-                s[n][h][e] = ok ? v : PA_NEG_INF;
-                mx[rr] = fmaxf(mx[rr], s[n][h][e]);
+                float v = s[n][h][e] * kss[2 * h + (e & 1)];
+                if (masked) {
+                    const int key = j0 + 16 * n + 4 * t + 2 * h + (e & 1);
+                    const int pos = a.ctx + st.row0 + g + 8 * rr;      // absolute query position
+                    v = (key <= pos && key < nk) ? v : PA_NEG_INF;
+                }
+                s[n][h][e] = v;
+                mx[rr] = fmaxf(mx[rr], v);
             }
     }
     float alpha[2], mnew[2];
@@ -336,10 +351,13 @@ __device__ __forceinline__ void warp_step(const Args& a, const unsigned char* sl
         mnew[rr] = msafe;
         st.l[rr] *= alpha[rr];
     }
+    // Rescale O only when some row's max moved (x 1.0 is exact: skipping it changes no bit).
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-    for (int j = 0; j < NT; ++j) {
-        st.o[j][0] *= alpha[0]; st.o[j][1] *= alpha[0];
-        st.o[j][2] *= alpha[1]; st.o[j][3] *= alpha[1];
+        for (int j = 0; j < NT; ++j) {
+            st.o[j][0] *= alpha[0]; st.o[j][1] *= alpha[0];
+            st.o[j][2] *= alpha[1]; st.o[j][3] *= alpha[1];
+        }
     }
     // ---- P (V scales and p_scale folded in, rounded to f16), then O += P . V
 #pragma unroll
@@ -433,7 +451,7 @@ __device__ __forceinline__ int keys_needed(const Args& a, int row0, int rows) {
     const __half *q, const signed char *k, const signed char *v, const float *k_scale,       \
         const float *v_scale, const int *page_table, void *out, int n_q, int ctx, int heads_q, \
         int heads_kv, int page_shift, float qk_scale_log2, float p_scale, float inv_p_scale, \
-        int scale_stride
+        int scale_stride, int heads_per_cta
 #define PA_MAKE_ARGS(a)                                                                       \
     pa::Args a = {q, k, v, k_scale, v_scale, page_table, out, n_q, ctx, heads_q, heads_kv, \
-                  page_shift, qk_scale_log2, p_scale, inv_p_scale, scale_stride}
+                  page_shift, qk_scale_log2, p_scale, inv_p_scale, scale_stride, heads_per_cta}

@@ -1,8 +1,10 @@
 // v2 — int8-KV prompt attention with a warp-private, double-buffered cp.async pipeline.
 //
-// Tiling: a CTA of 4 warps owns 64 consecutive query rows of one query head; warp w owns rows
-//   16w .. 16w+15 and works through the keys those rows see on its own, 16 keys (one slice) at
-//   a time: its Q fragments and fp32 output stay in registers. CTAs run longest-first.
+// Tiling: a warp owns 16 query rows of one query head and works through the keys those rows see
+//   on its own, 16 keys (one slice) at a time: its Q fragments and fp32 output stay in
+//   registers. A CTA of 4 warps holds up to 4 query heads of one KV group (GQA) at the same 16
+//   rows — they stream the same slices at the same time, so the later warps' copies hit in L1 —
+//   or, without GQA, 4 consecutive 16-row blocks of one head. CTAs run longest-first.
 // Pipeline: each warp owns two shared-memory stages (a slice each: int8 K rows, int8 V rows,
 //   K scales, V scales). While it computes slice i from one stage it has cp.async copies of
 //   slice i+1 (K, V and the next slice's scales) in flight into the other. Every lane copies
@@ -25,16 +27,24 @@
 #endif
 
 namespace {
+// 16-byte cp.async that allocates in L1 (.ca), zero-filling past `src_bytes`. CUDA C++'s
+// __pipeline_memcpy_async issues 16-byte copies as cp.async.cg, which bypasses L1; the warps
+// of a CTA copy the same K/V slices, so v2 wants the later copies served from L1.
+__device__ __forceinline__ void cp_async_ca16(void* dst, const void* src, int src_bytes) {
+    const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
+}
+
 // Start the copies of one slice into `stage` (this lane's share of the copy plan).
 __device__ __forceinline__ void issue(const pa::Args& a, int hkv, int j0, int lane, unsigned char* stage) {
     using namespace pa;
     const SliceSrc s = slice_src(a, hkv, j0, lane);
 #pragma unroll
     for (int i = 0; i < CHUNKS_PER_LANE; ++i) {
-        __pipeline_memcpy_async(stage + slice_dst_k(lane, i), s.k[i], 16, s.kv_ok[i] ? 0 : 16);
-        __pipeline_memcpy_async(stage + slice_dst_v(lane, i), s.v[i], 16, s.kv_ok[i] ? 0 : 16);
+        cp_async_ca16(stage + slice_dst_k(lane, i), s.k[i], s.kv_ok[i] ? 16 : 0);
+        cp_async_ca16(stage + slice_dst_v(lane, i), s.v[i], s.kv_ok[i] ? 16 : 0);
     }
-    if (lane < 8) __pipeline_memcpy_async(stage + slice_dst_sc(lane), s.sc, 16, 16 - 4 * s.sc_valid);
+    if (lane < 8) cp_async_ca16(stage + slice_dst_sc(lane), s.sc, 4 * s.sc_valid);
     __pipeline_commit();
 }
 }  // namespace
@@ -45,9 +55,9 @@ extern "C" __global__ void __launch_bounds__(pa::THREADS) pa_v2(PA_KERNEL_PARAMS
     __shared__ __align__(16) unsigned char stages[WARPS][2][SLICE_BYTES];
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int hq = blockIdx.y;
+    int hq, row0;
+    warp_rows(a, warp, hq, row0);
     const int hkv = hq / (a.heads_q / a.heads_kv);
-    const int row0 = (gridDim.x - 1 - blockIdx.x) * ROWS_PER_CTA + ROWS_PER_WARP * warp;
     if (row0 >= a.n_q) return;
 
     WarpState st;

@@ -1,7 +1,8 @@
 // v2t — v2 with register staging instead of cp.async (PR 2092's change): runs on sm_75+.
 //
-// Tiling: as v2. A CTA of 4 warps owns 64 consecutive query rows of one query head; warp w owns
-//   rows 16w .. 16w+15 and walks the keys they see 16 at a time (one slice), on its own.
+// Tiling: as v2. A warp owns 16 query rows of one query head and walks the keys they see 16 at a
+//   time (one slice), on its own; a CTA's 4 warps are query heads of one KV group at the same
+//   rows where GQA allows it (their global loads of the same slice then hit in L1).
 // Pipeline: as v2, but the next slice travels through registers. Before computing slice i the
 //   warp issues ordinary 16-byte global loads of slice i+1 into registers (D/32 uint4 of K and
 //   D/32 of V per lane — 4 + 4 at D=128 — plus one of scales on lanes 0-7); they are in flight
@@ -22,9 +23,9 @@ extern "C" __global__ void __launch_bounds__(pa::THREADS) pa_v2t(PA_KERNEL_PARAM
     __shared__ __align__(16) unsigned char stages[WARPS][2][SLICE_BYTES];
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int hq = blockIdx.y;
+    int hq, row0;
+    warp_rows(a, warp, hq, row0);
     const int hkv = hq / (a.heads_q / a.heads_kv);
-    const int row0 = (gridDim.x - 1 - blockIdx.x) * ROWS_PER_CTA + ROWS_PER_WARP * warp;
     if (row0 >= a.n_q) return;
 
     WarpState st;

@@ -74,6 +74,7 @@ class CudaBackend:
         self.props = props
         self.cc = int(props["major"]) * 10 + int(props["minor"])
         self._kernels: dict[K.KernelBuild, object] = {}
+        self.gqa_cta = True            # v2/v2t: group a KV group's query heads in one CTA
         self._flush_buf = None
         self._peer = None
 
@@ -106,7 +107,9 @@ class CudaBackend:
                 {"variant": b.variant, "options": list(b.defines()), "mma": K.mma_shape(self.cc, b.force_turing)}
                 for b in self._kernels
             ],
-            "cta": {"threads": K.THREADS_PER_CTA, "rows": K.ROWS_PER_CTA},
+            "cta": {"threads": K.THREADS_PER_CTA, "v1": "64 rows of one query head",
+                    "v2/v2t": "gcd(Hq/Hkv, 4) query heads of one KV group x 16 rows each"
+                              if self.gqa_cta else "64 rows of one query head"},
         }
 
     # ------------------------------------------------------------------ support
@@ -196,6 +199,12 @@ class CudaBackend:
             self._kernels[build] = fn
         return fn
 
+    def heads_per_cta(self, variant: str, problem) -> int:
+        """Query heads of one KV group that share a v2/v2t CTA (v1 keeps one head per CTA)."""
+        if variant == "v1" or not self.gqa_cta:
+            return 1
+        return math.gcd(problem.heads_q // problem.heads_kv, 4)
+
     def _include_options(self) -> tuple[str, ...]:
         """The CUDA headers (cuda_fp16.h, cuda_pipeline_primitives.h) for NVRTC, where found."""
         import os
@@ -215,12 +224,14 @@ class CudaBackend:
         fn = self.kernel(self.build(variant, pb))
         out = prep.out_a if out is None else out
         body = out[GUARD_ELEMS:]
-        grid = ((pb.queries + K.ROWS_PER_CTA - 1) // K.ROWS_PER_CTA, pb.heads_q)
+        hpc = self.heads_per_cta(variant, pb)
+        rows_per_cta = 16 * (4 // hpc)
+        grid = ((pb.queries + rows_per_cta - 1) // rows_per_cta, pb.heads_q // hpc)
         args = (
             prep.q, prep.k, prep.v, prep.ks, prep.vs, prep.table, body,
             np.int32(pb.queries), np.int32(pb.context), np.int32(pb.heads_q), np.int32(pb.heads_kv),
             np.int32(prep.page_shift), np.float32(inp.qk_scale_log2), np.float32(inp.p_scale),
-            np.float32(1.0 / inp.p_scale), np.int32(prep.ks.shape[-1]),
+            np.float32(1.0 / inp.p_scale), np.int32(prep.ks.shape[-1]), np.int32(hpc),
         )
         block = (K.THREADS_PER_CTA,)
 

@@ -1,0 +1,37 @@
+"""Launch one kernel variant on one shape a few times, for Nsight Compute.
+
+    ncu --clock-control none --set full -k regex:pa_v2$ -c 1 \
+        python scripts/profile_target.py --variant v2 --shape 32Kx1024
+
+Defaults are the PR config's (32/8 heads, D=128, paged, page 64, normal data).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from pa_bench.cuda_backend import CudaBackend
+from pa_bench.inputs import make_inputs
+from pa_bench.plan import Problem
+from pa_bench.shapes import parse_shape
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--variant", default="v2")
+    ap.add_argument("--shape", default="32Kx1024")
+    ap.add_argument("--launches", type=int, default=3)
+    ap.add_argument("--no-gqa-cta", action="store_true", help="one query head per v2/v2t CTA")
+    args = ap.parse_args()
+    backend = CudaBackend()
+    backend.gqa_cta = not args.no_gqa_cta
+    pb = Problem(parse_shape(args.shape))
+    prep = backend.prepare(make_inputs(pb))
+    launch = backend.launcher(prep, args.variant)
+    for _ in range(args.launches):
+        launch()
+    backend.cp.cuda.runtime.deviceSynchronize()
+
+
+if __name__ == "__main__":
+    main()
