@@ -316,20 +316,22 @@ __device__ __forceinline__ void warp_step(const Args& a, const unsigned char* sl
             }
         }
     }
-    // ---- scale, mask (only where the step crosses the diagonal or the end), running max
-    const bool masked = j0 + 16 * NS - 1 > a.ctx + st.row0;                // warp-uniform
+    // ---- scale, mask, running max. One-slice steps (v2, v2t) mask only the step that crosses
+    // the diagonal or the end; v1's 64-key steps keep the PR's per-element mask (measured: the
+    // lean form made v1 8% slower on the H200, and v1 is the baseline).
+    constexpr bool LEAN = NS == 1;
+    const bool masked = !LEAN || j0 + 16 * NS - 1 > a.ctx + st.row0;     // warp-uniform
     float mx[2] = {PA_NEG_INF, PA_NEG_INF};
 #pragma unroll
     for (int n = 0; n < NS; ++n) {
         const float4 ks = *reinterpret_cast<const float4*>(slices + n * SLICE_BYTES + SLICE_KS_OFF + 16 * t);
-        const float kss[4] = {ks.x * a.qk_scale_log2, ks.y * a.qk_scale_log2, ks.z * a.qk_scale_log2,
-                              ks.w * a.qk_scale_log2};
+        const float kss[4] = {ks.x, ks.y, ks.z, ks.w};
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int rr = e >> 1;
-                float v = s[n][h][e] * kss[2 * h + (e & 1)];
+                float v = s[n][h][e] * (kss[2 * h + (e & 1)] * a.qk_scale_log2);
                 if (masked) {
                     const int key = j0 + 16 * n + 4 * t + 2 * h + (e & 1);
                     const int pos = a.ctx + st.row0 + g + 8 * rr;      // absolute query position
@@ -351,8 +353,9 @@ __device__ __forceinline__ void warp_step(const Args& a, const unsigned char* sl
         mnew[rr] = msafe;
         st.l[rr] *= alpha[rr];
     }
-    // Rescale O only when some row's max moved (x 1.0 is exact: skipping it changes no bit).
-    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+    // Rescale O only when some row's max moved (x 1.0 is exact: skipping it changes no bit);
+    // v1 rescales every step, as the PR's kernel does.
+    if (!LEAN || __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
             st.o[j][0] *= alpha[0]; st.o[j][1] *= alpha[0];
