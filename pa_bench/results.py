@@ -48,9 +48,16 @@ def now_utc_iso() -> str:
 
 
 def git_commit(repo_path: str | Path = ".") -> str | None:
-    """HEAD's commit hash of the git repository at `repo_path`; None if git or the repo is missing."""
+    """HEAD's commit hash of the git repository at `repo_path`.
+
+    Where the tree is a copy without ``.git`` (a remote GPU machine), the environment variable
+    ``PA_BENCH_GIT_COMMIT`` names it instead; None if neither is known.
+    """
     out = _git(repo_path, "rev-parse", "HEAD")
-    return out if out and re.fullmatch(r"[0-9a-f]{7,64}", out) else None
+    if out and re.fullmatch(r"[0-9a-f]{7,64}", out):
+        return out
+    given = os.environ.get("PA_BENCH_GIT_COMMIT", "").strip()
+    return given if re.fullmatch(r"[0-9a-f]{7,64}", given) else None
 
 
 def git_dirty(repo_path: str | Path = ".") -> bool | None:

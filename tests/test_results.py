@@ -157,3 +157,12 @@ def test_git_commit_and_time(tmp_path):
     assert here is None or len(here) == 40
     stamp = now_utc_iso()
     assert stamp.endswith("Z") and dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_git_commit_falls_back_to_the_environment_outside_a_repo(tmp_path, monkeypatch):
+    from pa_bench.results import git_commit
+
+    monkeypatch.setenv("PA_BENCH_GIT_COMMIT", "0123abcd")
+    assert git_commit(tmp_path) == "0123abcd"
+    monkeypatch.setenv("PA_BENCH_GIT_COMMIT", "not a hash")
+    assert git_commit(tmp_path) is None
