@@ -49,7 +49,7 @@ def cuda_problem() -> str | None:
 
 def cuda_unavailable_message(problem: str) -> str:
     """The one-line error for a backend that needs CuPy and a GPU."""
-    return f"the cuda backend needs CuPy and an NVIDIA GPU: {problem}; {INSTALL_HINT}"
+    return f"the cuda backend needs CuPy and an NVIDIA GPU: {problem}{_hint(problem)}"
 
 
 def make_backend(name: str, config=None, *, notice: Callable[[str], None] | None = None):
@@ -67,7 +67,7 @@ def make_backend(name: str, config=None, *, notice: Callable[[str], None] | None
     if name == "cuda":
         raise BackendUnavailable(cuda_unavailable_message(problem))
     if notice is not None:
-        notice(f"note: {problem}; using the numpy backend (parity on sampled rows, no timing). {INSTALL_HINT}")
+        notice(f"note: {problem}; using the numpy backend (parity on sampled rows, no timing){_hint(problem)}")
     return _numpy_backend(config)
 
 
@@ -94,6 +94,11 @@ def _cuda_backend(config):
     accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     kwargs = {k: v for k, v in offered.items() if accepts_any or k in params}
     return CudaBackend(**kwargs)
+
+
+def _hint(problem: str) -> str:
+    """The install hint, where installing CuPy is what is missing (not where a GPU is)."""
+    return f"; {INSTALL_HINT}" if problem.startswith("CuPy is not installed") else ""
 
 
 def _first_line(exc: BaseException) -> str:

@@ -102,7 +102,8 @@ class CudaBackend:
     def meta(self) -> dict:
         return {
             "kernel_sources": K.source_hashes(),
-            "compile_options": list(K.BASE_OPTIONS) + ["-D... per build (see builds)", "--gpu-architecture=<device>"],
+            "compiler": "NVRTC through cupy.RawModule (CuPy adds the device's --gpu-architecture)",
+            "compile_options": list(K.BASE_OPTIONS) + list(self._include_options()),
             "builds": [
                 {"variant": b.variant, "options": list(b.defines()), "mma": K.mma_shape(self.cc, b.force_turing)}
                 for b in self._kernels
