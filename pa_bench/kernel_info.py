@@ -19,7 +19,11 @@ from pathlib import Path
 from pa_bench import kernels as K
 from pa_bench.errors import PaBenchError
 
-CTA_DESC = f"{K.THREADS_PER_CTA // 32} warps x 16 rows ({K.THREADS_PER_CTA} threads, {K.ROWS_PER_CTA} query rows)"
+CTA_DESC = {
+    "v1": f"{K.THREADS_PER_CTA} threads: 4 warps x 16 rows of one query head",
+    "v2": f"{K.THREADS_PER_CTA} threads: 4 warps x 16 rows; up to 4 query heads of one KV group",
+    "v2t": f"{K.THREADS_PER_CTA} threads: 4 warps x 16 rows; up to 4 query heads of one KV group",
+}
 
 
 def nvcc_path() -> str | None:
@@ -50,7 +54,7 @@ def compile_one(variant: str, arch: str, head_dim: int = 128, force_turing: bool
     """Compile one build with nvcc and describe it (cached per process)."""
     cc = int(arch.removeprefix("sm_"))
     row = {"variant": variant, "arch": arch, "head_dim": head_dim, "force_turing": force_turing,
-           "cta": CTA_DESC, "compiled": False, "reason": None, "registers": None, "spill_bytes": None,
+           "cta": CTA_DESC[variant], "compiled": False, "reason": None, "registers": None, "spill_bytes": None,
            "smem_bytes": None, "stack_bytes": None, "cp_async": None, "mma": None}
     why = K.build_unsupported(variant, cc, force_turing, head_dim)
     if why:
