@@ -710,7 +710,7 @@ def compare(runs, results_root, min_change, fail_on_slowdown, as_json):
                      "rows": df.to_dict(orient="records")})
     else:
         click.echo(f"A: {run_a.path}\nB: {run_b.path}")
-        click.echo(compare_mod.format_compare(df))
+        click.echo(compare_mod.format_compare(df, names=False))
     for w in warnings:
         _note(f"warning: {w}")
     if fail_on_slowdown:

@@ -144,10 +144,12 @@ def _parity(a: Any, b: Any, change: str, presence: str) -> str:
     return f"{text} ({change})" if change else text
 
 
-def format_compare(df) -> str:
-    """A plain-text table of `compare_runs`' frame, with a summary line and any warnings."""
+def format_compare(df, names: bool = True) -> str:
+    """A plain-text table of `compare_runs`' frame, with a summary line and any warnings.
+
+    ``names``: start with the two run ids (the CLI prints their full paths itself)."""
     lines = []
-    if df.attrs.get("run_a") or df.attrs.get("run_b"):
+    if names and (df.attrs.get("run_a") or df.attrs.get("run_b")):
         lines += [f"A: {df.attrs.get('run_a', '?')}", f"B: {df.attrs.get('run_b', '?')}"]
     for w in df.attrs.get("warnings", []):
         lines.append(f"warning: {w}")
