@@ -102,8 +102,7 @@ class CudaBackend:
     def meta(self) -> dict:
         return {
             "kernel_sources": K.source_hashes(),
-            "compiler": "NVRTC through cupy.RawModule (CuPy adds the device's --gpu-architecture)",
-            "compile_options": list(K.BASE_OPTIONS) + list(self._include_options()),
+            "compile_options": list(K.BASE_OPTIONS) + ["-D... per build (see builds)", "--gpu-architecture=<device>"],
             "builds": [
                 {"variant": b.variant, "options": list(b.defines()), "mma": K.mma_shape(self.cc, b.force_turing)}
                 for b in self._kernels
