@@ -223,19 +223,12 @@ def _settings_dict(obj: Any) -> dict:
 def _shape_key(shapes: tuple[Shape, ...], label: str) -> str:
     for shape in shapes:
         if shape.label == label:
-            written = _shape_to_yaml(shape)
-            return written if isinstance(written, str) else shape.spec
+            return shape.written
     return label
 
 
 def _shape_to_yaml(shape: Shape) -> str | dict:
-    try:
-        same = parse_shape(shape.label)
-        if (same.context, same.queries) == (shape.context, shape.queries):
-            return shape.label
-    except ShapeError:
-        pass
-    return {"shape": shape.spec, "label": shape.label}
+    return shape.label if shape.written == shape.label else {"shape": shape.spec, "label": shape.label}
 
 
 # --------------------------------------------------------------------------- YAML reading

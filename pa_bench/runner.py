@@ -252,15 +252,7 @@ def _check_resume(run: R.RunDir, config, backend) -> dict:
 
 def shape_string(shape) -> str:
     """The shape as written in a config (``32Kx1024``), or its exact numbers for a labelled one."""
-    from pa_bench.shapes import parse_shape
-
-    try:
-        same = parse_shape(shape.label)
-        if (same.context, same.queries) == (shape.context, shape.queries):
-            return shape.label
-    except PaBenchError:
-        pass
-    return shape.spec
+    return shape.written
 
 
 def base_record(job: _Job, problem, variant: str) -> Record:

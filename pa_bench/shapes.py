@@ -46,6 +46,16 @@ class Shape:
         """The exact numbers as a parseable string, e.g. ``2150x256``."""
         return f"{self.context}x{self.queries}"
 
+    @property
+    def written(self) -> str:
+        """The shape as a config writes it: its label where the label parses to the same
+        numbers (``32Kx1024``), else its exact numbers (``0x1536`` for a shape labelled 1.5K)."""
+        try:
+            same = parse_shape(self.label)
+        except ShapeError:
+            return self.spec
+        return self.label if (same.context, same.queries) == (self.context, self.queries) else self.spec
+
     def __str__(self) -> str:
         return self.label
 
