@@ -15,18 +15,11 @@ from click.testing import CliRunner
 from pa_bench import backends, runner
 from pa_bench.cli import cli
 from pa_bench.config import DEFAULT_CONFIG
+from spec_columns import SPEC_COLUMNS
 
 REPO = Path(__file__).resolve().parent.parent
 SMOKE = str(DEFAULT_CONFIG.parent / "smoke.yaml")
 
-# SPEC section 6: the columns every records.csv has, with these names.
-SPEC_COLUMNS = (
-    "config shape context queries heads_q heads_kv head_dim layout page data "
-    "variant backend gpu arch status reason "
-    "ms_median ms_min ms_max ms_rel_spread samples tflops kv_gbps sm_clock_mhz throttled "
-    "max_abs_err rel_l2_err nmse model_max_abs_err err_ratio parity_pass sampled_rows "
-    "quant_max_abs_err deterministic ref_ms ref_err"
-).split()
 
 SMALL = ["--heads", "4/2", "--head-dim", "64"]  # keeps PR-config shapes fast on the CPU
 

@@ -16,14 +16,8 @@ from pa_bench.records import (
     records_to_frame,
     write_csv,
 )
+from spec_columns import SPEC_COLUMNS
 
-SPEC_COLUMNS = (
-    "config shape context queries heads_q heads_kv head_dim layout page data "
-    "variant backend gpu arch status reason "
-    "ms_median ms_min ms_max ms_rel_spread samples tflops kv_gbps sm_clock_mhz throttled "
-    "max_abs_err rel_l2_err nmse model_max_abs_err err_ratio parity_pass sampled_rows "
-    "quant_max_abs_err deterministic ref_ms ref_err"
-).split()
 EXTRAS = (
     "ms_q1 ms_q3 speedup_vs_v1 speedup_lo speedup_hi cosine nan_inf canary_ok diff_vs_v1 "
     "diff_vs_v2 out_dtype softmax_scale seed mma force_turing label"
