@@ -7,13 +7,21 @@
 // or contiguously as [Hkv][Nk][D]. The output is fp32 (or fp16) [Hq][Nq][D].
 //
 // Shared here:
-//   * compile-time parameters (PA_HEAD_DIM, PA_PAGED, PA_OUT_F16, PA_FORCE_TURING);
+//   * compile-time parameters (PA_HEAD_DIM, PA_PAGED, PA_OUT_F16, PA_FORCE_TURING, and for v2/v2t
+//     PA_TILES: the m16 query tiles one warp owns);
 //   * the 16-key "slice": the unit every kernel stages in shared memory (int8 K rows, int8 V
 //     rows, K scales, V scales), its bank-conflict-free swizzle and its global addresses;
 //   * int8 -> f16 conversion (exact: 0x6400|byte is 1024+byte in f16, minus 1152);
 //   * the MMA wrapper: one m16n8k16, or on Turing (and with PA_FORCE_TURING) a pair of m16n8k8;
 //   * the per-warp math: Q fragments, S = Q.K^T, online softmax in fp32 (exp2, scales folded),
 //     P.V with the V scales folded into P, and the final normalisation and store.
+//
+// Tiles per warp. A warp owns TILES m16 query tiles (16 rows of one query head each) that see the
+// same keys; every K/V fragment it converts from int8 feeds TILES MMAs. The conversion costs as
+// many instructions as the MMA it feeds, so TILES = 2 halves the kernel's instructions per MMA.
+// With one tile the Q fragments stay in registers; with two, the second tile's accumulators need
+// those registers and each lane keeps its Q fragments in shared memory (it reads back only what
+// it wrote). A row's arithmetic does not depend on the tile or warp that computes it.
 //
 // Fragment layout. A warp owns 16 query rows. Lane = 4*g + t (g = lane/4, t = lane%4).
 //   * The head dimension is permuted consistently in Q and K so that each lane reads 16
@@ -51,6 +59,13 @@
 #error "PA_HEAD_DIM must be 64 or 128"
 #endif
 
+#ifndef PA_TILES
+#define PA_TILES 2
+#endif
+#if PA_TILES != 1 && PA_TILES != 2
+#error "PA_TILES must be 1 or 2"
+#endif
+
 #define PA_NEG_INF __int_as_float(0xff800000)
 
 namespace pa {
@@ -59,10 +74,10 @@ typedef unsigned int u32;
 typedef unsigned long long u64;
 
 constexpr int D = PA_HEAD_DIM;
-constexpr int WARPS = 4;                 // every kernel: 4 warps per CTA
-constexpr int THREADS = 32 * WARPS;
-constexpr int ROWS_PER_WARP = 16;        // one m16 tile of queries per warp
-constexpr int ROWS_PER_CTA = ROWS_PER_WARP * WARPS;
+constexpr int V1_WARPS = 4;              // v1: 4 warps per CTA, one m16 tile each
+constexpr int V2_WARPS = 2;              // v2/v2t: 2 warps per CTA, TILES m16 tiles each
+constexpr int TILES = PA_TILES;          // v2/v2t: m16 query tiles per warp
+constexpr int ROWS_PER_TILE = 16;        // one m16 MMA tile of query rows
 constexpr int SLICE_KEYS = 16;           // keys per staged slice
 constexpr int CPR = D / 16;              // 16-byte chunks per K/V row
 constexpr int NT = D / 8;                // n8 tiles of the output (P.V)
@@ -72,6 +87,7 @@ constexpr int SLICE_KV_BYTES = SLICE_KEYS * D;                       // one of K
 constexpr int SLICE_BYTES = 2 * SLICE_KV_BYTES + 2 * SLICE_KEYS * 4;  // K, V, K scales, V scales
 constexpr int SLICE_CHUNKS = SLICE_KV_BYTES / 16;                    // 16-byte chunks of K (or V)
 constexpr int CHUNKS_PER_LANE = SLICE_CHUNKS / 32;                   // D/32: 4 at D=128
+constexpr int Q_TILE_FRAGS = KSTEPS * 32;                            // uint4 per tile in shared memory
 
 // ---------------------------------------------------------------- kernel arguments
 struct Args {
@@ -88,17 +104,31 @@ struct Args {
     float inv_p_scale;
     int scale_stride;             // contiguous: keys between two KV heads' scale rows (a multiple
                                   // of 4, so every 4-key scale chunk is 16-byte aligned)
-    int heads_per_cta;            // v2/v2t: query heads of one KV group sharing a CTA (1, 2 or 4)
+    int pair_heads;               // v2/v2t with TILES == 2: 1 = a warp's tiles are two query heads
+                                  // of one KV group at the same rows; 0 = two 16-row blocks of one head
 };
 
-// v2/v2t: which query head and which 16 rows warp `warp` of this CTA owns. A CTA holds
-// heads_per_cta query heads of one KV group (so its warps stream the same K/V slices at the
-// same time and the later ones hit in L1) times 4/heads_per_cta consecutive 16-row blocks.
-// CTAs run longest-first (the last rows see the most keys).
-__device__ __forceinline__ void warp_rows(const Args& a, int warp, int& hq, int& row0) {
-    const int hpc = a.heads_per_cta;
-    hq = blockIdx.y * hpc + warp % hpc;
-    row0 = ((gridDim.x - 1 - blockIdx.x) * (WARPS / hpc) + warp / hpc) * ROWS_PER_WARP;
+// v2/v2t: the query head and first row of each tile warp `warp` of this CTA owns; false if the
+// warp has none (the last CTA of a row block may be half empty). Warp task w = 2*blockIdx.y + warp:
+//   TILES == 1: head w, rows 16*rb ..;   TILES == 2, pair_heads: heads 2w, 2w+1, rows 16*rb ..;
+//   TILES == 2, otherwise: head w, rows 32*rb .. and 32*rb+16 ..
+// The tiles of a warp see the same keys (up to the diagonal), and with pair_heads the two warps of
+// a CTA are the four query heads of one KV group, so their copies of a slice meet in L1.
+// Row blocks run longest-first (the last rows see the most keys).
+__device__ __forceinline__ bool warp_tiles(const Args& a, int warp, int hq[TILES], int row0[TILES]) {
+    const int w = blockIdx.y * V2_WARPS + warp;
+    const int rb = gridDim.x - 1 - blockIdx.x;
+#pragma unroll
+    for (int tl = 0; tl < TILES; ++tl) {
+        if (TILES == 1 || a.pair_heads) {
+            hq[tl] = TILES * w + tl;
+            row0[tl] = rb * ROWS_PER_TILE;
+        } else {
+            hq[tl] = w;
+            row0[tl] = (rb * TILES + tl) * ROWS_PER_TILE;
+        }
+    }
+    return hq[TILES - 1] < a.heads_q;
 }
 
 // ---------------------------------------------------------------- shared-memory slice layout
@@ -115,12 +145,40 @@ __device__ __forceinline__ int slice_v_off(int row, int col) { return SLICE_KV_B
 constexpr int SLICE_KS_OFF = 2 * SLICE_KV_BYTES;
 constexpr int SLICE_VS_OFF = SLICE_KS_OFF + SLICE_KEYS * 4;
 
+// The reads of the math (fragment layout above), written so that every offset is one swizzled
+// base per lane plus a xor or an add: the swizzle term depends only on the lane, not on h, G or
+// the row pair (checked exhaustively against swz_chunk when the layout was written).
+// K: lane (g, t) reads row 4*(g/2) + 2h + g%2, chunk 4G + t.
+__device__ __forceinline__ int k_rd_off(int lane, int h, int G) {
+    const int g = lane >> 2, t = lane & 3;
+    return (slice_k_off(4 * (g >> 1) + (g & 1), t) ^ (64 * G)) + 2 * D * h;
+}
+// V: lane (g, t) reads row 4t + r, NT bytes at dim NT*g (a 16-byte chunk at D=128, half of one at 64).
+__device__ __forceinline__ int v_rd_off(int lane, int r) {
+    const int g = lane >> 2, t = lane & 3;
+#if PA_HEAD_DIM == 128
+    return slice_v_off(4 * t + (r & 1), g) + 2 * D * (r >> 1);
+#else
+    return slice_v_off(4 * t + (r & 1), g >> 1) + 8 * (g & 1) + 2 * D * (r >> 1);
+#endif
+}
+
 // ---------------------------------------------------------------- global addresses
-// Element offset (in rows of D bytes, also the scale index) of key j0 (a multiple of 16) of
-// KV head hkv. A 16-key group never straddles a page (pages are powers of two >= 16).
-__device__ __forceinline__ u64 kv_row_base(const Args& a, int hkv, int j0) {
+// The pool page that holds key j0 (paged layout; 0 for keys past the cache, where nothing is
+// read). The pipelined kernels look it up one slice ahead of its use, so the table's latency
+// never sits in front of a copy.
+__device__ __forceinline__ int page_of(const Args& a, int j0) {
 #if PA_PAGED
-    const int page = a.page_table[j0 >> a.page_shift];
+    return j0 < a.ctx + a.n_q ? __ldg(a.page_table + (j0 >> a.page_shift)) : 0;
+#else
+    return 0;
+#endif
+}
+// Element offset (in rows of D bytes, also the scale index) of key j0 (a multiple of 16) of
+// KV head hkv, which lies in pool page `page`. A 16-key group never straddles a page (pages are
+// powers of two >= 16).
+__device__ __forceinline__ u64 kv_row_base(const Args& a, int hkv, int j0, int page) {
+#if PA_PAGED
     const int in_page = j0 & ((1 << a.page_shift) - 1);
     return ((u64)page * a.heads_kv + hkv) * (u64)(1 << a.page_shift) + in_page;
 #else
@@ -139,40 +197,47 @@ __device__ __forceinline__ u64 scale_base(const Args& a, int hkv, int j0, u64 ro
 }
 
 // The copy plan of one slice, shared by every staging method so that all of them put the same
-// bytes in the same places: lane `lane` moves K/V chunks lane + 32*i (i < CHUNKS_PER_LANE);
-// lanes 0-3 move the K-scale chunks, lanes 4-7 the V-scale chunks (4 keys each).
+// bytes in the same places: lane `lane` moves K/V chunks lane + 32*i (i < CHUNKS_PER_LANE) — the
+// slice's 16 rows are contiguous in memory, so chunk c is the 16 bytes at 16*c from its first
+// row — and lanes 0-3 move the K-scale chunks, lanes 4-7 the V-scale chunks (4 keys each).
 struct SliceSrc {
-    const uint4* k[CHUNKS_PER_LANE];
-    const uint4* v[CHUNKS_PER_LANE];
-    bool kv_ok[CHUNKS_PER_LANE];       // the chunk's key is < Nk
-    const float* sc;                    // scale source of this lane (lanes 0..7), 4 keys
-    int sc_valid;                       // keys of that chunk that are < Nk (0..4)
+    const signed char* k;   // this lane's chunk 0 of K: the slice's first row + 16*lane bytes
+    const signed char* v;   // the same for V
+    int keys_left;          // keys of this slice that are in the cache (>= SLICE_KEYS: all of them)
+    const float* sc;        // scale chunk of this lane (lanes 0..7): 4 keys from key j0 + 4*(lane%4)
 };
+// Whether chunk i of the lane holds a key of the cache, and where it comes from (a chunk past
+// the cache points at the slice's first chunk: a valid address that is not read).
+__device__ __forceinline__ bool chunk_ok(const SliceSrc& s, int lane, int i) {
+    return (lane + 32 * i) / CPR < s.keys_left;
+}
+__device__ __forceinline__ const uint4* chunk_src(const signed char* p, int lane, int i, bool ok) {
+    return reinterpret_cast<const uint4*>(ok ? p + 512 * i : p - 16 * lane);
+}
+// Keys of the lane's scale chunk that are in the cache (0..4; 4 in every whole slice).
+__device__ __forceinline__ int scale_keys(const SliceSrc& s, int lane) {
+    const int left = s.keys_left - 4 * (lane & 3);
+    return lane < 8 ? (left < 0 ? 0 : (left > 4 ? 4 : left)) : 0;
+}
 
-__device__ __forceinline__ SliceSrc slice_src(const Args& a, int hkv, int j0, int lane) {
+// Sources of the slice at key j0 (in pool page `page`, see page_of).
+__device__ __forceinline__ SliceSrc slice_src(const Args& a, int hkv, int j0, int page, int lane) {
     SliceSrc s;
-    const int nk = a.ctx + a.n_q;
-    const bool any = j0 < nk;
-    const u64 base = any ? kv_row_base(a, hkv, j0) : 0;
-#pragma unroll
-    for (int i = 0; i < CHUNKS_PER_LANE; ++i) {
-        const int c = lane + 32 * i;
-        const int row = c / CPR, col = c % CPR;
-        s.kv_ok[i] = j0 + row < nk;
-        const u64 off = (base + row) * D + col * 16;
-        s.k[i] = reinterpret_cast<const uint4*>(a.k + (s.kv_ok[i] ? off : 0));
-        s.v[i] = reinterpret_cast<const uint4*>(a.v + (s.kv_ok[i] ? off : 0));
-    }
-    const int q4 = lane & 3;
-    const int keys_left = nk - (j0 + 4 * q4);
-    s.sc_valid = lane < 8 ? (keys_left < 0 ? 0 : (keys_left > 4 ? 4 : keys_left)) : 0;
+    s.keys_left = a.ctx + a.n_q - j0;
+    const u64 base = s.keys_left > 0 ? kv_row_base(a, hkv, j0, page) : 0;
+    s.k = a.k + base * D + 16 * lane;
+    s.v = a.v + base * D + 16 * lane;
     const float* scale = lane < 4 ? a.k_scale : a.v_scale;
-    s.sc = scale + (s.sc_valid > 0 ? scale_base(a, hkv, j0, base) + 4 * q4 : 0);
+    s.sc = scale + (s.keys_left > 0 ? scale_base(a, hkv, j0, base) + 4 * (lane & 3) : 0);
     return s;
 }
-// Where lane `lane`'s chunks go inside a slice.
-__device__ __forceinline__ int slice_dst_k(int lane, int i) { const int c = lane + 32 * i; return slice_k_off(c / CPR, c % CPR); }
-__device__ __forceinline__ int slice_dst_v(int lane, int i) { const int c = lane + 32 * i; return slice_v_off(c / CPR, c % CPR); }
+// Where lane `lane`'s chunks go inside a slice: chunk i (= lane + 32*i) lies 32*i/CPR rows below
+// chunk 0, which the swizzle turns into a xor of the chunk position and an offset of 512*i bytes.
+constexpr int SWZ_ROWSTEP_XOR = CPR >= 8 ? 32 : 64;
+__device__ __forceinline__ int slice_dst_k(int lane, int i) {
+    return (slice_k_off(lane / CPR, lane % CPR) ^ (i * SWZ_ROWSTEP_XOR)) + 512 * i;
+}
+__device__ __forceinline__ int slice_dst_v(int lane, int i) { return SLICE_KV_BYTES + slice_dst_k(lane, i); }
 __device__ __forceinline__ int slice_dst_sc(int lane) { return (lane < 4 ? SLICE_KS_OFF : SLICE_VS_OFF) + (lane & 3) * 16; }
 
 // Register staging (v1's gather and v2t): load the slice's pieces into registers ...
@@ -182,16 +247,30 @@ struct SliceRegs {
     float4 sc;
 };
 __device__ __forceinline__ void slice_load_regs(const SliceSrc& s, int lane, SliceRegs& r) {
-    const uint4 zero = make_uint4(0, 0, 0, 0);
+    if (s.keys_left >= SLICE_KEYS) {                    // a whole slice (all but the last)
 #pragma unroll
-    for (int i = 0; i < CHUNKS_PER_LANE; ++i) {
-        r.k[i] = s.kv_ok[i] ? __ldg(s.k[i]) : zero;
-        r.v[i] = s.kv_ok[i] ? __ldg(s.v[i]) : zero;
+        for (int i = 0; i < CHUNKS_PER_LANE; ++i) {
+            r.k[i] = __ldg(chunk_src(s.k, lane, i, true));
+            r.v[i] = __ldg(chunk_src(s.v, lane, i, true));
+        }
+    } else {
+        const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int i = 0; i < CHUNKS_PER_LANE; ++i) {
+            const bool ok = chunk_ok(s, lane, i);
+            r.k[i] = ok ? __ldg(chunk_src(s.k, lane, i, ok)) : zero;
+            r.v[i] = ok ? __ldg(chunk_src(s.v, lane, i, ok)) : zero;
+        }
     }
-    float sc[4] = {0.f, 0.f, 0.f, 0.f};
+    const int sc_keys = scale_keys(s, lane);
+    if (sc_keys == 4) {
+        r.sc = __ldg(reinterpret_cast<const float4*>(s.sc));     // 16-byte aligned (see Args)
+    } else {
+        float sc[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-    for (int e = 0; e < 4; ++e) if (e < s.sc_valid) sc[e] = __ldg(s.sc + e);
-    r.sc = make_float4(sc[0], sc[1], sc[2], sc[3]);
+        for (int e = 0; e < 4; ++e) if (e < sc_keys) sc[e] = __ldg(s.sc + e);
+        r.sc = make_float4(sc[0], sc[1], sc[2], sc[3]);
+    }
 }
 // ... and store them into a slice in shared memory.
 __device__ __forceinline__ void slice_store_regs(unsigned char* slice, int lane, const SliceRegs& r) {
@@ -219,11 +298,15 @@ __device__ __forceinline__ void i8x4_to_f16x2x2(u32 w, u32& lo, u32& hi) {
     lo = half2_as_u32(__hsub2(u32_as_half2(__byte_perm(u, 0x64646464u, 0x4140)), bias));
     hi = half2_as_u32(__hsub2(u32_as_half2(__byte_perm(u, 0x64646464u, 0x4342)), bias));
 }
-// Byte `b` of x and of y -> f16x2 (x_b, y_b), exactly (x, y already xor-ed with 0x80808080).
-__device__ __forceinline__ u32 i8_pair_to_f16x2(u32 x_biased, u32 y_biased, int b) {
-    const u32 sel = (u32)b | ((u32)(b + 4) << 4);                   // nibble 0: x_b, nibble 1: y_b
-    const u32 pair = __byte_perm(x_biased, y_biased, sel);        // [x_b, y_b, ., .]
-    const u32 h = __byte_perm(pair, 0x64646464u, 0x4140);          // [x_b, 0x64, y_b, 0x64]
+// V in P.V pairs two rows (keys) per f16x2. Two rows' words x and y (dims c..c+3 of each,
+// already xor-ed with 0x80808080) are interleaved once into [x0, y0, x1, y1] and [x2, y2, x3, y3];
+// each half of such a word then becomes the f16x2 (x_b, y_b) exactly.
+__device__ __forceinline__ void interleave_rows(u32 x_biased, u32 y_biased, u32& lo, u32& hi) {
+    lo = __byte_perm(x_biased, y_biased, 0x5140);
+    hi = __byte_perm(x_biased, y_biased, 0x7362);
+}
+__device__ __forceinline__ u32 pair_to_f16x2(u32 interleaved, int half) {
+    const u32 h = __byte_perm(interleaved, 0x64646464u, half ? 0x4342 : 0x4140);
     return half2_as_u32(__hsub2(u32_as_half2(h), u32_as_half2(0x64806480u)));
 }
 
@@ -245,121 +328,187 @@ __device__ __forceinline__ void mma16816(float c[4], const u32 a[4], u32 b0, u32
 #endif
 }
 
+// exp2 of an fp32 argument on the MUFU unit, flushing results below 2^-126 to zero. exp2f itself
+// compiles to the same MUFU.EX2 plus a rescaling detour for such tiny results; they are rounded to
+// fp16 (where they are 0 anyway) or added to a sum of at least 1, so the detour changes nothing.
+// CUDA C++ has no intrinsic for the flush-to-zero form, hence the PTX.
+__device__ __forceinline__ float exp2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 // ---------------------------------------------------------------- per-warp attention state
+// NTL m16 tiles of one warp (v1: NTL = 1; v2/v2t: NTL = TILES). With one tile the Q fragments
+// live in registers (qa); with two they live in shared memory at qs: [tile][k16 step][lane] uint4,
+// each lane reading back only the fragments it wrote.
+template <int NTL>
 struct WarpState {
-    u32 qa[KSTEPS][4];     // Q fragments (rows g, g+8), resident for the whole KV loop
-    float o[NT][4];        // output accumulator
-    float m[2];            // running max (log2 domain) of rows g, g+8
-    float l[2];            // this lane's part of the running sums
-    int row0;              // first query row of the warp (within the chunk)
+    u32 qa[NTL == 1 ? KSTEPS : 1][4];
+    uint4* qs;
+    float o[NTL][NT][4];   // output accumulators
+    float m[NTL][2];       // running max (log2 domain) of rows g, g+8
+    float l[NTL][2];       // this lane's part of the running sums
+    int hq[NTL];           // query head of each tile
+    int row0[NTL];         // first query row of each tile (within the chunk)
 };
 
-__device__ __forceinline__ void warp_init(const Args& a, int hq, int row0, int lane, WarpState& st) {
+template <int NTL>
+__device__ __forceinline__ void q_frag(const WarpState<NTL>& st, int tl, int ks, int lane, u32 f[4]) {
+    if constexpr (NTL == 1) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) f[e] = st.qa[ks][e];
+    } else {
+        const uint4 x = st.qs[tl * Q_TILE_FRAGS + ks * 32 + lane];
+        f[0] = x.x; f[1] = x.y; f[2] = x.z; f[3] = x.w;
+    }
+}
+
+// Load the tiles' Q fragments (st.hq and st.row0 set by the caller) and clear the state.
+// q_smem: NTL * Q_TILE_FRAGS uint4 of this warp (unused when NTL == 1).
+template <int NTL>
+__device__ __forceinline__ void warp_init(const Args& a, int lane, WarpState<NTL>& st, uint4* q_smem) {
     const int g = lane >> 2, t = lane & 3;
-    st.row0 = row0;
+    st.qs = q_smem;
 #pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-        const int row = row0 + g + 8 * rr;
-        const bool ok = row < a.n_q;
-        const __half* qrow = a.q + ((u64)hq * a.n_q + (ok ? row : 0)) * D;
+    for (int tl = 0; tl < NTL; ++tl) {
+        u32 qa[KSTEPS][4];
 #pragma unroll
-        for (int G = 0; G < GROUPS64; ++G) {
-            uint4 w0 = make_uint4(0, 0, 0, 0), w1 = w0;
-            if (ok) {
-                const uint4* p = reinterpret_cast<const uint4*>(qrow + 64 * G + 16 * t);
-                w0 = __ldg(p);
-                w1 = __ldg(p + 1);
-            }
-            const u32 w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+        for (int rr = 0; rr < 2; ++rr) {
+            const int row = st.row0[tl] + g + 8 * rr;
+            const bool ok = row < a.n_q;
+            const __half* qrow = a.q + ((u64)st.hq[tl] * a.n_q + (ok ? row : 0)) * D;
 #pragma unroll
-            for (int s = 0; s < 4; ++s) {
-                st.qa[4 * G + s][0 + rr] = w[2 * s];       // k 2t, 2t+1
-                st.qa[4 * G + s][2 + rr] = w[2 * s + 1];   // k 2t+8, 2t+9
+            for (int G = 0; G < GROUPS64; ++G) {
+                uint4 w0 = make_uint4(0, 0, 0, 0), w1 = w0;
+                if (ok) {
+                    const uint4* p = reinterpret_cast<const uint4*>(qrow + 64 * G + 16 * t);
+                    w0 = __ldg(p);
+                    w1 = __ldg(p + 1);
+                }
+                const u32 w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+                for (int s = 0; s < 4; ++s) {
+                    qa[4 * G + s][0 + rr] = w[2 * s];       // k 2t, 2t+1
+                    qa[4 * G + s][2 + rr] = w[2 * s + 1];   // k 2t+8, 2t+9
+                }
             }
         }
+#pragma unroll
+        for (int ks = 0; ks < KSTEPS; ++ks) {
+            if constexpr (NTL == 1) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) st.qa[ks][e] = qa[ks][e];
+            } else {
+                q_smem[tl * Q_TILE_FRAGS + ks * 32 + lane] = make_uint4(qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3]);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) st.o[tl][j][e] = 0.f;
+        st.m[tl][0] = st.m[tl][1] = PA_NEG_INF;
+        st.l[tl][0] = st.l[tl][1] = 0.f;
     }
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) st.o[j][e] = 0.f;
-    st.m[0] = st.m[1] = PA_NEG_INF;
-    st.l[0] = st.l[1] = 0.f;
 }
 
 // One softmax step over NS consecutive slices (16*NS keys starting at key j0) that sit in
-// shared memory at slices[0 .. NS-1] (each SLICE_BYTES long).
-template <int NS>
+// shared memory at slices[0 .. NS-1] (each SLICE_BYTES long), for every tile of the warp. Each
+// K and V fragment is converted from int8 once and fed to the MMAs of all tiles.
+// MASKED: apply the causal mask and the end of the cache (a step that needs no mask gives the
+// same bits with it). The fp32 arithmetic uses the _rn intrinsics, which the compiler may not
+// fuse into FMAs: a row's result then does not depend on how the code around it was compiled
+// (v2 and v2t, one tile or two, masked or not).
+template <int NS, bool MASKED, int NTL>
 __device__ __forceinline__ void warp_step(const Args& a, const unsigned char* slices, int j0, int lane,
-                                          WarpState& st) {
+                                          WarpState<NTL>& st) {
     const int g = lane >> 2, t = lane & 3;
     const int nk = a.ctx + a.n_q;
-    float s[NS][2][4];
+    float s[NTL][NS][2][4];
+#pragma unroll
+    for (int tl = 0; tl < NTL; ++tl)
+#pragma unroll
+        for (int n = 0; n < NS; ++n)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) s[tl][n][h][e] = 0.f;
     // ---- S = Q . K^T (raw integer-valued K, fp32 accumulation)
 #pragma unroll
     for (int n = 0; n < NS; ++n) {
         const unsigned char* sl = slices + n * SLICE_BYTES;
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
+        for (int G = 0; G < GROUPS64; ++G) {
+            u32 kw[2][4];
 #pragma unroll
-            for (int e = 0; e < 4; ++e) s[n][h][e] = 0.f;
-            const int krow = 4 * (g >> 1) + 2 * h + (g & 1);
+            for (int h = 0; h < 2; ++h) {
+                const uint4 x = *reinterpret_cast<const uint4*>(sl + k_rd_off(lane, h, G));
+                kw[h][0] = x.x; kw[h][1] = x.y; kw[h][2] = x.z; kw[h][3] = x.w;
+            }
 #pragma unroll
-            for (int G = 0; G < GROUPS64; ++G) {
-                const uint4 kw = *reinterpret_cast<const uint4*>(sl + slice_k_off(krow, 4 * G + t));
-                const u32 w[4] = {kw.x, kw.y, kw.z, kw.w};
+            for (int ss = 0; ss < 4; ++ss) {
+                u32 qf[NTL][4];
 #pragma unroll
-                for (int ss = 0; ss < 4; ++ss) {
+                for (int tl = 0; tl < NTL; ++tl) q_frag(st, tl, 4 * G + ss, lane, qf[tl]);
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
                     u32 b0, b1;
-                    i8x4_to_f16x2x2(w[ss], b0, b1);
-                    mma16816(s[n][h], st.qa[4 * G + ss], b0, b1);
+                    i8x4_to_f16x2x2(kw[h][ss], b0, b1);
+#pragma unroll
+                    for (int tl = 0; tl < NTL; ++tl) mma16816(s[tl][n][h], qf[tl], b0, b1);
                 }
             }
         }
     }
-    // ---- scale, mask, running max. One-slice steps (v2, v2t) mask only the step that crosses
-    // the diagonal or the end; v1's 64-key steps keep the PR's per-element mask (measured: the
-    // lean form made v1 8% slower on the H200, and v1 is the baseline).
+    // ---- scale, mask, running max. v1 (NS = 4) masks every step, as the PR's kernel does;
+    // v2/v2t mask only the steps that cross the diagonal or the end (MASKED).
     constexpr bool LEAN = NS == 1;
-    const bool masked = !LEAN || j0 + 16 * NS - 1 > a.ctx + st.row0;     // warp-uniform
-    float mx[2] = {PA_NEG_INF, PA_NEG_INF};
+    float mnew[NTL][2];
 #pragma unroll
-    for (int n = 0; n < NS; ++n) {
-        const float4 ks = *reinterpret_cast<const float4*>(slices + n * SLICE_BYTES + SLICE_KS_OFF + 16 * t);
-        const float kss[4] = {ks.x, ks.y, ks.z, ks.w};
+    for (int tl = 0; tl < NTL; ++tl) {
+        float mx[2] = {PA_NEG_INF, PA_NEG_INF};
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
+        for (int n = 0; n < NS; ++n) {
+            const float4 ks = *reinterpret_cast<const float4*>(slices + n * SLICE_BYTES + SLICE_KS_OFF + 16 * t);
+            const float kq[4] = {__fmul_rn(ks.x, a.qk_scale_log2), __fmul_rn(ks.y, a.qk_scale_log2),
+                                 __fmul_rn(ks.z, a.qk_scale_log2), __fmul_rn(ks.w, a.qk_scale_log2)};
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int rr = e >> 1;
-                float v = s[n][h][e] * (kss[2 * h + (e & 1)] * a.qk_scale_log2);
-                if (masked) {
-                    const int key = j0 + 16 * n + 4 * t + 2 * h + (e & 1);
-                    const int pos = a.ctx + st.row0 + g + 8 * rr;      // absolute query position
-                    v = (key <= pos && key < nk) ? v : PA_NEG_INF;
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int rr = e >> 1;
+                    float v = __fmul_rn(s[tl][n][h][e], kq[2 * h + (e & 1)]);
+                    if (MASKED) {
+                        const int key = j0 + 16 * n + 4 * t + 2 * h + (e & 1);
+                        const int pos = a.ctx + st.row0[tl] + g + 8 * rr;      // absolute query position
+                        v = (key <= pos && key < nk) ? v : PA_NEG_INF;
+                    }
+                    s[tl][n][h][e] = v;
+                    mx[rr] = fmaxf(mx[rr], v);
                 }
-                s[n][h][e] = v;
-                mx[rr] = fmaxf(mx[rr], v);
+        }
+        float alpha[2];
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+            mx[rr] = fmaxf(mx[rr], __shfl_xor_sync(0xffffffffu, mx[rr], 1));
+            mx[rr] = fmaxf(mx[rr], __shfl_xor_sync(0xffffffffu, mx[rr], 2));
+            const float mn = fmaxf(st.m[tl][rr], mx[rr]);
+            const float msafe = mn == PA_NEG_INF ? 0.f : mn;
+            alpha[rr] = exp2_ftz(__fsub_rn(st.m[tl][rr], msafe));
+            st.m[tl][rr] = mn;
+            mnew[tl][rr] = msafe;
+            st.l[tl][rr] = __fmul_rn(st.l[tl][rr], alpha[rr]);
+        }
+        // Rescale O only when some row's max moved (x 1.0 is exact: skipping it changes no bit);
+        // v1 rescales every step, as the PR's kernel does.
+        if (!LEAN || __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                st.o[tl][j][0] = __fmul_rn(st.o[tl][j][0], alpha[0]);
+                st.o[tl][j][1] = __fmul_rn(st.o[tl][j][1], alpha[0]);
+                st.o[tl][j][2] = __fmul_rn(st.o[tl][j][2], alpha[1]);
+                st.o[tl][j][3] = __fmul_rn(st.o[tl][j][3], alpha[1]);
             }
-    }
-    float alpha[2], mnew[2];
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-        mx[rr] = fmaxf(mx[rr], __shfl_xor_sync(0xffffffffu, mx[rr], 1));
-        mx[rr] = fmaxf(mx[rr], __shfl_xor_sync(0xffffffffu, mx[rr], 2));
-        mnew[rr] = fmaxf(st.m[rr], mx[rr]);
-        const float msafe = mnew[rr] == PA_NEG_INF ? 0.f : mnew[rr];
-        alpha[rr] = exp2f(st.m[rr] - msafe);
-        st.m[rr] = mnew[rr];
-        mnew[rr] = msafe;
-        st.l[rr] *= alpha[rr];
-    }
-    // Rescale O only when some row's max moved (x 1.0 is exact: skipping it changes no bit);
-    // v1 rescales every step, as the PR's kernel does.
-    if (!LEAN || __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-            st.o[j][0] *= alpha[0]; st.o[j][1] *= alpha[0];
-            st.o[j][2] *= alpha[1]; st.o[j][3] *= alpha[1];
         }
     }
     // ---- P (V scales and p_scale folded in, rounded to f16), then O += P . V
@@ -367,60 +516,75 @@ __device__ __forceinline__ void warp_step(const Args& a, const unsigned char* sl
     for (int n = 0; n < NS; ++n) {
         const unsigned char* sl = slices + n * SLICE_BYTES;
         const float4 vs = *reinterpret_cast<const float4*>(sl + SLICE_VS_OFF + 16 * t);
-        const float vss[4] = {vs.x * a.p_scale, vs.y * a.p_scale, vs.z * a.p_scale, vs.w * a.p_scale};
-        float p[2][4];
+        const float vss[4] = {__fmul_rn(vs.x, a.p_scale), __fmul_rn(vs.y, a.p_scale),
+                              __fmul_rn(vs.z, a.p_scale), __fmul_rn(vs.w, a.p_scale)};
+        u32 pa[NTL][4];
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
+        for (int tl = 0; tl < NTL; ++tl) {
+            float p[2][4];
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                p[h][e] = exp2f(s[n][h][e] - mnew[e >> 1]);
-                st.l[e >> 1] += p[h][e];
-            }
-        u32 pa[4];
-        pa[0] = half2_as_u32(__floats2half2_rn(p[0][0] * vss[0], p[0][1] * vss[1]));  // row g,   keys 4t, 4t+1
-        pa[1] = half2_as_u32(__floats2half2_rn(p[0][2] * vss[0], p[0][3] * vss[1]));  // row g+8
-        pa[2] = half2_as_u32(__floats2half2_rn(p[1][0] * vss[2], p[1][1] * vss[3]));  // row g,   keys 4t+2, 4t+3
-        pa[3] = half2_as_u32(__floats2half2_rn(p[1][2] * vss[2], p[1][3] * vss[3]));  // row g+8
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    p[h][e] = exp2_ftz(__fsub_rn(s[tl][n][h][e], mnew[tl][e >> 1]));
+                    st.l[tl][e >> 1] = __fadd_rn(st.l[tl][e >> 1], p[h][e]);
+                }
+            // rows g and g+8 of keys 4t, 4t+1 (pa 0, 1) and of keys 4t+2, 4t+3 (pa 2, 3)
+            pa[tl][0] = half2_as_u32(__floats2half2_rn(__fmul_rn(p[0][0], vss[0]), __fmul_rn(p[0][1], vss[1])));
+            pa[tl][1] = half2_as_u32(__floats2half2_rn(__fmul_rn(p[0][2], vss[0]), __fmul_rn(p[0][3], vss[1])));
+            pa[tl][2] = half2_as_u32(__floats2half2_rn(__fmul_rn(p[1][0], vss[2]), __fmul_rn(p[1][1], vss[3])));
+            pa[tl][3] = half2_as_u32(__floats2half2_rn(__fmul_rn(p[1][2], vss[2]), __fmul_rn(p[1][3], vss[3])));
+        }
         // V rows 4t..4t+3, NT contiguous bytes each (dims NT*g ...), biased for the conversion.
         u32 vw[4][NT / 4];
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
 #if PA_HEAD_DIM == 128
-            const uint4 x = *reinterpret_cast<const uint4*>(sl + slice_v_off(4 * t + r, g));
+            const uint4 x = *reinterpret_cast<const uint4*>(sl + v_rd_off(lane, r));
             vw[r][0] = x.x ^ 0x80808080u; vw[r][1] = x.y ^ 0x80808080u;
             vw[r][2] = x.z ^ 0x80808080u; vw[r][3] = x.w ^ 0x80808080u;
 #else
-            const uint2 x = *reinterpret_cast<const uint2*>(sl + slice_v_off(4 * t + r, g >> 1) + 8 * (g & 1));
+            const uint2 x = *reinterpret_cast<const uint2*>(sl + v_rd_off(lane, r));
             vw[r][0] = x.x ^ 0x80808080u; vw[r][1] = x.y ^ 0x80808080u;
 #endif
         }
 #pragma unroll
-        for (int j = 0; j < NT; ++j) {
-            const u32 b0 = i8_pair_to_f16x2(vw[0][j >> 2], vw[1][j >> 2], j & 3);
-            const u32 b1 = i8_pair_to_f16x2(vw[2][j >> 2], vw[3][j >> 2], j & 3);
-            mma16816(st.o[j], pa, b0, b1);
+        for (int w = 0; w < NT / 4; ++w) {
+            u32 k01[2], k23[2];                     // keys 4t, 4t+1 and 4t+2, 4t+3 of dims NT*g + 4w ..
+            interleave_rows(vw[0][w], vw[1][w], k01[0], k01[1]);
+            interleave_rows(vw[2][w], vw[3][w], k23[0], k23[1]);
+#pragma unroll
+            for (int jj = 0; jj < 4; ++jj) {
+                const u32 b0 = pair_to_f16x2(k01[jj >> 1], jj & 1);
+                const u32 b1 = pair_to_f16x2(k23[jj >> 1], jj & 1);
+#pragma unroll
+                for (int tl = 0; tl < NTL; ++tl) mma16816(st.o[tl][4 * w + jj], pa[tl], b0, b1);
+            }
         }
     }
 }
 
-// Row sums across the four lanes of a row, normalisation, store.
-__device__ __forceinline__ void warp_finish(const Args& a, int hq, int lane, WarpState& st) {
+// Row sums across the four lanes of a row, normalisation, store (every tile of the warp).
+template <int NTL>
+__device__ __forceinline__ void warp_finish(const Args& a, int lane, WarpState<NTL>& st) {
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
+    for (int tl = 0; tl < NTL; ++tl)
+#pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
-        float l = st.l[rr];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        float l = st.l[tl][rr];
+        l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 1));
+        l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 2));
         const float inv = 1.f / l;
-        const int row = st.row0 + g + 8 * rr;
+        const int row = st.row0[tl] + g + 8 * rr;
         if (row >= a.n_q) continue;
         float vals[2 * NT];
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
-            vals[j] = st.o[j][2 * rr + 0] * inv * a.inv_p_scale;        // dim NT*2t + j
-            vals[NT + j] = st.o[j][2 * rr + 1] * inv * a.inv_p_scale;   // dim NT*(2t+1) + j
+            vals[j] = __fmul_rn(__fmul_rn(st.o[tl][j][2 * rr + 0], inv), a.inv_p_scale);        // dim NT*2t + j
+            vals[NT + j] = __fmul_rn(__fmul_rn(st.o[tl][j][2 * rr + 1], inv), a.inv_p_scale);   // dim NT*(2t+1) + j
         }
-        const u64 off = ((u64)hq * a.n_q + row) * D + 2 * NT * t;
+        const u64 off = ((u64)st.hq[tl] * a.n_q + row) * D + 2 * NT * t;
 #if PA_OUT_F16
         __half* dst = reinterpret_cast<__half*>(a.out) + off;
 #pragma unroll
@@ -441,7 +605,12 @@ __device__ __forceinline__ void warp_finish(const Args& a, int hq, int lane, War
     }
 }
 
-// Number of keys rows row0 .. row0+rows-1 of the chunk can see (causal), and of 16-key slices.
+// Number of leading 16-key slices that every row from row0 on sees whole (no mask needed).
+__device__ __forceinline__ int unmasked_slices(const Args& a, int row0) {
+    return (a.ctx + row0 + 1) / SLICE_KEYS;
+}
+
+// Number of keys rows row0 .. row0+rows-1 of the chunk can see (causal).
 __device__ __forceinline__ int keys_needed(const Args& a, int row0, int rows) {
     const int last = min(row0 + rows, a.n_q) - 1;
     return a.ctx + last + 1;
@@ -454,7 +623,7 @@ __device__ __forceinline__ int keys_needed(const Args& a, int row0, int rows) {
     const __half *q, const signed char *k, const signed char *v, const float *k_scale,       \
         const float *v_scale, const int *page_table, void *out, int n_q, int ctx, int heads_q, \
         int heads_kv, int page_shift, float qk_scale_log2, float p_scale, float inv_p_scale, \
-        int scale_stride, int heads_per_cta
+        int scale_stride, int pair_heads
 #define PA_MAKE_ARGS(a)                                                                       \
     pa::Args a = {q, k, v, k_scale, v_scale, page_table, out, n_q, ctx, heads_q, heads_kv, \
-                  page_shift, qk_scale_log2, p_scale, inv_p_scale, scale_stride, heads_per_cta}
+                  page_shift, qk_scale_log2, p_scale, inv_p_scale, scale_stride, pair_heads}

@@ -15,10 +15,11 @@
 // MMA: m16n8k16, or m16n8k8 pairs on sm_75 / PA_FORCE_TURING.
 #include "pa_common.cuh"
 
-extern "C" __global__ void __launch_bounds__(pa::THREADS) pa_v1(PA_KERNEL_PARAMS) {
+extern "C" __global__ void __launch_bounds__(32 * pa::V1_WARPS, 1) pa_v1(PA_KERNEL_PARAMS) {
     using namespace pa;
     PA_MAKE_ARGS(a);
     constexpr int NS = 4;                               // slices per tile: 64 keys
+    constexpr int ROWS_PER_CTA = ROWS_PER_TILE * V1_WARPS;
     __shared__ __align__(16) unsigned char tile[NS * SLICE_BYTES];
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -26,17 +27,20 @@ extern "C" __global__ void __launch_bounds__(pa::THREADS) pa_v1(PA_KERNEL_PARAMS
     const int hkv = hq / (a.heads_q / a.heads_kv);
     const int cta_row0 = (gridDim.x - 1 - blockIdx.x) * ROWS_PER_CTA;
 
-    WarpState st;
-    warp_init(a, hq, cta_row0 + ROWS_PER_WARP * warp, lane, st);
+    WarpState<1> st;
+    st.hq[0] = hq;
+    st.row0[0] = cta_row0 + ROWS_PER_TILE * warp;
+    warp_init(a, lane, st, nullptr);
     const int n_keys = keys_needed(a, cta_row0, ROWS_PER_CTA);
 
     for (int j0 = 0; j0 < n_keys; j0 += NS * SLICE_KEYS) {
+        const int js = j0 + SLICE_KEYS * warp;          // this warp's slice of the tile
         SliceRegs r;
-        slice_load_regs(slice_src(a, hkv, j0 + SLICE_KEYS * warp, lane), lane, r);
+        slice_load_regs(slice_src(a, hkv, js, page_of(a, js), lane), lane, r);
         __syncthreads();                                // all warps are done with the previous tile
         slice_store_regs(tile + warp * SLICE_BYTES, lane, r);
         __syncthreads();                                // the tile is complete
-        warp_step<NS>(a, tile, j0, lane, st);
+        warp_step<NS, true>(a, tile, j0, lane, st);
     }
-    warp_finish(a, hq, lane, st);
+    warp_finish(a, lane, st);
 }

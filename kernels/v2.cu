@@ -1,20 +1,24 @@
 // v2 — int8-KV prompt attention with a warp-private, double-buffered cp.async pipeline.
 //
-// Tiling: a warp owns 16 query rows of one query head and works through the keys those rows see
-//   on its own, 16 keys (one slice) at a time: its Q fragments and fp32 output stay in
-//   registers. A CTA of 4 warps holds up to 4 query heads of one KV group (GQA) at the same 16
-//   rows — they stream the same slices at the same time, so the later warps' copies hit in L1 —
-//   or, without GQA, 4 consecutive 16-row blocks of one head. CTAs run longest-first.
+// Tiling: a warp owns TILES (2, or 1 with PA_TILES=1) m16 tiles of query rows that see the same
+//   keys — two query heads of one KV group at the same 16 rows, or 32 consecutive rows of one
+//   head where the heads do not pair — and works through those keys on its own, 16 keys (one
+//   slice) at a time. Each K/V fragment it converts from int8 feeds one MMA per tile. Its fp32
+//   outputs stay in registers; its Q fragments in registers (one tile) or in its own corner of
+//   shared memory (two tiles). A CTA is 2 warps: with paired heads, the 4 query heads of a KV
+//   group, whose copies of a slice meet in L1. Row blocks run longest-first.
 // Pipeline: each warp owns two shared-memory stages (a slice each: int8 K rows, int8 V rows,
 //   K scales, V scales). While it computes slice i from one stage it has cp.async copies of
 //   slice i+1 (K, V and the next slice's scales) in flight into the other. Every lane copies
 //   the same chunks to the same places as v2t and v1 (pa_common.cuh's copy plan); keys past
-//   the end of the cache are zero-filled by the copy itself.
-// Barriers: a warp reads and writes only its own stages, so __syncwarp() is the only barrier:
-//   one after cp.async.wait_group (the lanes' copies of slice i are visible to the whole warp)
-//   and one after the slice's math (nobody still reads the stage the next copy will refill).
-//   A warp whose rows are all past the chunk's end returns at once; nothing waits for it.
-// Shared memory: 4 warps x 2 stages x (32*D + 128) bytes = 33.8 KB at D=128.
+//   the end of the cache are zero-filled by the copy itself. The page-table entry of a slice is
+//   read one slice before its copy is issued.
+// Barriers: a warp reads and writes only its own stages and Q fragments, so __syncwarp() is the
+//   only barrier: one after cp.async.wait_group (the lanes' copies of slice i are visible to the
+//   whole warp) and one after the slice's math (nobody still reads the stage the next copy will
+//   refill). A warp with no tiles returns at once; nothing waits for it.
+// Shared memory: 2 warps x (2 stages x (32*D + 128) B + TILES x 16 x D x 2 B of Q) = 33 KB at
+//   D=128 with two tiles.
 // Needs cp.async: sm_80 or newer, m16n8k16 MMAs. There is no Turing path (that is v2t).
 #include "pa_common.cuh"
 #include <cuda_pipeline_primitives.h>
@@ -36,42 +40,62 @@ __device__ __forceinline__ void cp_async_ca16(void* dst, const void* src, int sr
 }
 
 // Start the copies of one slice into `stage` (this lane's share of the copy plan).
-__device__ __forceinline__ void issue(const pa::Args& a, int hkv, int j0, int lane, unsigned char* stage) {
+__device__ __forceinline__ void issue(const pa::Args& a, int hkv, int j0, int page, int lane, unsigned char* stage) {
     using namespace pa;
-    const SliceSrc s = slice_src(a, hkv, j0, lane);
+    const SliceSrc s = slice_src(a, hkv, j0, page, lane);
+    if (s.keys_left >= SLICE_KEYS) {                    // a whole slice (all but the last)
 #pragma unroll
-    for (int i = 0; i < CHUNKS_PER_LANE; ++i) {
-        cp_async_ca16(stage + slice_dst_k(lane, i), s.k[i], s.kv_ok[i] ? 16 : 0);
-        cp_async_ca16(stage + slice_dst_v(lane, i), s.v[i], s.kv_ok[i] ? 16 : 0);
+        for (int i = 0; i < CHUNKS_PER_LANE; ++i) {
+            cp_async_ca16(stage + slice_dst_k(lane, i), chunk_src(s.k, lane, i, true), 16);
+            cp_async_ca16(stage + slice_dst_v(lane, i), chunk_src(s.v, lane, i, true), 16);
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < CHUNKS_PER_LANE; ++i) {
+            const bool ok = chunk_ok(s, lane, i);
+            cp_async_ca16(stage + slice_dst_k(lane, i), chunk_src(s.k, lane, i, ok), ok ? 16 : 0);
+            cp_async_ca16(stage + slice_dst_v(lane, i), chunk_src(s.v, lane, i, ok), ok ? 16 : 0);
+        }
     }
-    if (lane < 8) cp_async_ca16(stage + slice_dst_sc(lane), s.sc, 4 * s.sc_valid);
+    if (lane < 8) cp_async_ca16(stage + slice_dst_sc(lane), s.sc, 4 * scale_keys(s, lane));
     __pipeline_commit();
+}
+
+// One iteration of the pipeline: start slice i+1's copies, wait for slice i, compute it.
+template <bool MASKED>
+__device__ __forceinline__ void pipeline_step(const pa::Args& a, int hkv, int i, int n_slices, int lane,
+                                              int& page_next, unsigned char (*stages)[pa::SLICE_BYTES],
+                                              pa::WarpState<pa::TILES>& st) {
+    using namespace pa;
+    if (i + 1 < n_slices) issue(a, hkv, (i + 1) * SLICE_KEYS, page_next, lane, stages[(i + 1) & 1]);
+    else __pipeline_commit();                       // an empty group keeps the count uniform
+    page_next = page_of(a, (i + 2) * SLICE_KEYS);   // for the next iteration's copy
+    __pipeline_wait_prior(1);                       // slice i has landed (this lane's copies)
+    __syncwarp();                                   // ... and every lane's
+    warp_step<1, MASKED>(a, stages[i & 1], i * SLICE_KEYS, lane, st);
+    __syncwarp();                                   // stage i&1 may be refilled
 }
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(pa::THREADS) pa_v2(PA_KERNEL_PARAMS) {
+extern "C" __global__ void __launch_bounds__(32 * pa::V2_WARPS) pa_v2(PA_KERNEL_PARAMS) {
     using namespace pa;
     PA_MAKE_ARGS(a);
-    __shared__ __align__(16) unsigned char stages[WARPS][2][SLICE_BYTES];
+    __shared__ __align__(16) unsigned char stages[V2_WARPS][2][SLICE_BYTES];
+    __shared__ uint4 q_frags[V2_WARPS][TILES == 1 ? 1 : TILES * Q_TILE_FRAGS];
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int hq, row0;
-    warp_rows(a, warp, hq, row0);
-    const int hkv = hq / (a.heads_q / a.heads_kv);
-    if (row0 >= a.n_q) return;
+    WarpState<TILES> st;
+    if (!warp_tiles(a, warp, st.hq, st.row0)) return;
+    const int hkv = st.hq[0] / (a.heads_q / a.heads_kv);
+    warp_init(a, lane, st, q_frags[warp]);
+    const int n_slices = (keys_needed(a, st.row0[TILES - 1], ROWS_PER_TILE) + SLICE_KEYS - 1) / SLICE_KEYS;
+    const int n_open = unmasked_slices(a, st.row0[0]);  // slices before the diagonal: no mask
 
-    WarpState st;
-    warp_init(a, hq, row0, lane, st);
-    const int n_slices = (keys_needed(a, row0, ROWS_PER_WARP) + SLICE_KEYS - 1) / SLICE_KEYS;
-
-    issue(a, hkv, 0, lane, stages[warp][0]);
-    for (int i = 0; i < n_slices; ++i) {
-        if (i + 1 < n_slices) issue(a, hkv, (i + 1) * SLICE_KEYS, lane, stages[warp][(i + 1) & 1]);
-        else __pipeline_commit();                       // an empty group keeps the count uniform
-        __pipeline_wait_prior(1);                       // slice i has landed (this lane's copies)
-        __syncwarp();                                   // ... and every lane's
-        warp_step<1>(a, stages[warp][i & 1], i * SLICE_KEYS, lane, st);
-        __syncwarp();                                   // stage i&1 may be refilled
-    }
-    warp_finish(a, hq, lane, st);
+    issue(a, hkv, 0, page_of(a, 0), lane, stages[warp][0]);
+    int page_next = page_of(a, SLICE_KEYS);
+    int i = 0;
+    for (; i < n_open; ++i) pipeline_step<false>(a, hkv, i, n_slices, lane, page_next, stages[warp], st);
+    for (; i < n_slices; ++i) pipeline_step<true>(a, hkv, i, n_slices, lane, page_next, stages[warp], st);
+    warp_tiles(a, warp, st.hq, st.row0);                // again: not kept in registers through the loop
+    warp_finish(a, lane, st);
 }

@@ -1,47 +1,61 @@
 // v2t — v2 with register staging instead of cp.async (PR 2092's change): runs on sm_75+.
 //
-// Tiling: as v2. A warp owns 16 query rows of one query head and walks the keys they see 16 at a
-//   time (one slice), on its own; a CTA's 4 warps are query heads of one KV group at the same
-//   rows where GQA allows it (their global loads of the same slice then hit in L1).
+// Tiling: as v2. A warp owns TILES m16 query tiles that see the same keys (two query heads of a
+//   KV group at the same 16 rows, or 32 rows of one head) and walks those keys 16 at a time (one
+//   slice), on its own; each converted K/V fragment feeds one MMA per tile. A CTA is 2 warps.
 // Pipeline: as v2, but the next slice travels through registers. Before computing slice i the
 //   warp issues ordinary 16-byte global loads of slice i+1 into registers (D/32 uint4 of K and
 //   D/32 of V per lane — 4 + 4 at D=128 — plus one of scales on lanes 0-7); they are in flight
 //   during slice i's S = Q.K^T, softmax and P.V, and after P.V the lanes store them into the
 //   warp's other stage. The copy plan is pa_common.cuh's, the one v2's cp.async uses: the same
 //   bytes land in the same places, the math is the same code, so on the same MMA path v2t's
-//   output is bitwise identical to v2's.
+//   output is bitwise identical to v2's. Page-table entries are read one slice ahead, as in v2.
 // Barriers: only __syncwarp(): one per slice, after the store into the other stage; it both
 //   publishes slice i+1 to the warp and guarantees nobody still reads stage i&1 when slice i+2
-//   is stored into it. A warp whose rows are all past the chunk's end returns at once.
-// Shared memory: 4 warps x 2 stages x (32*D + 128) bytes = 33.8 KB at D=128.
+//   is stored into it. A warp with no tiles returns at once.
+// Shared memory: as v2, 33 KB at D=128 with two tiles (Turing allows 64 KB).
 // MMA: m16n8k16 on sm_80+, m16n8k8 pairs on sm_75 and with PA_FORCE_TURING.
 #include "pa_common.cuh"
 
-extern "C" __global__ void __launch_bounds__(pa::THREADS) pa_v2t(PA_KERNEL_PARAMS) {
+namespace {
+// One iteration of the pipeline: load slice i+1 into registers, compute slice i, store slice i+1.
+template <bool MASKED>
+__device__ __forceinline__ void pipeline_step(const pa::Args& a, int hkv, int i, int n_slices, int lane,
+                                              int& page_next, unsigned char (*stages)[pa::SLICE_BYTES],
+                                              pa::WarpState<pa::TILES>& st) {
+    using namespace pa;
+    const bool more = i + 1 < n_slices;
+    SliceRegs next;
+    if (more) slice_load_regs(slice_src(a, hkv, (i + 1) * SLICE_KEYS, page_next, lane), lane, next);  // issue()
+    page_next = page_of(a, (i + 2) * SLICE_KEYS);   // for the next iteration's loads
+    warp_step<1, MASKED>(a, stages[i & 1], i * SLICE_KEYS, lane, st);
+    if (more) slice_store_regs(stages[(i + 1) & 1], lane, next);                     // store_stage()
+    __syncwarp();
+}
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(32 * pa::V2_WARPS) pa_v2t(PA_KERNEL_PARAMS) {
     using namespace pa;
     PA_MAKE_ARGS(a);
-    __shared__ __align__(16) unsigned char stages[WARPS][2][SLICE_BYTES];
+    __shared__ __align__(16) unsigned char stages[V2_WARPS][2][SLICE_BYTES];
+    __shared__ uint4 q_frags[V2_WARPS][TILES == 1 ? 1 : TILES * Q_TILE_FRAGS];
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int hq, row0;
-    warp_rows(a, warp, hq, row0);
-    const int hkv = hq / (a.heads_q / a.heads_kv);
-    if (row0 >= a.n_q) return;
+    WarpState<TILES> st;
+    if (!warp_tiles(a, warp, st.hq, st.row0)) return;
+    const int hkv = st.hq[0] / (a.heads_q / a.heads_kv);
+    warp_init(a, lane, st, q_frags[warp]);
+    const int n_slices = (keys_needed(a, st.row0[TILES - 1], ROWS_PER_TILE) + SLICE_KEYS - 1) / SLICE_KEYS;
+    const int n_open = unmasked_slices(a, st.row0[0]);  // slices before the diagonal: no mask
 
-    WarpState st;
-    warp_init(a, hq, row0, lane, st);
-    const int n_slices = (keys_needed(a, row0, ROWS_PER_WARP) + SLICE_KEYS - 1) / SLICE_KEYS;
-
-    SliceRegs next;
-    slice_load_regs(slice_src(a, hkv, 0, lane), lane, next);
-    slice_store_regs(stages[warp][0], lane, next);
+    SliceRegs first;
+    slice_load_regs(slice_src(a, hkv, 0, page_of(a, 0), lane), lane, first);
+    slice_store_regs(stages[warp][0], lane, first);
+    int page_next = page_of(a, SLICE_KEYS);
     __syncwarp();
-    for (int i = 0; i < n_slices; ++i) {
-        const bool more = i + 1 < n_slices;
-        if (more) slice_load_regs(slice_src(a, hkv, (i + 1) * SLICE_KEYS, lane), lane, next);  // issue()
-        warp_step<1>(a, stages[warp][i & 1], i * SLICE_KEYS, lane, st);
-        if (more) slice_store_regs(stages[warp][(i + 1) & 1], lane, next);                     // store_stage()
-        __syncwarp();
-    }
-    warp_finish(a, hq, lane, st);
+    int i = 0;
+    for (; i < n_open; ++i) pipeline_step<false>(a, hkv, i, n_slices, lane, page_next, stages[warp], st);
+    for (; i < n_slices; ++i) pipeline_step<true>(a, hkv, i, n_slices, lane, page_next, stages[warp], st);
+    warp_tiles(a, warp, st.hq, st.row0);                // again: not kept in registers through the loop
+    warp_finish(a, lane, st);
 }

@@ -74,7 +74,8 @@ class CudaBackend:
         self.props = props
         self.cc = int(props["major"]) * 10 + int(props["minor"])
         self._kernels: dict[K.KernelBuild, object] = {}
-        self.gqa_cta = True            # v2/v2t: group a KV group's query heads in one CTA
+        self.tiles: int | None = None  # v2/v2t: m16 query tiles per warp (None: K.choose_tiles)
+        self.pair_heads = True         # v2/v2t: a warp's two tiles are two heads of one KV group
         self._flush_buf = None
         self._peer = None
 
@@ -104,12 +105,15 @@ class CudaBackend:
             "kernel_sources": K.source_hashes(),
             "compile_options": list(K.BASE_OPTIONS) + ["-D... per build (see builds)", "--gpu-architecture=<device>"],
             "builds": [
-                {"variant": b.variant, "options": list(b.defines()), "mma": K.mma_shape(self.cc, b.force_turing)}
+                {"variant": b.variant, "options": list(b.defines()), "mma": K.mma_shape(self.cc, b.force_turing),
+                 "tiles": b.tiles if b.variant != "v1" else 1}
                 for b in self._kernels
             ],
-            "cta": {"threads": K.THREADS_PER_CTA, "v1": "64 rows of one query head",
-                    "v2/v2t": "gcd(Hq/Hkv, 4) query heads of one KV group x 16 rows each"
-                              if self.gqa_cta else "64 rows of one query head"},
+            "cta": {"v1": "4 warps x 16 rows of one query head",
+                    "v2/v2t": "2 warps x T m16 tiles (T per shape: the tiles column of the builds, "
+                              "pa_bench.kernels.choose_tiles); with T = 2 the tiles are two query heads of one "
+                              "KV group at the same 16 rows when the group has an even number of heads, "
+                              "else 32 rows of one head"},
         }
 
     # ------------------------------------------------------------------ support
@@ -185,7 +189,14 @@ class CudaBackend:
             paged=problem.layout == "paged",
             out_f16=problem.out_dtype == "float16",
             force_turing=self.force_turing,
+            tiles=1 if variant == "v1" else self.tiles_for(problem),
         )
+
+    def tiles_for(self, problem) -> int:
+        """m16 tiles per v2/v2t warp on this problem (the override, else K.choose_tiles)."""
+        if self.tiles is not None:
+            return self.tiles
+        return K.choose_tiles(problem.queries, problem.heads_q, problem.heads_kv, int(self.props["multiProcessorCount"]))
 
     def kernel(self, build: K.KernelBuild):
         fn = self._kernels.get(build)
@@ -199,11 +210,9 @@ class CudaBackend:
             self._kernels[build] = fn
         return fn
 
-    def heads_per_cta(self, variant: str, problem) -> int:
-        """Query heads of one KV group that share a v2/v2t CTA (v1 keeps one head per CTA)."""
-        if variant == "v1" or not self.gqa_cta:
-            return 1
-        return math.gcd(problem.heads_q // problem.heads_kv, 4)
+    def geometry(self, variant: str, problem) -> K.LaunchGeometry:
+        return K.launch_geometry(variant, problem.queries, problem.heads_q, problem.heads_kv,
+                                 tiles=self.tiles_for(problem), pair_heads=self.pair_heads)
 
     def _include_options(self) -> tuple[str, ...]:
         """The CUDA headers (cuda_fp16.h, cuda_pipeline_primitives.h) for NVRTC, where found."""
@@ -218,22 +227,19 @@ class CudaBackend:
 
     def launcher(self, prep: Prepared, variant: str, out=None):
         """A no-argument callable that launches ``variant`` once (asynchronously)."""
-        cp = self.cp
         inp = prep.inputs
         pb = inp.problem
         fn = self.kernel(self.build(variant, pb))
         out = prep.out_a if out is None else out
         body = out[GUARD_ELEMS:]
-        hpc = self.heads_per_cta(variant, pb)
-        rows_per_cta = 16 * (4 // hpc)
-        grid = ((pb.queries + rows_per_cta - 1) // rows_per_cta, pb.heads_q // hpc)
+        geo = self.geometry(variant, pb)
+        grid, block = geo.grid, (geo.block,)
         args = (
             prep.q, prep.k, prep.v, prep.ks, prep.vs, prep.table, body,
             np.int32(pb.queries), np.int32(pb.context), np.int32(pb.heads_q), np.int32(pb.heads_kv),
             np.int32(prep.page_shift), np.float32(inp.qk_scale_log2), np.float32(inp.p_scale),
-            np.float32(1.0 / inp.p_scale), np.int32(prep.ks.shape[-1]), np.int32(hpc),
+            np.float32(1.0 / inp.p_scale), np.int32(prep.ks.shape[-1]), np.int32(geo.pair_heads),
         )
-        block = (K.THREADS_PER_CTA,)
 
         def launch():
             fn(grid, block, args)

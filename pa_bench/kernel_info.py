@@ -20,9 +20,9 @@ from pa_bench import kernels as K
 from pa_bench.errors import PaBenchError
 
 CTA_DESC = {
-    "v1": f"{K.THREADS_PER_CTA} threads: 4 warps x 16 rows of one query head",
-    "v2": f"{K.THREADS_PER_CTA} threads: 4 warps x 16 rows; up to 4 query heads of one KV group",
-    "v2t": f"{K.THREADS_PER_CTA} threads: 4 warps x 16 rows; up to 4 query heads of one KV group",
+    "v1": f"{K.THREADS_PER_CTA['v1']} threads: 4 warps x 16 rows of one query head",
+    "v2": f"{K.THREADS_PER_CTA['v2']} threads: 2 warps x {K.DEFAULT_TILES} m16 tiles (query heads of one KV group)",
+    "v2t": f"{K.THREADS_PER_CTA['v2t']} threads: 2 warps x {K.DEFAULT_TILES} m16 tiles (query heads of one KV group)",
 }
 
 

@@ -7,6 +7,7 @@ their compile options from here, so the code that is checked is the code that ru
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,8 +16,9 @@ KERNEL_DIR = Path(os.environ.get("PA_BENCH_KERNELS", Path(__file__).resolve().pa
 HEADER = "pa_common.cuh"
 KERNEL_VARIANTS = ("v1", "v2", "v2t")
 ARCHS = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90")
-THREADS_PER_CTA = 128
-ROWS_PER_CTA = 64
+THREADS_PER_CTA = {"v1": 128, "v2": 64, "v2t": 64}   # v1: 4 warps; v2/v2t: 2 warps
+TILE_ROWS = 16                                          # query rows of one m16 MMA tile
+DEFAULT_TILES = 2                                       # v2/v2t: m16 tiles per warp (1 or 2)
 MIN_ARCH = {"v1": 75, "v2": 80, "v2t": 75}
 # Common compile options (NVRTC and nvcc understand both spellings used here).
 BASE_OPTIONS = ("-std=c++17",)
@@ -31,18 +33,20 @@ class KernelBuild:
     paged: bool = True
     out_f16: bool = False
     force_turing: bool = False
+    tiles: int = DEFAULT_TILES      # v2/v2t only: m16 query tiles per warp (v1 always has one)
 
     @property
     def function(self) -> str:
         return f"pa_{self.variant}"
 
     def defines(self) -> tuple[str, ...]:
+        tiles = () if self.variant == "v1" else (f"-DPA_TILES={self.tiles}",)
         return (
             f"-DPA_HEAD_DIM={self.head_dim}",
             f"-DPA_PAGED={int(self.paged)}",
             f"-DPA_OUT_F16={int(self.out_f16)}",
             f"-DPA_FORCE_TURING={int(self.force_turing)}",
-        )
+        ) + tiles
 
     def options(self) -> tuple[str, ...]:
         return BASE_OPTIONS + self.defines() + (f"-I{KERNEL_DIR}",)
@@ -67,6 +71,45 @@ def source_hashes() -> dict[str, str]:
     for name in (HEADER,) + tuple(f"{v}.cu" for v in KERNEL_VARIANTS):
         out[name] = hashlib.sha256((KERNEL_DIR / name).read_bytes()).hexdigest()[:16]
     return out
+
+
+@dataclass(frozen=True)
+class LaunchGeometry:
+    """Grid, block and the tile pairing argument of one kernel launch."""
+
+    grid: tuple[int, int]
+    block: int
+    pair_heads: bool
+
+
+def launch_geometry(variant: str, queries: int, heads_q: int, heads_kv: int, tiles: int = DEFAULT_TILES,
+                    pair_heads: bool = True) -> LaunchGeometry:
+    """How a variant's CTAs cover the chunk (see warp_tiles in pa_common.cuh).
+
+    v1: a CTA of 4 warps holds 64 rows of one query head. v2/v2t: a CTA of 2 warps; a warp holds
+    ``tiles`` m16 tiles, as two query heads of one KV group at the same 16 rows when the group has
+    an even number of heads (``pair_heads``), else as 32 rows of one head.
+    """
+    if variant == "v1":
+        return LaunchGeometry((-(-queries // (4 * TILE_ROWS)), heads_q), THREADS_PER_CTA["v1"], False)
+    if tiles not in (1, 2):
+        raise ValueError(f"tiles must be 1 or 2, not {tiles}")
+    pair = tiles == 2 and pair_heads and (heads_q // heads_kv) % 2 == 0
+    rows = TILE_ROWS * (1 if pair else tiles)           # rows of one row block
+    warps = heads_q // 2 if pair else heads_q           # warp tasks per row block
+    warps_per_cta = THREADS_PER_CTA[variant] // 32
+    return LaunchGeometry((-(-queries // rows), -(-warps // warps_per_cta)), THREADS_PER_CTA[variant], pair)
+
+
+def choose_tiles(queries: int, heads_q: int, heads_kv: int, sm_count: int) -> int:
+    """m16 tiles per v2/v2t warp for a chunk: 2 unless that leaves fewer than two warps per SM.
+
+    Two tiles halve the int8 conversion work per MMA, but also halve the number of warps; on a
+    small chunk (2.1Kx256 with 32 heads: 256 warps on the H200's 132 SMs) one tile per warp is
+    faster. Either way every row gets the same bits (a GPU test checks it).
+    """
+    warps = math.prod(launch_geometry("v2", queries, heads_q, heads_kv, tiles=2).grid) * 2
+    return 2 if warps >= 2 * sm_count else 1
 
 
 def mma_shape(arch_cc: int, force_turing: bool) -> str:

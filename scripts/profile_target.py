@@ -21,10 +21,10 @@ def main() -> None:
     ap.add_argument("--variant", default="v2")
     ap.add_argument("--shape", default="32Kx1024")
     ap.add_argument("--launches", type=int, default=3)
-    ap.add_argument("--no-gqa-cta", action="store_true", help="one query head per v2/v2t CTA")
+    ap.add_argument("--tiles", type=int, default=None, help="v2/v2t: m16 query tiles per warp (1 or 2; default: per shape)")
     args = ap.parse_args()
     backend = CudaBackend()
-    backend.gqa_cta = not args.no_gqa_cta
+    backend.tiles = args.tiles
     pb = Problem(parse_shape(args.shape))
     prep = backend.prepare(make_inputs(pb))
     launch = backend.launcher(prep, args.variant)

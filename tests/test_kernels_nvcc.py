@@ -75,10 +75,14 @@ def test_forced_turing_path_uses_k8_everywhere_and_drops_v2(turing_table):
 
 
 def test_v1_smem_is_one_stage_and_v2_two_per_warp(table):
+    d = table[0]["head_dim"]
     v1 = _row(table, "v1", "sm_90")["smem_bytes"]
     v2 = _row(table, "v2", "sm_90")["smem_bytes"]
     v2t = _row(table, "v2t", "sm_90")["smem_bytes"]
-    assert v2 == v2t == 2 * v1        # 4 warps x 2 slices vs one 4-slice tile
+    slice_bytes = 2 * 16 * d + 2 * 16 * 4            # 16 keys of K and V, their K and V scales
+    assert v1 == 4 * slice_bytes                       # one 4-slice tile for the CTA
+    q_tile = 16 * d * 2                                # one m16 tile of fp16 Q
+    assert v2 == v2t == 2 * (2 * slice_bytes + K.DEFAULT_TILES * q_tile)   # 2 warps x (2 stages + Q)
 
 
 def test_variant_files_open_with_a_design_comment():
@@ -91,13 +95,17 @@ def test_variant_files_open_with_a_design_comment():
             assert word in text, f"{v}.cu's opening comment does not explain its {word}"
 
 
-def test_inline_ptx_only_for_mma():
-    """Inline PTX only for mma.sync and the L1-allocating 16-byte cp.async (.ca), which CUDA
-    C++ has no intrinsic for (__pipeline_memcpy_async issues 16-byte copies as .cg)."""
+def test_inline_ptx_only_where_cuda_has_no_intrinsic():
+    """Inline PTX only for mma.sync, the L1-allocating 16-byte cp.async (.ca) (CUDA C++'s
+    __pipeline_memcpy_async issues 16-byte copies as .cg) and the flush-to-zero ex2."""
+    seen = 0
     for name in (K.HEADER,) + tuple(f"{v}.cu" for v in K.KERNEL_VARIANTS):
         src = (K.KERNEL_DIR / name).read_text()
-        for asm in re.findall(r'asm volatile\(\s*"([^"]+)', src):
-            assert asm.startswith(("mma.sync", "cp.async.ca.shared.global")), f"{name}: inline PTX {asm!r}"
+        for asm in re.findall(r'\basm(?:\s+volatile)?\s*\(\s*"([^"]+)', src):
+            seen += 1
+            assert asm.startswith(("mma.sync", "cp.async.ca.shared.global", "ex2.approx.ftz.f32")), \
+                f"{name}: inline PTX {asm!r}"
+    assert seen >= 3
 
 
 def test_format_table_lists_every_row(table):

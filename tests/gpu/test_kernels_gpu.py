@@ -112,17 +112,23 @@ def test_forced_turing_path(turing_backend, shape, layout_key):
         _check_parity(turing_backend, prep, inputs, rows, ref, v)
 
 
-def test_gqa_grouped_ctas_match_one_head_per_cta(backend):
-    """v2/v2t put a KV group's query heads in one CTA; the old one-head CTAs must agree bitwise."""
-    pb, inputs, prep, rows, ref = _case(backend, "1023x113", "d128-gqa-paged64-realistic")
-    assert backend.heads_per_cta("v2t", pb) == 4 and backend.heads_per_cta("v1", pb) == 1
-    grouped = {v: backend.compute(prep, v, None).full_hash for v in ("v2", "v2t")}
-    backend.gqa_cta = False
-    try:
-        single = {v: backend.compute(prep, v, None).full_hash for v in ("v2", "v2t")}
-    finally:
-        backend.gqa_cta = True
-    assert grouped == single
+@pytest.mark.parametrize("layout_key", list(LAYOUTS))
+def test_tile_layouts_agree_bitwise(backend, layout_key):
+    """A row's arithmetic does not depend on the tile or warp that computes it: v2/v2t with two
+    query heads per warp, two 16-row blocks of one head per warp, and one tile per warp give the
+    same bits (and v2t the same as v2 in each)."""
+    from pa_bench import kernels as K
+
+    pb, inputs, prep, rows, ref = _case(backend, "1023x113", layout_key)
+    hashes = {}
+    for tiles, pair in ((2, True), (2, False), (1, True)):
+        backend.tiles, backend.pair_heads = tiles, pair
+        try:
+            hashes[(tiles, pair)] = {v: backend.compute(prep, v, None).full_hash for v in ("v2", "v2t")}
+        finally:
+            backend.tiles, backend.pair_heads = None, True
+    assert all(h["v2"] == h["v2t"] for h in hashes.values()), hashes
+    assert len({h["v2"] for h in hashes.values()}) == 1, hashes
 
 
 def test_nan_in_unused_pool_slots_never_leaks(backend):
