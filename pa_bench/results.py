@@ -48,21 +48,23 @@ def now_utc_iso() -> str:
 
 
 def git_commit(repo_path: str | Path = ".") -> str | None:
-    """HEAD's commit hash of the git repository at `repo_path`.
+    """The commit the work tree at `repo_path` was taken from.
 
-    Where the tree is a copy without ``.git`` (a remote GPU machine), the environment variable
-    ``PA_BENCH_GIT_COMMIT`` names it instead; None if neither is known.
+    ``PA_BENCH_GIT_COMMIT`` names it where it is set (a copy of the tree on a remote GPU
+    machine may carry no ``.git``, or a stale one); otherwise HEAD of the repository; None if
+    neither is known.
     """
-    out = _git(repo_path, "rev-parse", "HEAD")
-    if out and re.fullmatch(r"[0-9a-f]{7,64}", out):
-        return out
     given = os.environ.get("PA_BENCH_GIT_COMMIT", "").strip()
-    return given if re.fullmatch(r"[0-9a-f]{7,64}", given) else None
+    if given:
+        return given if re.fullmatch(r"[0-9a-f]{7,64}", given) else None
+    out = _git(repo_path, "rev-parse", "HEAD")
+    return out if out and re.fullmatch(r"[0-9a-f]{7,64}", out) else None
 
 
 def git_dirty(repo_path: str | Path = ".") -> bool | None:
-    """True if the work tree has uncommitted changes; None if unknown."""
-    if git_commit(repo_path) is None:
+    """True if the work tree has uncommitted changes; None if unknown (also when the commit
+    was named by ``PA_BENCH_GIT_COMMIT``: the local repository may not be that commit)."""
+    if os.environ.get("PA_BENCH_GIT_COMMIT", "").strip() or git_commit(repo_path) is None:
         return None
     out = _git(repo_path, "status", "--porcelain", "--untracked-files=no")
     return None if out is None else bool(out)

@@ -151,7 +151,8 @@ def test_newest_runs_falls_back_to_mtime(tmp_path):
     assert newest_runs(tmp_path, 2) == [b, a]
 
 
-def test_git_commit_and_time(tmp_path):
+def test_git_commit_and_time(tmp_path, monkeypatch):
+    monkeypatch.delenv("PA_BENCH_GIT_COMMIT", raising=False)
     assert git_commit(tmp_path) is None  # not a repository
     here = git_commit(os.path.dirname(__file__))
     assert here is None or len(here) == 40
@@ -166,3 +167,14 @@ def test_git_commit_falls_back_to_the_environment_outside_a_repo(tmp_path, monke
     assert git_commit(tmp_path) == "0123abcd"
     monkeypatch.setenv("PA_BENCH_GIT_COMMIT", "not a hash")
     assert git_commit(tmp_path) is None
+
+
+def test_the_environment_names_the_commit_even_inside_a_repo(monkeypatch):
+    """A tree copied to a GPU machine may carry a stale .git: the named commit wins, and
+    whether the tree is dirty is then unknown."""
+    from pa_bench.results import git_commit, git_dirty
+
+    repo = os.path.dirname(os.path.dirname(__file__))
+    monkeypatch.setenv("PA_BENCH_GIT_COMMIT", "89abcdef")
+    assert git_commit(repo) == "89abcdef"
+    assert git_dirty(repo) is None
