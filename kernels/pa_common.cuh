@@ -605,6 +605,36 @@ __device__ __forceinline__ void warp_finish(const Args& a, int lane, WarpState<N
     }
 }
 
+// ---------------------------------------------------------------- v2/v2t: what both pipelines share
+// Shared memory of a pipelined CTA: each warp's two stages and its Q fragments (two tiles).
+struct PipelinedSmem {
+    __align__(16) unsigned char stages[V2_WARPS][2][SLICE_BYTES];
+    uint4 q_frags[V2_WARPS][TILES == 1 ? 1 : TILES * Q_TILE_FRAGS];
+};
+// A warp's KV head and key range: slices [0, n_open) need no mask, [n_open, n_slices) do.
+struct WarpKeys {
+    int hkv, n_slices, n_open;
+};
+__device__ __forceinline__ int unmasked_slices(const Args& a, int row0);
+__device__ __forceinline__ int keys_needed(const Args& a, int row0, int rows);
+
+// The prologue: the warp's tiles, Q fragments and keys; false if the warp has no tiles.
+__device__ __forceinline__ bool pipelined_warp_begin(const Args& a, int warp, int lane, PipelinedSmem& sm,
+                                                     WarpState<TILES>& st, WarpKeys& keys) {
+    if (!warp_tiles(a, warp, st.hq, st.row0)) return false;
+    keys.hkv = st.hq[0] / (a.heads_q / a.heads_kv);
+    warp_init(a, lane, st, sm.q_frags[warp]);
+    keys.n_slices = (keys_needed(a, st.row0[TILES - 1], ROWS_PER_TILE) + SLICE_KEYS - 1) / SLICE_KEYS;
+    keys.n_open = unmasked_slices(a, st.row0[0]);
+    return true;
+}
+// The epilogue: normalise and store. The tiles are derived again rather than kept in registers
+// through the loop (that kept the register count under 255 without spills).
+__device__ __forceinline__ void pipelined_warp_end(const Args& a, int warp, int lane, WarpState<TILES>& st) {
+    warp_tiles(a, warp, st.hq, st.row0);
+    warp_finish(a, lane, st);
+}
+
 // Number of leading 16-key slices that every row from row0 on sees whole (no mask needed).
 __device__ __forceinline__ int unmasked_slices(const Args& a, int row0) {
     return (a.ctx + row0 + 1) / SLICE_KEYS;

@@ -80,22 +80,16 @@ __device__ __forceinline__ void pipeline_step(const pa::Args& a, int hkv, int i,
 extern "C" __global__ void __launch_bounds__(32 * pa::V2_WARPS) pa_v2(PA_KERNEL_PARAMS) {
     using namespace pa;
     PA_MAKE_ARGS(a);
-    __shared__ __align__(16) unsigned char stages[V2_WARPS][2][SLICE_BYTES];
-    __shared__ uint4 q_frags[V2_WARPS][TILES == 1 ? 1 : TILES * Q_TILE_FRAGS];
-
+    __shared__ PipelinedSmem sm;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     WarpState<TILES> st;
-    if (!warp_tiles(a, warp, st.hq, st.row0)) return;
-    const int hkv = st.hq[0] / (a.heads_q / a.heads_kv);
-    warp_init(a, lane, st, q_frags[warp]);
-    const int n_slices = (keys_needed(a, st.row0[TILES - 1], ROWS_PER_TILE) + SLICE_KEYS - 1) / SLICE_KEYS;
-    const int n_open = unmasked_slices(a, st.row0[0]);  // slices before the diagonal: no mask
+    WarpKeys keys;
+    if (!pipelined_warp_begin(a, warp, lane, sm, st, keys)) return;
 
-    issue(a, hkv, 0, page_of(a, 0), lane, stages[warp][0]);
+    issue(a, keys.hkv, 0, page_of(a, 0), lane, sm.stages[warp][0]);
     int page_next = page_of(a, SLICE_KEYS);
     int i = 0;
-    for (; i < n_open; ++i) pipeline_step<false>(a, hkv, i, n_slices, lane, page_next, stages[warp], st);
-    for (; i < n_slices; ++i) pipeline_step<true>(a, hkv, i, n_slices, lane, page_next, stages[warp], st);
-    warp_tiles(a, warp, st.hq, st.row0);                // again: not kept in registers through the loop
-    warp_finish(a, lane, st);
+    for (; i < keys.n_open; ++i) pipeline_step<false>(a, keys.hkv, i, keys.n_slices, lane, page_next, sm.stages[warp], st);
+    for (; i < keys.n_slices; ++i) pipeline_step<true>(a, keys.hkv, i, keys.n_slices, lane, page_next, sm.stages[warp], st);
+    pipelined_warp_end(a, warp, lane, st);
 }

@@ -117,8 +117,6 @@ def test_tile_layouts_agree_bitwise(backend, layout_key):
     """A row's arithmetic does not depend on the tile or warp that computes it: v2/v2t with two
     query heads per warp, two 16-row blocks of one head per warp, and one tile per warp give the
     same bits (and v2t the same as v2 in each)."""
-    from pa_bench import kernels as K
-
     pb, inputs, prep, rows, ref = _case(backend, "1023x113", layout_key)
     hashes = {}
     for tiles, pair in ((2, True), (2, False), (1, True)):
