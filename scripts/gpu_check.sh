@@ -5,7 +5,8 @@
 #
 #   scripts/gpu_check.sh LOG_DIR [BASELINE_RUN]
 #
-# Logs go to LOG_DIR; the run goes to results/ as usual. Each step's exit status is printed and
+# Logs go to LOG_DIR; the run goes to results/ as usual. On a machine whose copy of the tree has
+# no .git, or a stale one, export PA_BENCH_GIT_COMMIT=<commit> first so the run's meta names it. Each step's exit status is printed and
 # the script carries on, so one failure does not hide the others.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
