@@ -605,6 +605,17 @@ __device__ __forceinline__ void warp_finish(const Args& a, int lane, WarpState<N
     }
 }
 
+// Number of leading 16-key slices that every row from row0 on sees whole (no mask needed).
+__device__ __forceinline__ int unmasked_slices(const Args& a, int row0) {
+    return (a.ctx + row0 + 1) / SLICE_KEYS;
+}
+
+// Number of keys rows row0 .. row0+rows-1 of the chunk can see (causal).
+__device__ __forceinline__ int keys_needed(const Args& a, int row0, int rows) {
+    const int last = min(row0 + rows, a.n_q) - 1;
+    return a.ctx + last + 1;
+}
+
 // ---------------------------------------------------------------- v2/v2t: what both pipelines share
 // Shared memory of a pipelined CTA: each warp's two stages and its Q fragments (two tiles).
 struct PipelinedSmem {
@@ -615,9 +626,6 @@ struct PipelinedSmem {
 struct WarpKeys {
     int hkv, n_slices, n_open;
 };
-__device__ __forceinline__ int unmasked_slices(const Args& a, int row0);
-__device__ __forceinline__ int keys_needed(const Args& a, int row0, int rows);
-
 // The prologue: the warp's tiles, Q fragments and keys; false if the warp has no tiles.
 __device__ __forceinline__ bool pipelined_warp_begin(const Args& a, int warp, int lane, PipelinedSmem& sm,
                                                      WarpState<TILES>& st, WarpKeys& keys) {
@@ -633,17 +641,6 @@ __device__ __forceinline__ bool pipelined_warp_begin(const Args& a, int warp, in
 __device__ __forceinline__ void pipelined_warp_end(const Args& a, int warp, int lane, WarpState<TILES>& st) {
     warp_tiles(a, warp, st.hq, st.row0);
     warp_finish(a, lane, st);
-}
-
-// Number of leading 16-key slices that every row from row0 on sees whole (no mask needed).
-__device__ __forceinline__ int unmasked_slices(const Args& a, int row0) {
-    return (a.ctx + row0 + 1) / SLICE_KEYS;
-}
-
-// Number of keys rows row0 .. row0+rows-1 of the chunk can see (causal).
-__device__ __forceinline__ int keys_needed(const Args& a, int row0, int rows) {
-    const int last = min(row0 + rows, a.n_q) - 1;
-    return a.ctx + last + 1;
 }
 
 }  // namespace pa
