@@ -14,7 +14,9 @@
 //   * int8 -> f16 conversion (exact: 0x6400|byte is 1024+byte in f16, minus 1152);
 //   * the MMA wrapper: one m16n8k16, or on Turing (and with PA_FORCE_TURING) a pair of m16n8k8;
 //   * the per-warp math: Q fragments, S = Q.K^T, online softmax in fp32 (exp2, scales folded),
-//     P.V with the V scales folded into P, and the final normalisation and store.
+//     P.V with the V scales folded into P, and the final normalisation and store;
+//   * for v2/v2t: the warp prologue/epilogue, and split keys (both warps of a CTA on one task,
+//     each on half of its keys, their softmax states merged at the end: merge_split).
 //
 // Tiles per warp. A warp owns TILES m16 query tiles (16 rows of one query head each) that see the
 // same keys; every K/V fragment it converts from int8 feeds TILES MMAs. The conversion costs as
@@ -106,17 +108,20 @@ struct Args {
                                   // of 4, so every 4-key scale chunk is 16-byte aligned)
     int pair_heads;               // v2/v2t with TILES == 2: 1 = a warp's tiles are two query heads
                                   // of one KV group at the same rows; 0 = two 16-row blocks of one head
+    int split_keys;               // v2/v2t: 0, or the key (a multiple of 16, at most ctx) at which the
+                                  // keys of a CTA's one warp task are split between its two warps
 };
 
 // v2/v2t: the query head and first row of each tile warp `warp` of this CTA owns; false if the
-// warp has none (the last CTA of a row block may be half empty). Warp task w = 2*blockIdx.y + warp:
+// warp has none (the last CTA of a row block may be half empty). Warp task w = 2*blockIdx.y + warp,
+// or with split keys w = blockIdx.y for both warps (each takes half of the task's keys):
 //   TILES == 1: head w, rows 16*rb ..;   TILES == 2, pair_heads: heads 2w, 2w+1, rows 16*rb ..;
 //   TILES == 2, otherwise: head w, rows 32*rb .. and 32*rb+16 ..
 // The tiles of a warp see the same keys (up to the diagonal), and with pair_heads the two warps of
 // a CTA are the four query heads of one KV group, so their copies of a slice meet in L1.
 // Row blocks run longest-first (the last rows see the most keys).
 __device__ __forceinline__ bool warp_tiles(const Args& a, int warp, int hq[TILES], int row0[TILES]) {
-    const int w = blockIdx.y * V2_WARPS + warp;
+    const int w = a.split_keys ? blockIdx.y : blockIdx.y * V2_WARPS + warp;
     const int rb = gridDim.x - 1 - blockIdx.x;
 #pragma unroll
     for (int tl = 0; tl < TILES; ++tl) {
@@ -174,25 +179,24 @@ __device__ __forceinline__ int page_of(const Args& a, int j0) {
     return 0;
 #endif
 }
-// Element offset (in rows of D bytes, also the scale index) of key j0 (a multiple of 16) of
-// KV head hkv, which lies in pool page `page`. A 16-key group never straddles a page (pages are
-// powers of two >= 16).
-__device__ __forceinline__ u64 kv_row_base(const Args& a, int hkv, int j0, int page) {
+// Row index (in rows of D bytes, also the scale index in the paged layout) of key j0 (a multiple
+// of 16) of KV head hkv, which lies in pool page `page`. A 16-key group never straddles a page
+// (pages are powers of two >= 16). Row indices fit in 32 bits (the backend checks the pool size),
+// so only the final byte offset needs 64-bit arithmetic.
+__device__ __forceinline__ u32 kv_row(const Args& a, int hkv, int j0, int page) {
 #if PA_PAGED
-    const int in_page = j0 & ((1 << a.page_shift) - 1);
-    return ((u64)page * a.heads_kv + hkv) * (u64)(1 << a.page_shift) + in_page;
+    return (((u32)page * (u32)a.heads_kv + (u32)hkv) << a.page_shift) | ((u32)j0 & ((1u << a.page_shift) - 1u));
 #else
-    const int nk = a.ctx + a.n_q;
-    return (u64)hkv * nk + j0;
+    return (u32)hkv * (u32)(a.ctx + a.n_q) + (u32)j0;
 #endif
 }
 // Index of key j0's scale: the same place as its row in the paged pool; in the contiguous
 // layout the scale rows are padded to scale_stride keys.
-__device__ __forceinline__ u64 scale_base(const Args& a, int hkv, int j0, u64 row_base) {
+__device__ __forceinline__ u32 scale_index(const Args& a, int hkv, int j0, u32 row) {
 #if PA_PAGED
-    return row_base;
+    return row;
 #else
-    return (u64)hkv * a.scale_stride + j0;
+    return (u32)hkv * (u32)a.scale_stride + (u32)j0;
 #endif
 }
 
@@ -224,11 +228,12 @@ __device__ __forceinline__ int scale_keys(const SliceSrc& s, int lane) {
 __device__ __forceinline__ SliceSrc slice_src(const Args& a, int hkv, int j0, int page, int lane) {
     SliceSrc s;
     s.keys_left = a.ctx + a.n_q - j0;
-    const u64 base = s.keys_left > 0 ? kv_row_base(a, hkv, j0, page) : 0;
-    s.k = a.k + base * D + 16 * lane;
-    s.v = a.v + base * D + 16 * lane;
+    const u32 row = s.keys_left > 0 ? kv_row(a, hkv, j0, page) : 0u;
+    const u64 off = (u64)row * D + 16 * lane;
+    s.k = a.k + off;
+    s.v = a.v + off;
     const float* scale = lane < 4 ? a.k_scale : a.v_scale;
-    s.sc = scale + (s.keys_left > 0 ? scale_base(a, hkv, j0, base) + 4 * (lane & 3) : 0);
+    s.sc = scale + (s.keys_left > 0 ? scale_index(a, hkv, j0, row) + 4 * (lane & 3) : 0u);
     return s;
 }
 // Where lane `lane`'s chunks go inside a slice: chunk i (= lane + 32*i) lies 32*i/CPR rows below
@@ -412,16 +417,33 @@ __device__ __forceinline__ void warp_init(const Args& a, int lane, WarpState<NTL
     }
 }
 
+// The K words of one slice that a lane reads for S = Q.K^T (the fragment layout above): one
+// uint4 per row pair h and 64-dim group G. The pipelined kernels read them for the next slice as
+// soon as it has landed (kpre of warp_step), so their latency is not the first thing a step waits on.
+struct KWords {
+    u32 w[GROUPS64][2][4];
+};
+__device__ __forceinline__ void load_k_words(const unsigned char* slice, int lane, KWords& k) {
+#pragma unroll
+    for (int G = 0; G < GROUPS64; ++G)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const uint4 x = *reinterpret_cast<const uint4*>(slice + k_rd_off(lane, h, G));
+            k.w[G][h][0] = x.x; k.w[G][h][1] = x.y; k.w[G][h][2] = x.z; k.w[G][h][3] = x.w;
+        }
+}
+
 // One softmax step over NS consecutive slices (16*NS keys starting at key j0) that sit in
 // shared memory at slices[0 .. NS-1] (each SLICE_BYTES long), for every tile of the warp. Each
 // K and V fragment is converted from int8 once and fed to the MMAs of all tiles.
 // MASKED: apply the causal mask and the end of the cache (a step that needs no mask gives the
-// same bits with it). The fp32 arithmetic uses the _rn intrinsics, which the compiler may not
-// fuse into FMAs: a row's result then does not depend on how the code around it was compiled
-// (v2 and v2t, one tile or two, masked or not).
+// same bits with it). kpre: the first slice's K words, already read (else read here). The fp32
+// arithmetic uses the _rn intrinsics, which the compiler may not fuse into FMAs: a row's result
+// then does not depend on how the code around it was compiled (v2 and v2t, one tile or two,
+// masked or not).
 template <int NS, bool MASKED, int NTL>
 __device__ __forceinline__ void warp_step(const Args& a, const unsigned char* slices, int j0, int lane,
-                                          WarpState<NTL>& st) {
+                                          WarpState<NTL>& st, const KWords* kpre = nullptr) {
     const int g = lane >> 2, t = lane & 3;
     const int nk = a.ctx + a.n_q;
     float s[NTL][NS][2][4];
@@ -437,14 +459,12 @@ __device__ __forceinline__ void warp_step(const Args& a, const unsigned char* sl
 #pragma unroll
     for (int n = 0; n < NS; ++n) {
         const unsigned char* sl = slices + n * SLICE_BYTES;
+        KWords kl;
+        if (kpre == nullptr) load_k_words(sl, lane, kl);
+        const KWords& k = kpre != nullptr ? *kpre : kl;
 #pragma unroll
         for (int G = 0; G < GROUPS64; ++G) {
-            u32 kw[2][4];
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const uint4 x = *reinterpret_cast<const uint4*>(sl + k_rd_off(lane, h, G));
-                kw[h][0] = x.x; kw[h][1] = x.y; kw[h][2] = x.z; kw[h][3] = x.w;
-            }
+            const u32 (&kw)[2][4] = k.w[G];
 #pragma unroll
             for (int ss = 0; ss < 4; ++ss) {
                 u32 qf[NTL][4];
@@ -463,10 +483,10 @@ __device__ __forceinline__ void warp_step(const Args& a, const unsigned char* sl
     // ---- scale, mask, running max. v1 (NS = 4) masks every step, as the PR's kernel does;
     // v2/v2t mask only the steps that cross the diagonal or the end (MASKED).
     constexpr bool LEAN = NS == 1;
-    float mnew[NTL][2];
+    float mx[NTL][2];
 #pragma unroll
     for (int tl = 0; tl < NTL; ++tl) {
-        float mx[2] = {PA_NEG_INF, PA_NEG_INF};
+        mx[tl][0] = mx[tl][1] = PA_NEG_INF;
 #pragma unroll
         for (int n = 0; n < NS; ++n) {
             const float4 ks = *reinterpret_cast<const float4*>(slices + n * SLICE_BYTES + SLICE_KS_OFF + 16 * t);
@@ -484,32 +504,45 @@ __device__ __forceinline__ void warp_step(const Args& a, const unsigned char* sl
                         v = (key <= pos && key < nk) ? v : PA_NEG_INF;
                     }
                     s[tl][n][h][e] = v;
-                    mx[rr] = fmaxf(mx[rr], v);
+                    mx[tl][rr] = fmaxf(mx[tl][rr], v);
                 }
         }
-        float alpha[2];
+    }
+    // Row maxima across the four lanes of a row: the shuffles of all tiles and rows are
+    // independent, so they are issued together (one shuffle's latency, not four in a row).
+#pragma unroll
+    for (int sh = 1; sh <= 2; sh *= 2)
+#pragma unroll
+        for (int tl = 0; tl < NTL; ++tl)
+#pragma unroll
+            for (int rr = 0; rr < 2; ++rr) mx[tl][rr] = fmaxf(mx[tl][rr], __shfl_xor_sync(0xffffffffu, mx[tl][rr], sh));
+    float mnew[NTL][2], alpha[NTL][2];
+    bool moved = false;
+#pragma unroll
+    for (int tl = 0; tl < NTL; ++tl)
 #pragma unroll
         for (int rr = 0; rr < 2; ++rr) {
-            mx[rr] = fmaxf(mx[rr], __shfl_xor_sync(0xffffffffu, mx[rr], 1));
-            mx[rr] = fmaxf(mx[rr], __shfl_xor_sync(0xffffffffu, mx[rr], 2));
-            const float mn = fmaxf(st.m[tl][rr], mx[rr]);
+            const float mn = fmaxf(st.m[tl][rr], mx[tl][rr]);
             const float msafe = mn == PA_NEG_INF ? 0.f : mn;
-            alpha[rr] = exp2_ftz(__fsub_rn(st.m[tl][rr], msafe));
+            alpha[tl][rr] = exp2_ftz(__fsub_rn(st.m[tl][rr], msafe));
             st.m[tl][rr] = mn;
             mnew[tl][rr] = msafe;
-            st.l[tl][rr] = __fmul_rn(st.l[tl][rr], alpha[rr]);
+            st.l[tl][rr] = __fmul_rn(st.l[tl][rr], alpha[tl][rr]);
+            moved |= alpha[tl][rr] != 1.f;
         }
-        // Rescale O only when some row's max moved (x 1.0 is exact: skipping it changes no bit);
-        // v1 rescales every step, as the PR's kernel does.
-        if (!LEAN || __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+    // Rescale O only when some row's max moved in this warp (x 1.0 is exact: skipping it, or
+    // doing it for a tile whose rows did not move, changes no bit); v1 rescales every step, as the
+    // PR's kernel does.
+    if (!LEAN || __any_sync(0xffffffffu, moved)) {
+#pragma unroll
+        for (int tl = 0; tl < NTL; ++tl)
 #pragma unroll
             for (int j = 0; j < NT; ++j) {
-                st.o[tl][j][0] = __fmul_rn(st.o[tl][j][0], alpha[0]);
-                st.o[tl][j][1] = __fmul_rn(st.o[tl][j][1], alpha[0]);
-                st.o[tl][j][2] = __fmul_rn(st.o[tl][j][2], alpha[1]);
-                st.o[tl][j][3] = __fmul_rn(st.o[tl][j][3], alpha[1]);
+                st.o[tl][j][0] = __fmul_rn(st.o[tl][j][0], alpha[tl][0]);
+                st.o[tl][j][1] = __fmul_rn(st.o[tl][j][1], alpha[tl][0]);
+                st.o[tl][j][2] = __fmul_rn(st.o[tl][j][2], alpha[tl][1]);
+                st.o[tl][j][3] = __fmul_rn(st.o[tl][j][3], alpha[tl][1]);
             }
-        }
     }
     // ---- P (V scales and p_scale folded in, rounded to f16), then O += P . V
 #pragma unroll
@@ -622,9 +655,12 @@ struct PipelinedSmem {
     __align__(16) unsigned char stages[V2_WARPS][2][SLICE_BYTES];
     uint4 q_frags[V2_WARPS][TILES == 1 ? 1 : TILES * Q_TILE_FRAGS];
 };
-// A warp's KV head and key range: slices [0, n_open) need no mask, [n_open, n_slices) do.
+// A warp's KV head and slices: it computes slices [begin, end), of which those below n_open need
+// no mask. Without split keys a warp takes all of its task's slices; with them, the CTA's two
+// warps share one task, warp 0 taking slices [0, split) and warp 1 [split, n): split_keys is at
+// most ctx, so warp 0's slices are never masked.
 struct WarpKeys {
-    int hkv, n_slices, n_open;
+    int hkv, begin, n_open, end;
 };
 // The prologue: the warp's tiles, Q fragments and keys; false if the warp has no tiles.
 __device__ __forceinline__ bool pipelined_warp_begin(const Args& a, int warp, int lane, PipelinedSmem& sm,
@@ -632,13 +668,64 @@ __device__ __forceinline__ bool pipelined_warp_begin(const Args& a, int warp, in
     if (!warp_tiles(a, warp, st.hq, st.row0)) return false;
     keys.hkv = st.hq[0] / (a.heads_q / a.heads_kv);
     warp_init(a, lane, st, sm.q_frags[warp]);
-    keys.n_slices = (keys_needed(a, st.row0[TILES - 1], ROWS_PER_TILE) + SLICE_KEYS - 1) / SLICE_KEYS;
-    keys.n_open = unmasked_slices(a, st.row0[0]);
+    const int n_slices = (keys_needed(a, st.row0[TILES - 1], ROWS_PER_TILE) + SLICE_KEYS - 1) / SLICE_KEYS;
+    const int split = a.split_keys / SLICE_KEYS;
+    keys.begin = split && warp == 1 ? split : 0;
+    keys.end = split && warp == 0 ? split : n_slices;
+    keys.n_open = min(unmasked_slices(a, st.row0[0]), keys.end);
     return true;
 }
-// The epilogue: normalise and store. The tiles are derived again rather than kept in registers
-// through the loop (that kept the register count under 255 without spills).
-__device__ __forceinline__ void pipelined_warp_end(const Args& a, int warp, int lane, WarpState<TILES>& st) {
+// With split keys: merge warp 1's softmax state into warp 0's, through shared memory (the stages
+// and Q fragments are no longer needed once both warps are past their loops). Per row:
+//   m = max(m0, m1);  a_i = exp2(m_i - m);  l = l0*a0 + l1*a1;  O = O0*a0 + O1*a1  (fp32, _rn)
+// (a_i = 0 for a half in which the row saw no key: m_i = -inf.) Returns false for warp 1, which
+// has nothing left to do.
+__device__ __forceinline__ bool merge_split(int warp, int lane, PipelinedSmem& sm, WarpState<TILES>& st) {
+    float4* buf = reinterpret_cast<float4*>(&sm);   // [tile][n8 tile][lane] O, then [tile][lane] m, l
+    static_assert(sizeof(PipelinedSmem) >= (TILES * NT + TILES) * 32 * sizeof(float4), "merge buffer");
+    __syncthreads();                                 // both warps are past their loops
+    if (warp == 1) {
+#pragma unroll
+        for (int tl = 0; tl < TILES; ++tl) {
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+                buf[(tl * NT + j) * 32 + lane] = make_float4(st.o[tl][j][0], st.o[tl][j][1], st.o[tl][j][2], st.o[tl][j][3]);
+            buf[(TILES * NT + tl) * 32 + lane] = make_float4(st.m[tl][0], st.m[tl][1], st.l[tl][0], st.l[tl][1]);
+        }
+    }
+    __syncthreads();                                 // warp 1's state is in shared memory
+    if (warp == 1) return false;
+#pragma unroll
+    for (int tl = 0; tl < TILES; ++tl) {
+        const float4 ml = buf[(TILES * NT + tl) * 32 + lane];
+        const float m1[2] = {ml.x, ml.y}, l1[2] = {ml.z, ml.w};
+        float a0[2], a1[2];
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+            const float mn = fmaxf(st.m[tl][rr], m1[rr]);
+            const float msafe = mn == PA_NEG_INF ? 0.f : mn;
+            a0[rr] = exp2_ftz(__fsub_rn(st.m[tl][rr], msafe));
+            a1[rr] = exp2_ftz(__fsub_rn(m1[rr], msafe));
+            st.m[tl][rr] = mn;
+            st.l[tl][rr] = __fadd_rn(__fmul_rn(st.l[tl][rr], a0[rr]), __fmul_rn(l1[rr], a1[rr]));
+        }
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            const float4 o1 = buf[(tl * NT + j) * 32 + lane];
+            const float o1e[4] = {o1.x, o1.y, o1.z, o1.w};
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                st.o[tl][j][e] = __fadd_rn(__fmul_rn(st.o[tl][j][e], a0[e >> 1]), __fmul_rn(o1e[e], a1[e >> 1]));
+            if (j % 4 == 3) __syncwarp();   // keeps the compiler from hoisting every load (register pressure)
+        }
+    }
+    return true;
+}
+// The epilogue: merge split keys, normalise and store. The tiles are derived again rather than
+// kept in registers through the loop (that kept the register count under 255 without spills).
+__device__ __forceinline__ void pipelined_warp_end(const Args& a, int warp, int lane, PipelinedSmem& sm,
+                                                   WarpState<TILES>& st) {
+    if (a.split_keys && !merge_split(warp, lane, sm, st)) return;
     warp_tiles(a, warp, st.hq, st.row0);
     warp_finish(a, lane, st);
 }
@@ -650,7 +737,8 @@ __device__ __forceinline__ void pipelined_warp_end(const Args& a, int warp, int 
     const __half *q, const signed char *k, const signed char *v, const float *k_scale,       \
         const float *v_scale, const int *page_table, void *out, int n_q, int ctx, int heads_q, \
         int heads_kv, int page_shift, float qk_scale_log2, float p_scale, float inv_p_scale, \
-        int scale_stride, int pair_heads
+        int scale_stride, int pair_heads, int split_keys
 #define PA_MAKE_ARGS(a)                                                                       \
     pa::Args a = {q, k, v, k_scale, v_scale, page_table, out, n_q, ctx, heads_q, heads_kv, \
-                  page_shift, qk_scale_log2, p_scale, inv_p_scale, scale_stride, pair_heads}
+                  page_shift, qk_scale_log2, p_scale, inv_p_scale, scale_stride, pair_heads, \
+                  split_keys}

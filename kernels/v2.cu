@@ -7,16 +7,21 @@
 //   outputs stay in registers; its Q fragments in registers (one tile) or in its own corner of
 //   shared memory (two tiles). A CTA is 2 warps: with paired heads, the 4 query heads of a KV
 //   group, whose copies of a slice meet in L1. Row blocks run longest-first.
+//   Split keys (short chunks on long contexts, pa_bench.model.split_keys): both warps of a CTA
+//   own the same tiles; warp 0 takes the keys before split_keys, warp 1 the rest, and at the end
+//   warp 0 merges warp 1's softmax state (pa_common.cuh, merge_split).
 // Pipeline: each warp owns two shared-memory stages (a slice each: int8 K rows, int8 V rows,
 //   K scales, V scales). While it computes slice i from one stage it has cp.async copies of
-//   slice i+1 (K, V and the next slice's scales) in flight into the other. Every lane copies
-//   the same chunks to the same places as v2t and v1 (pa_common.cuh's copy plan); keys past
-//   the end of the cache are zero-filled by the copy itself. The page-table entry of a slice is
-//   read one slice before its copy is issued.
+//   slice i+1 (K, V and the next slice's scales) in flight into the other; it waits for them
+//   after slice i's math. Every lane copies the same chunks to the same places as v2t and v1
+//   (pa_common.cuh's copy plan); keys past the end of the cache are zero-filled by the copy
+//   itself. The page-table entry of a slice is read one slice before its copy is issued.
 // Barriers: a warp reads and writes only its own stages and Q fragments, so __syncwarp() is the
-//   only barrier: one after cp.async.wait_group (the lanes' copies of slice i are visible to the
-//   whole warp) and one after the slice's math (nobody still reads the stage the next copy will
-//   refill). A warp with no tiles returns at once; nothing waits for it.
+//   only barrier inside the loop, one per slice: after slice i's math and cp.async.wait_group,
+//   it both makes every lane's copies of slice i+1 visible to the whole warp and guarantees that
+//   nobody still reads stage i&1, which the next copy refills. A warp with no tiles returns at
+//   once; nothing waits for it. With split keys, two __syncthreads() after the loop hand warp 1's
+//   state to warp 0 through the (then unused) shared memory.
 // Shared memory: 2 warps x (2 stages x (32*D + 128) B + TILES x 16 x D x 2 B of Q) = 33 KB at
 //   D=128 with two tiles.
 // Needs cp.async: sm_80 or newer, m16n8k16 MMAs. There is no Turing path (that is v2t).
@@ -49,6 +54,7 @@ __device__ __forceinline__ void issue(const pa::Args& a, int hkv, int j0, int pa
             cp_async_ca16(stage + slice_dst_k(lane, i), chunk_src(s.k, lane, i, true), 16);
             cp_async_ca16(stage + slice_dst_v(lane, i), chunk_src(s.v, lane, i, true), 16);
         }
+        if (lane < 8) cp_async_ca16(stage + slice_dst_sc(lane), s.sc, 16);
     } else {
 #pragma unroll
         for (int i = 0; i < CHUNKS_PER_LANE; ++i) {
@@ -56,24 +62,23 @@ __device__ __forceinline__ void issue(const pa::Args& a, int hkv, int j0, int pa
             cp_async_ca16(stage + slice_dst_k(lane, i), chunk_src(s.k, lane, i, ok), ok ? 16 : 0);
             cp_async_ca16(stage + slice_dst_v(lane, i), chunk_src(s.v, lane, i, ok), ok ? 16 : 0);
         }
+        if (lane < 8) cp_async_ca16(stage + slice_dst_sc(lane), s.sc, 4 * scale_keys(s, lane));
     }
-    if (lane < 8) cp_async_ca16(stage + slice_dst_sc(lane), s.sc, 4 * scale_keys(s, lane));
     __pipeline_commit();
 }
 
-// One iteration of the pipeline: start slice i+1's copies, wait for slice i, compute it.
+// One iteration of the pipeline: start slice i+1's copies, compute slice i, wait for slice i+1.
 template <bool MASKED>
-__device__ __forceinline__ void pipeline_step(const pa::Args& a, int hkv, int i, int n_slices, int lane,
+__device__ __forceinline__ void pipeline_step(const pa::Args& a, int hkv, int i, int end, int lane,
                                               int& page_next, unsigned char (*stages)[pa::SLICE_BYTES],
                                               pa::WarpState<pa::TILES>& st) {
     using namespace pa;
-    if (i + 1 < n_slices) issue(a, hkv, (i + 1) * SLICE_KEYS, page_next, lane, stages[(i + 1) & 1]);
+    if (i + 1 < end) issue(a, hkv, (i + 1) * SLICE_KEYS, page_next, lane, stages[(i + 1) & 1]);
     else __pipeline_commit();                       // an empty group keeps the count uniform
     page_next = page_of(a, (i + 2) * SLICE_KEYS);   // for the next iteration's copy
-    __pipeline_wait_prior(1);                       // slice i has landed (this lane's copies)
-    __syncwarp();                                   // ... and every lane's
     warp_step<1, MASKED>(a, stages[i & 1], i * SLICE_KEYS, lane, st);
-    __syncwarp();                                   // stage i&1 may be refilled
+    __pipeline_wait_prior(0);                       // slice i+1 has landed (this lane's copies)
+    __syncwarp();                                   // ... and every lane's; stage i&1 may be refilled
 }
 }  // namespace
 
@@ -86,10 +91,13 @@ extern "C" __global__ void __launch_bounds__(32 * pa::V2_WARPS) pa_v2(PA_KERNEL_
     WarpKeys keys;
     if (!pipelined_warp_begin(a, warp, lane, sm, st, keys)) return;
 
-    issue(a, keys.hkv, 0, page_of(a, 0), lane, sm.stages[warp][0]);
-    int page_next = page_of(a, SLICE_KEYS);
-    int i = 0;
-    for (; i < keys.n_open; ++i) pipeline_step<false>(a, keys.hkv, i, keys.n_slices, lane, page_next, sm.stages[warp], st);
-    for (; i < keys.n_slices; ++i) pipeline_step<true>(a, keys.hkv, i, keys.n_slices, lane, page_next, sm.stages[warp], st);
-    pipelined_warp_end(a, warp, lane, st);
+    const int j_first = keys.begin * SLICE_KEYS;
+    issue(a, keys.hkv, j_first, page_of(a, j_first), lane, sm.stages[warp][keys.begin & 1]);
+    int page_next = page_of(a, j_first + SLICE_KEYS);
+    __pipeline_wait_prior(0);                       // the first slice has landed ...
+    __syncwarp();                                   // ... for every lane
+    int i = keys.begin;
+    for (; i < keys.n_open; ++i) pipeline_step<false>(a, keys.hkv, i, keys.end, lane, page_next, sm.stages[warp], st);
+    for (; i < keys.end; ++i) pipeline_step<true>(a, keys.hkv, i, keys.end, lane, page_next, sm.stages[warp], st);
+    pipelined_warp_end(a, warp, lane, sm, st);
 }

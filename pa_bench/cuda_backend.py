@@ -74,8 +74,10 @@ class CudaBackend:
         self.props = props
         self.cc = int(props["major"]) * 10 + int(props["minor"])
         self._kernels: dict[K.KernelBuild, object] = {}
+        self._launches: dict[tuple, dict] = {}   # (variant, problem) -> grid, tiles, split: meta.json
         self.tiles: int | None = None  # v2/v2t: m16 query tiles per warp (None: K.choose_tiles)
         self.pair_heads = True         # v2/v2t: a warp's two tiles are two heads of one KV group
+        self.split: bool | None = None  # v2/v2t: split keys between a CTA's warps (None: the model's rule)
         self._flush_buf = None
         self._peer = None
 
@@ -109,11 +111,14 @@ class CudaBackend:
                  "tiles": b.tiles if b.variant != "v1" else 1}
                 for b in self._kernels
             ],
+            "launches": list(self._launches.values()),
             "cta": {"v1": "4 warps x 16 rows of one query head",
                     "v2/v2t": "2 warps x T m16 tiles (T per shape: the tiles column of the builds, "
                               "pa_bench.kernels.choose_tiles); with T = 2 the tiles are two query heads of one "
                               "KV group at the same 16 rows when the group has an even number of heads, "
-                              "else 32 rows of one head"},
+                              "else 32 rows of one head. With split keys (per shape: the launches, "
+                              "pa_bench.model.split_keys) both warps of a CTA hold the same tiles, warp 0 "
+                              "keys [0, split), warp 1 the rest, merged at the end"},
         }
 
     # ------------------------------------------------------------------ support
@@ -196,7 +201,8 @@ class CudaBackend:
         """m16 tiles per v2/v2t warp on this problem (the override, else K.choose_tiles)."""
         if self.tiles is not None:
             return self.tiles
-        return K.choose_tiles(problem.queries, problem.heads_q, problem.heads_kv, int(self.props["multiProcessorCount"]))
+        return K.choose_tiles(problem.queries, problem.heads_q, problem.heads_kv, int(self.props["multiProcessorCount"]),
+                              split_keys=self.split_keys("v2", problem))
 
     def kernel(self, build: K.KernelBuild):
         fn = self._kernels.get(build)
@@ -210,9 +216,20 @@ class CudaBackend:
             self._kernels[build] = fn
         return fn
 
+    def split_keys(self, variant: str, problem) -> int:
+        """Where ``variant`` splits the keys on ``problem`` (0: no split): pa_bench.model's rule,
+        unless ``self.split`` forces it on (at half the context) or off. The numerics model
+        needs the same value (``runner`` asks the backend)."""
+        from pa_bench.model import SPLIT_VARIANTS, split_keys, split_point
+
+        if self.split is None or variant not in SPLIT_VARIANTS:
+            return split_keys(variant, problem.queries, problem.context, problem.heads_q)
+        return split_point(problem.context) if self.split else 0
+
     def geometry(self, variant: str, problem) -> K.LaunchGeometry:
         return K.launch_geometry(variant, problem.queries, problem.heads_q, problem.heads_kv,
-                                 tiles=self.tiles_for(problem), pair_heads=self.pair_heads)
+                                 tiles=self.tiles_for(problem), pair_heads=self.pair_heads,
+                                 split_keys=self.split_keys(variant, problem))
 
     def _include_options(self) -> tuple[str, ...]:
         """The CUDA headers (cuda_fp16.h, cuda_pipeline_primitives.h) for NVRTC, where found."""
@@ -234,11 +251,16 @@ class CudaBackend:
         body = out[GUARD_ELEMS:]
         geo = self.geometry(variant, pb)
         grid, block = geo.grid, (geo.block,)
+        self._launches[(variant, repr(pb))] = {
+            "variant": variant, "shape": pb.shape.label, "grid": list(grid), "block": geo.block,
+            "tiles": 1 if variant == "v1" else self.tiles_for(pb), "pair_heads": geo.pair_heads,
+            "split_keys": geo.split_keys}
         args = (
             prep.q, prep.k, prep.v, prep.ks, prep.vs, prep.table, body,
             np.int32(pb.queries), np.int32(pb.context), np.int32(pb.heads_q), np.int32(pb.heads_kv),
             np.int32(prep.page_shift), np.float32(inp.qk_scale_log2), np.float32(inp.p_scale),
             np.float32(1.0 / inp.p_scale), np.int32(prep.ks.shape[-1]), np.int32(geo.pair_heads),
+            np.int32(geo.split_keys),
         )
 
         def launch():

@@ -80,35 +80,42 @@ class LaunchGeometry:
     grid: tuple[int, int]
     block: int
     pair_heads: bool
+    split_keys: int = 0
 
 
 def launch_geometry(variant: str, queries: int, heads_q: int, heads_kv: int, tiles: int = DEFAULT_TILES,
-                    pair_heads: bool = True) -> LaunchGeometry:
+                    pair_heads: bool = True, split_keys: int = 0) -> LaunchGeometry:
     """How a variant's CTAs cover the chunk (see warp_tiles in pa_common.cuh).
 
     v1: a CTA of 4 warps holds 64 rows of one query head. v2/v2t: a CTA of 2 warps; a warp holds
     ``tiles`` m16 tiles, as two query heads of one KV group at the same 16 rows when the group has
-    an even number of heads (``pair_heads``), else as 32 rows of one head.
+    an even number of heads (``pair_heads``), else as 32 rows of one head. With ``split_keys``
+    (pa_bench.model.split_keys) a CTA holds one warp task whose keys its two warps split.
     """
     if variant == "v1":
+        if split_keys:
+            raise ValueError("v1 does not split keys")
         return LaunchGeometry((-(-queries // (4 * TILE_ROWS)), heads_q), THREADS_PER_CTA["v1"], False)
     if tiles not in (1, 2):
         raise ValueError(f"tiles must be 1 or 2, not {tiles}")
     pair = tiles == 2 and pair_heads and (heads_q // heads_kv) % 2 == 0
     rows = TILE_ROWS * (1 if pair else tiles)           # rows of one row block
     warps = heads_q // 2 if pair else heads_q           # warp tasks per row block
-    warps_per_cta = THREADS_PER_CTA[variant] // 32
-    return LaunchGeometry((-(-queries // rows), -(-warps // warps_per_cta)), THREADS_PER_CTA[variant], pair)
+    if split_keys < 0 or split_keys % TILE_ROWS:
+        raise ValueError(f"split_keys must be a non-negative multiple of {TILE_ROWS}, not {split_keys}")
+    tasks_per_cta = 1 if split_keys else THREADS_PER_CTA[variant] // 32
+    return LaunchGeometry((-(-queries // rows), -(-warps // tasks_per_cta)), THREADS_PER_CTA[variant], pair,
+                          split_keys)
 
 
-def choose_tiles(queries: int, heads_q: int, heads_kv: int, sm_count: int) -> int:
+def choose_tiles(queries: int, heads_q: int, heads_kv: int, sm_count: int, split_keys: int = 0) -> int:
     """m16 tiles per v2/v2t warp for a chunk: 2 unless that leaves fewer than two warps per SM.
 
     Two tiles halve the int8 conversion work per MMA, but also halve the number of warps; on a
     small chunk (2.1Kx256 with 32 heads: 256 warps on the H200's 132 SMs) one tile per warp is
     faster. Either way every row gets the same bits (a GPU test checks it).
     """
-    warps = math.prod(launch_geometry("v2", queries, heads_q, heads_kv, tiles=2).grid) * 2
+    warps = math.prod(launch_geometry("v2", queries, heads_q, heads_kv, tiles=2, split_keys=split_keys).grid) * 2
     return 2 if warps >= 2 * sm_count else 1
 
 

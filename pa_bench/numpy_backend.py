@@ -1,7 +1,7 @@
 """Backend ``numpy``: the numerics model as the "kernel", and a NumPy FP64 reference.
 
 It lets everything but timing run on a machine without a GPU: ``compute`` returns the
-output of :func:`pa_bench.model.model_attention` with the variant's tile size, so its
+output of :func:`pa_bench.model.model_attention` with the variant's tile size and key split, so its
 kernel/model error ratio is 1 by construction. Peers are timing-only and nothing is timed.
 """
 
@@ -79,6 +79,12 @@ class NumpyBackend:
     def prepare(self, inputs):
         return inputs
 
+    def split_keys(self, variant: str, problem) -> int:
+        """Where ``variant``'s arithmetic splits the keys (pa_bench.model.split_keys)."""
+        from pa_bench.model import split_keys
+
+        return split_keys(variant, problem.queries, problem.context, problem.heads_q)
+
     def compute(self, prepared, variant: str, rows: np.ndarray | None,
                 check_determinism: bool | None = None) -> KernelOutput:
         """The model's output for ``variant``'s tile size on ``rows`` (None: every row).
@@ -88,15 +94,16 @@ class NumpyBackend:
         from pa_bench.model import model_attention
 
         tile = tile_keys(variant)
+        split = self.split_keys(variant, prepared.problem)
         check = self.check_determinism if check_determinism is None else check_determinism
-        key = (id(prepared), tile, None if rows is None else np.asarray(rows).tobytes(), check)
+        key = (id(prepared), tile, split, None if rows is None else np.asarray(rows).tobytes(), check)
         hit = self._cache.get(key)
         if hit is not None:
             return KernelOutput(out=hit.out.copy(), canary_ok=True, deterministic=hit.deterministic)
-        out = np.asarray(model_attention(prepared, tile, rows), dtype=np.float32)
+        out = np.asarray(model_attention(prepared, tile, rows, split_keys=split), dtype=np.float32)
         deterministic = None
         if check and _model_work(prepared, rows) <= DETERMINISM_MAX_WORK:
-            again = np.asarray(model_attention(prepared, tile, rows), dtype=np.float32)
+            again = np.asarray(model_attention(prepared, tile, rows, split_keys=split), dtype=np.float32)
             deterministic = bool(again.tobytes() == out.tobytes())
         result = KernelOutput(out=out, canary_ok=True, deterministic=deterministic)
         self._cache = {key: result}  # one shape's outputs at a time

@@ -450,16 +450,18 @@ def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
     model_pos = _model_positions(job, problem, all_rows, problem.seed)
     model_rows = all_rows if model_pos is None else all_rows[model_pos]
     ref_model = ref if model_pos is None else ref[:, model_pos]
-    model_errs: dict[int, float] = {}
+    model_errs: dict[tuple[int, int], float] = {}
 
-    def model_err(tile: int, kernel_out: np.ndarray | None) -> float:
-        if tile not in model_errs:
+    def model_err(variant: str, kernel_out: np.ndarray | None) -> float:
+        # the arithmetic the backend's kernel does: its tile size and where it splits the keys
+        key = (TILE_KEYS[variant], backend.split_keys(variant, problem))
+        if key not in model_errs:
             if backend.name == "numpy" and kernel_out is not None:
                 out = kernel_out  # the numpy backend's output is the model's
             else:
-                out = model_attention(inputs, tile, model_rows)
-            model_errs[tile] = float(metrics.error_metrics(out, ref_model)["max_abs_err"])
-        return model_errs[tile]
+                out = model_attention(inputs, key[0], model_rows, split_keys=key[1])
+            model_errs[key] = float(metrics.error_metrics(out, ref_model)["max_abs_err"])
+        return model_errs[key]
 
     # Partners of the cross-variant diffs are computed too (not re-recorded) when resuming.
     partners = [v for v in ("v1", "v2") if v in variants and v not in todo
@@ -478,7 +480,7 @@ def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
                 continue
             m = metrics.error_metrics(out, ref)
             k_err = float(m["max_abs_err"])
-            me = model_err(TILE_KEYS[v], out)
+            me = model_err(v, out)
             judged = k_err  # the kernel's error on the rows the model ran on
             if model_pos is not None:
                 judged = float(metrics.error_metrics(out[:, model_pos], ref_model)["max_abs_err"])

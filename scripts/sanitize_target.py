@@ -3,7 +3,8 @@
     compute-sanitizer --tool memcheck python scripts/sanitize_target.py [--force-turing]
 
 Both layouts (paged with 16-key pages, contiguous), both head dims, paired heads (4/2) and
-row-paired tiles (2/2), one and two tiles per v2/v2t warp; no timing, no reference.
+row-paired tiles (2/2), one and two tiles per v2/v2t warp, v2/v2t with split keys (forced on
+1023x113, whose context is long enough for a split point) and without; no timing, no reference.
 """
 
 from __future__ import annotations
@@ -30,14 +31,17 @@ def main(argv: list[str]) -> int:
             pb = Problem(parse_shape(shape), heads_q=hq, heads_kv=hkv, head_dim=d, layout=layout, page=page,
                          data="realistic")
             prep = backend.prepare(make_inputs(pb))
-            for variant, tiles in (("v1", 1), ("v2", 2), ("v2t", 2), ("v2", 1), ("v2t", 1)):
+            splits = (False, True) if pb.context >= 32 else (False,)
+            for variant, tiles, split in [("v1", 1, False)] + [(v, t, sp) for v in ("v2", "v2t") for t in (2, 1)
+                                                                for sp in splits]:
                 why = backend.unsupported_parity(variant, pb)
                 if why:
                     print(f"{shape} {variant}: skipped ({why})")
                     continue
-                backend.tiles = tiles
+                backend.tiles, backend.split = tiles, split
                 res = backend.compute(prep, variant, None, check_determinism=False)
-                print(f"{shape} d{d} {layout} {variant} tiles={tiles}: canary_ok={res.canary_ok}", flush=True)
+                print(f"{shape} d{d} {layout} {variant} tiles={tiles} split={backend.split_keys(variant, pb)}: "
+                      f"canary_ok={res.canary_ok}", flush=True)
             backend.release(prep)
     return 0
 

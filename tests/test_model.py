@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pa_bench.inputs import make_inputs
-from pa_bench.model import TILE_KEYS, model_attention, round_fp16
+from pa_bench.model import TILE_KEYS, model_attention, round_fp16, split_keys, split_point
 from pa_bench.plan import Problem
 from pa_bench.reference import reference_attention, sample_rows
 from pa_bench.shapes import parse_shape
@@ -24,31 +24,42 @@ def reference(inp, rows=None):
                                k_scale=inp.k_scale, v_scale=inp.v_scale)
 
 
-def naive_model(inp, tile, rows):
-    """DESIGN.md's per-tile arithmetic, one row and one tile at a time, in float32 scalars."""
+def naive_model(inp, tile, rows, split=0):
+    """DESIGN.md's per-tile arithmetic, one row and one tile at a time, in float32 scalars; with
+    ``split``, keys [0, split) and [split, ...) run separately and are merged at the end."""
     f32 = np.float32
-    pb = inp.problem
     hq, nq, d = inp.q.shape
     hkv, nk, _ = inp.k_i8.shape
     ctx = nk - nq
+
+    def run(h, g, i, k0, k1):
+        m, l, acc = f32(-np.inf), f32(0), np.zeros(d, dtype=f32)
+        for t0 in range(k0, k1, tile):  # tiles from k0 up to the row's last key
+            keys = [j for j in range(t0, min(t0 + tile, k1)) if j <= ctx + i]
+            s = [f32(np.dot(inp.q[h, i].astype(f32), inp.k_i8[g, j].astype(f32)))
+                 * (inp.k_scale[g, j] * f32(inp.qk_scale_log2)) for j in keys]
+            m_new = max(m, max(s))
+            alpha = f32(0) if m == -np.inf else f32(np.exp2(f32(m - m_new)))
+            p = [f32(np.exp2(f32(sj - m_new))) for sj in s]
+            l = f32(l * alpha + f32(math.fsum(p)))
+            acc = acc * alpha
+            for j, pj in zip(keys, p):
+                big_p = f32(np.float16(pj * (inp.v_scale[g, j] * f32(inp.p_scale))))
+                acc = acc + big_p * inp.v_i8[g, j].astype(f32)
+            m = m_new
+        return m, l, acc
+
     out = np.zeros((hq, len(rows), d), dtype=f32)
     for h in range(hq):
         g = h // (hq // hkv)
         for r, i in enumerate(rows):
-            m, l, acc = f32(-np.inf), f32(0), np.zeros(d, dtype=f32)
-            for t0 in range(0, ctx + i + 1, tile):  # tiles up to the row's last key
-                keys = [j for j in range(t0, min(t0 + tile, nk)) if j <= ctx + i]
-                s = [f32(np.dot(inp.q[h, i].astype(f32), inp.k_i8[g, j].astype(f32)))
-                     * (inp.k_scale[g, j] * f32(inp.qk_scale_log2)) for j in keys]
-                m_new = max(m, max(s))
-                alpha = f32(0) if m == -np.inf else f32(np.exp2(f32(m - m_new)))
-                p = [f32(np.exp2(f32(sj - m_new))) for sj in s]
-                l = f32(l * alpha + f32(math.fsum(p)))
-                acc = acc * alpha
-                for j, pj in zip(keys, p):
-                    big_p = f32(np.float16(pj * (inp.v_scale[g, j] * f32(inp.p_scale))))
-                    acc = acc + big_p * inp.v_i8[g, j].astype(f32)
-                m = m_new
+            if split:
+                (m0, l0, acc0), (m1, l1, acc1) = run(h, g, i, 0, split), run(h, g, i, split, ctx + i + 1)
+                m = max(m0, m1)
+                a0, a1 = f32(np.exp2(f32(m0 - m))), f32(np.exp2(f32(m1 - m)))
+                l, acc = f32(l0 * a0 + l1 * a1), acc0 * a0 + acc1 * a1
+            else:
+                m, l, acc = run(h, g, i, 0, ctx + i + 1)
             out[h, r] = acc * (f32(1) / l) * f32(1 / inp.p_scale)
     return out
 
@@ -67,6 +78,46 @@ def test_model_follows_the_per_tile_arithmetic(tile):
     # Only the order of fp32 sums differs (and, rarely, an fp16 rounding that it flips).
     np.testing.assert_allclose(got, expected, rtol=0, atol=2e-6 * np.abs(expected).max())
     assert np.mean(got == expected) > 0.5
+
+
+@pytest.mark.parametrize("split", [16, 48, 80])
+def test_split_keys_follow_the_per_row_merge(split):
+    inp = inputs_for("97x13", hq=2, hkv=1)
+    rows = np.array([0, 6, 12])
+    expected = naive_model(inp, 16, rows, split=split)
+    got = model_attention(inp, 16, rows, split_keys=split)
+    tol = 2e-6 * np.abs(expected).max()
+    np.testing.assert_allclose(got, expected, rtol=0, atol=tol)
+    # The tolerance tells a split from no split: the fp16 roundings of P move with the running
+    # max, so the unsplit arithmetic lands further away (at the fp16 rounding level).
+    whole = naive_model(inp, 16, rows)
+    assert tol < np.abs(whole - expected).max() < 1e-3 * np.abs(expected).max()
+
+
+@pytest.mark.parametrize("data", ["normal", "realistic"])
+def test_split_model_error_against_fp64_stays_at_the_unsplit_level(data):
+    inp = inputs_for("2Kx64", data=data, hq=4, hkv=2)
+    ref = reference(inp)
+    whole = np.abs(model_attention(inp, 16).astype(np.float64) - ref).max()
+    split = np.abs(model_attention(inp, 16, split_keys=split_point(inp.problem.context)).astype(np.float64) - ref).max()
+    assert 0 < split <= 2 * whole
+
+
+def test_split_keys_must_be_whole_tiles_within_the_context():
+    inp = inputs_for("97x13", hq=2, hkv=1)
+    for bad in (8, -16, 112):
+        with pytest.raises(ValueError, match="split_keys"):
+            model_attention(inp, 16, split_keys=bad)
+
+
+def test_split_rule():
+    # H200 measurements (docs/PERF_NOTES.md): split where the chunk has few rows x heads
+    assert split_keys("v2", 512, 65536, 32) == split_point(65536) == 32768       # 64Kx512
+    assert split_keys("v2t", 256, 2150, 32) == split_point(2150) == 1072         # 2.1Kx256
+    assert split_keys("v2", 1024, 32768, 32) == 0      # 32Kx1024: enough warps already
+    assert split_keys("v2", 113, 1023, 16) == 0        # context too short
+    assert split_keys("v1", 512, 65536, 32) == 0       # v1 keeps the PR's design
+    assert split_point(15) == 0 and split_point(47) == 16
 
 
 @pytest.mark.parametrize("data", ["normal", "realistic"])

@@ -35,6 +35,18 @@ def test_compute_is_the_model_of_the_variants_tile(inputs):
         assert ko.deterministic is True  # small: checked by running twice
 
 
+def test_compute_splits_the_keys_where_the_kernels_do():
+    # 2Kx64 with 4 query heads: 256 rows after 2048 keys: v2/v2t split at key 1024
+    inp = make_inputs(Problem(shape=parse_shape("2Kx64"), heads_q=4, heads_kv=2, head_dim=64, page=16))
+    be = NumpyBackend()
+    rows = sample_rows(64, 5, 0)
+    assert be.split_keys("v1", inp.problem) == 0
+    assert be.split_keys("v2", inp.problem) == be.split_keys("v2t", inp.problem) == 1024
+    v2 = be.compute(be.prepare(inp), "v2", rows).out
+    assert np.array_equal(v2, model_attention(inp, 16, rows, split_keys=1024))
+    assert not np.array_equal(v2, model_attention(inp, 16, rows))
+
+
 def test_v2_and_v2t_are_bitwise_equal_and_differ_from_v1(inputs):
     be = NumpyBackend()
     prep = be.prepare(inputs)

@@ -70,7 +70,8 @@ def _case(backend, shape, layout_key, rows_n=None):
 
 def _check_parity(backend, prep, inputs, rows, ref, variant):
     res = backend.compute(prep, variant, rows)
-    model = model_attention(inputs, TILE_KEYS[variant], rows)
+    model = model_attention(inputs, TILE_KEYS[variant], rows,
+                            split_keys=backend.split_keys(variant, inputs.problem))
     if inputs.problem.out_dtype == "float16":
         model = model.astype(np.float16).astype(np.float32)
     kern = error_metrics(res.out, ref)
@@ -102,6 +103,29 @@ def test_parity_32k_sampled(backend):
     assert hashes["v2t"] == hashes["v2"]
 
 
+def test_parity_64k_split_sampled(backend):
+    """64Kx512 splits the keys between a CTA's two warps (pa_bench.model.split_keys)."""
+    pb, inputs, prep, rows, ref = _case(backend, "64Kx512", "d128-gqa-paged64-realistic", rows_n=32)
+    assert backend.split_keys("v2", pb) == 32768 and backend.split_keys("v1", pb) == 0
+    hashes = {v: _check_parity(backend, prep, inputs, rows, ref, v).full_hash for v in VARIANTS}
+    assert hashes["v2t"] == hashes["v2"]
+
+
+@pytest.mark.parametrize("layout_key", list(LAYOUTS))
+@pytest.mark.parametrize("split", [True, False])
+def test_parity_with_split_forced(backend, layout_key, split):
+    """Split keys on a ragged shape whose rule says no (and 2.1Kx256, where it says yes, without)."""
+    shape = "1023x113" if split else "2.1Kx256"
+    pb, inputs, prep, rows, ref = _case(backend, shape, layout_key)
+    backend.split = split
+    try:
+        assert bool(backend.split_keys("v2", pb)) == split
+        hashes = {v: _check_parity(backend, prep, inputs, rows, ref, v).full_hash for v in ("v2", "v2t")}
+    finally:
+        backend.split = None
+    assert hashes["v2t"] == hashes["v2"]
+
+
 @pytest.mark.parametrize("layout_key", ["d128-gqa-paged64-realistic", "d64-mha-paged16-normal"])
 @pytest.mark.parametrize("shape", ["2.1Kx256", "1023x113"])
 def test_forced_turing_path(turing_backend, shape, layout_key):
@@ -116,17 +140,18 @@ def test_forced_turing_path(turing_backend, shape, layout_key):
 def test_tile_layouts_agree_bitwise(backend, layout_key):
     """A row's arithmetic does not depend on the tile or warp that computes it: v2/v2t with two
     query heads per warp, two 16-row blocks of one head per warp, and one tile per warp give the
-    same bits (and v2t the same as v2 in each)."""
+    same bits (and v2t the same as v2 in each), with split keys and without."""
     pb, inputs, prep, rows, ref = _case(backend, "1023x113", layout_key)
-    hashes = {}
-    for tiles, pair in ((2, True), (2, False), (1, True)):
-        backend.tiles, backend.pair_heads = tiles, pair
-        try:
-            hashes[(tiles, pair)] = {v: backend.compute(prep, v, None).full_hash for v in ("v2", "v2t")}
-        finally:
-            backend.tiles, backend.pair_heads = None, True
-    assert all(h["v2"] == h["v2t"] for h in hashes.values()), hashes
-    assert len({h["v2"] for h in hashes.values()}) == 1, hashes
+    for split in (False, True):
+        hashes = {}
+        for tiles, pair in ((2, True), (2, False), (1, True)):
+            backend.tiles, backend.pair_heads, backend.split = tiles, pair, split
+            try:
+                hashes[(tiles, pair)] = {v: backend.compute(prep, v, None).full_hash for v in ("v2", "v2t")}
+            finally:
+                backend.tiles, backend.pair_heads, backend.split = None, True, None
+        assert all(h["v2"] == h["v2t"] for h in hashes.values()), (split, hashes)
+        assert len({h["v2"] for h in hashes.values()}) == 1, (split, hashes)
 
 
 def test_nan_in_unused_pool_slots_never_leaks(backend):
