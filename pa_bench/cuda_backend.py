@@ -175,6 +175,9 @@ class CudaBackend:
             vs[:, : pb.keys] = cp.asarray(inputs.v_scale, dtype=cp.float32)
             table = cp.zeros(1, dtype=cp.int32)
             page_shift = 0
+        if k.size // pb.head_dim >= 2**32:  # the kernels index K/V rows with 32 bits (kv_row)
+            raise PaBenchError(f"shape {pb.shape.label}: {k.size // pb.head_dim} K/V rows; the kernels "
+                               f"index at most 2^32")
         q = cp.asarray(np.ascontiguousarray(inputs.q, dtype=np.float16))
         n_out = pb.heads_q * pb.queries * pb.head_dim + 2 * GUARD_ELEMS
         odt = cp.float16 if pb.out_dtype == "float16" else cp.float32
