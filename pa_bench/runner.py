@@ -176,11 +176,12 @@ def _run(
     except KeyboardInterrupt:
         progress.stop()
         run.update_meta(status="interrupted", finished=R.now_utc_iso(),
-                        wall_seconds=round(time.time() - started, 3))
+                        wall_seconds=round(time.time() - started, 3), backend_meta=backend.meta())
         raise RunInterrupted(run.path) from None
     progress.stop()
+    # backend_meta again: the builds and launches are known only once the kernels have run
     run.update_meta(status="complete", finished=R.now_utc_iso(),
-                    wall_seconds=round(time.time() - started, 3))
+                    wall_seconds=round(time.time() - started, 3), backend_meta=backend.meta())
     if write_report:
         _write_report(run, progress)
     return run.path

@@ -11,6 +11,7 @@ import pytest
 from pa_bench import runner
 from pa_bench.config import DEFAULT_CONFIG, load_config
 from pa_bench.errors import PaBenchError, RunError
+from pa_bench.model import split_keys
 from pa_bench.numpy_backend import NumpyBackend
 from pa_bench.records import COLUMNS
 from pa_bench.results import open_run
@@ -280,3 +281,34 @@ def test_resume_of_a_timed_run_retimes_the_shape_together(smoke, tmp_path):
     v1 = after[("1023x113", "v1")]
     assert v1.parity_pass is True and v1.max_abs_err == before[("1023x113", "v1")].max_abs_err
     assert after[("256x64", "v2")] == before[("256x64", "v2")]
+
+
+def test_the_model_follows_the_backends_key_split(smoke, tmp_path):
+    """2Kx64 on the smoke heads is split by v2/v2t (pa_bench.model.split_keys): the runner's model
+    must be the split one, so the fake kernel (the model itself) has an error ratio of exactly 1."""
+    backend = FakeGpu()
+    path = runner.run_parity(tiny(smoke, "2Kx64"), backend, results_root=tmp_path)
+    recs = records_of(path)
+    assert split_keys("v2", 64, 2048, 4) == 1024 and split_keys("v1", 64, 2048, 4) == 0
+    for v in ("v1", "v2", "v2t"):
+        assert recs[("2Kx64", v)].err_ratio == 1.0, v
+
+
+class MetaAtTheEnd(FakeGpu):
+    """A backend whose meta grows as kernels are built (like the cuda backend's builds list)."""
+
+    def __init__(self):
+        super().__init__()
+        self.built = []
+
+    def compute(self, prepared, variant, rows, check_determinism=None):
+        self.built.append(variant)
+        return super().compute(prepared, variant, rows, check_determinism)
+
+    def meta(self):
+        return {"builds": sorted(set(self.built))}
+
+
+def test_meta_records_the_builds_made_during_the_run(smoke, tmp_path):
+    path = runner.run_parity(tiny(smoke, "256x64"), MetaAtTheEnd(), results_root=tmp_path)
+    assert open_run(path).read_meta()["backend_meta"]["builds"] == ["v1", "v2", "v2t"]
