@@ -140,13 +140,13 @@ __device__ __forceinline__ bool warp_tiles(const Args& a, int warp, int hq[TILES
 // A slice is [K rows 16 x D][V rows 16 x D][K scales 16][V scales 16]. 16-byte chunk `col` of
 // row `row` is stored at a swizzled chunk position so that both read patterns (K: two rows x
 // four chunks per quarter warp; V: four rows x two chunks) hit 8 distinct bank groups.
-__device__ __forceinline__ int swz_chunk(int row, int col) {
+__host__ __device__ constexpr int swz_chunk(int row, int col) {
     const int lin = row * CPR + col;
     const int f = (((row >> 2) & 3) << 1) ^ (CPR >= 8 ? ((row & 1) << 2) : 0);
     return (lin & ~7) | ((lin & 7) ^ f);
 }
-__device__ __forceinline__ int slice_k_off(int row, int col) { return swz_chunk(row, col) * 16; }
-__device__ __forceinline__ int slice_v_off(int row, int col) { return SLICE_KV_BYTES + swz_chunk(row, col) * 16; }
+__host__ __device__ constexpr int slice_k_off(int row, int col) { return swz_chunk(row, col) * 16; }
+__host__ __device__ constexpr int slice_v_off(int row, int col) { return SLICE_KV_BYTES + swz_chunk(row, col) * 16; }
 constexpr int SLICE_KS_OFF = 2 * SLICE_KV_BYTES;
 constexpr int SLICE_VS_OFF = SLICE_KS_OFF + SLICE_KEYS * 4;
 
@@ -201,11 +201,43 @@ __device__ __forceinline__ u32 scale_index(const Args& a, int hkv, int j0, u32 r
 }
 
 // The copy plan of one slice, shared by every staging method so that all of them put the same
-// bytes in the same places: lane `lane` moves K/V chunks lane + 32*i (i < CHUNKS_PER_LANE) — the
-// slice's 16 rows are contiguous in memory, so chunk c is the 16 bytes at 16*c from its first
-// row — and lanes 0-3 move the K-scale chunks, lanes 4-7 the V-scale chunks (4 keys each).
+// bytes in the same places. Lane `lane` moves the 16-byte chunks (row, col) of K and of V with
+// col = lane % CPR and, for i < CHUNKS_PER_LANE, row = chunk_row(lane, i):
+//   D=128: 4*(lane/8) + i        (instruction i of the warp reads rows i, 4+i, 8+i, 12+i whole)
+//   D=64:  (lane/4)%2 + 4*(lane/8) + 2*i   (rows 2i, 2i+1, 4+2i, ... whole)
+// so every copy instruction reads four whole 128-byte lines, a chunk's source is the lane's first
+// chunk plus D*(i%NB) + 2*D*(i/NB) bytes, and its destination is one of NB per-lane offsets plus
+// 2*D*(i/NB) bytes: rows r and r+2 have the same swizzle (it uses row bits 0, 2 and 3), so the
+// copy needs no per-chunk address arithmetic. Lanes 0-3 move the K-scale chunks, lanes 4-7 the
+// V-scale chunks (4 keys each). The plan is checked at compile time (copy_plan_ok below).
+constexpr int COPY_NB = CPR >= 8 ? 2 : 1;   // distinct destination offsets per lane
+__host__ __device__ constexpr int chunk_row(int lane, int i) {
+    return CPR >= 8 ? 4 * (lane >> 3) + i : ((lane >> 2) & 1) + 4 * (lane >> 3) + 2 * i;
+}
+__host__ __device__ constexpr int chunk_src_off(int i) { return D * (i % COPY_NB) + 2 * D * (i / COPY_NB); }
+__host__ __device__ constexpr int lane_src_off(int lane) { return D * chunk_row(lane, 0) + 16 * (lane % CPR); }
+__host__ __device__ constexpr int slice_dst_k(int lane, int i) {
+    return slice_k_off(chunk_row(lane, i % COPY_NB), lane % CPR) + 2 * D * (i / COPY_NB);
+}
+__host__ __device__ constexpr int slice_dst_v(int lane, int i) { return SLICE_KV_BYTES + slice_dst_k(lane, i); }
+__host__ __device__ constexpr int slice_dst_sc(int lane) { return (lane < 4 ? SLICE_KS_OFF : SLICE_VS_OFF) + (lane & 3) * 16; }
+// Every chunk of the slice is moved exactly once, from row*D + 16*col to slice_k_off(row, col).
+__host__ __device__ constexpr bool copy_plan_ok() {
+    bool seen[SLICE_CHUNKS] = {};
+    for (int lane = 0; lane < 32; ++lane)
+        for (int i = 0; i < CHUNKS_PER_LANE; ++i) {
+            const int row = chunk_row(lane, i), col = lane % CPR;
+            if (row < 0 || row >= SLICE_KEYS || seen[row * CPR + col]) return false;
+            seen[row * CPR + col] = true;
+            if (lane_src_off(lane) + chunk_src_off(i) != row * D + 16 * col) return false;
+            if (slice_dst_k(lane, i) != slice_k_off(row, col)) return false;
+        }
+    return true;
+}
+static_assert(copy_plan_ok(), "the copy plan must move every chunk once, to its swizzled place");
+
 struct SliceSrc {
-    const signed char* k;   // this lane's chunk 0 of K: the slice's first row + 16*lane bytes
+    const signed char* k;   // this lane's chunk 0 of K: the slice's first row + lane_src_off(lane)
     const signed char* v;   // the same for V
     int keys_left;          // keys of this slice that are in the cache (>= SLICE_KEYS: all of them)
     const float* sc;        // scale chunk of this lane (lanes 0..7): 4 keys from key j0 + 4*(lane%4)
@@ -213,10 +245,10 @@ struct SliceSrc {
 // Whether chunk i of the lane holds a key of the cache, and where it comes from (a chunk past
 // the cache points at the slice's first chunk: a valid address that is not read).
 __device__ __forceinline__ bool chunk_ok(const SliceSrc& s, int lane, int i) {
-    return (lane + 32 * i) / CPR < s.keys_left;
+    return chunk_row(lane, i) < s.keys_left;
 }
 __device__ __forceinline__ const uint4* chunk_src(const signed char* p, int lane, int i, bool ok) {
-    return reinterpret_cast<const uint4*>(ok ? p + 512 * i : p - 16 * lane);
+    return reinterpret_cast<const uint4*>(ok ? p + chunk_src_off(i) : p - lane_src_off(lane));
 }
 // Keys of the lane's scale chunk that are in the cache (0..4; 4 in every whole slice).
 __device__ __forceinline__ int scale_keys(const SliceSrc& s, int lane) {
@@ -229,21 +261,13 @@ __device__ __forceinline__ SliceSrc slice_src(const Args& a, int hkv, int j0, in
     SliceSrc s;
     s.keys_left = a.ctx + a.n_q - j0;
     const u32 row = s.keys_left > 0 ? kv_row(a, hkv, j0, page) : 0u;
-    const u64 off = (u64)row * D + 16 * lane;
+    const u64 off = (u64)row * D + lane_src_off(lane);
     s.k = a.k + off;
     s.v = a.v + off;
     const float* scale = lane < 4 ? a.k_scale : a.v_scale;
     s.sc = scale + (s.keys_left > 0 ? scale_index(a, hkv, j0, row) + 4 * (lane & 3) : 0u);
     return s;
 }
-// Where lane `lane`'s chunks go inside a slice: chunk i (= lane + 32*i) lies 32*i/CPR rows below
-// chunk 0, which the swizzle turns into a xor of the chunk position and an offset of 512*i bytes.
-constexpr int SWZ_ROWSTEP_XOR = CPR >= 8 ? 32 : 64;
-__device__ __forceinline__ int slice_dst_k(int lane, int i) {
-    return (slice_k_off(lane / CPR, lane % CPR) ^ (i * SWZ_ROWSTEP_XOR)) + 512 * i;
-}
-__device__ __forceinline__ int slice_dst_v(int lane, int i) { return SLICE_KV_BYTES + slice_dst_k(lane, i); }
-__device__ __forceinline__ int slice_dst_sc(int lane) { return (lane < 4 ? SLICE_KS_OFF : SLICE_VS_OFF) + (lane & 3) * 16; }
 
 // Register staging (v1's gather and v2t): load the slice's pieces into registers ...
 struct SliceRegs {
@@ -251,8 +275,10 @@ struct SliceRegs {
     uint4 v[CHUNKS_PER_LANE];
     float4 sc;
 };
+// WHOLE: the caller knows the slice is whole (no test in the loop that runs most slices).
+template <bool WHOLE = false>
 __device__ __forceinline__ void slice_load_regs(const SliceSrc& s, int lane, SliceRegs& r) {
-    if (s.keys_left >= SLICE_KEYS) {                    // a whole slice (all but the last)
+    if (WHOLE || s.keys_left >= SLICE_KEYS) {           // a whole slice (all but the last)
 #pragma unroll
         for (int i = 0; i < CHUNKS_PER_LANE; ++i) {
             r.k[i] = __ldg(chunk_src(s.k, lane, i, true));
@@ -267,7 +293,7 @@ __device__ __forceinline__ void slice_load_regs(const SliceSrc& s, int lane, Sli
             r.v[i] = ok ? __ldg(chunk_src(s.v, lane, i, ok)) : zero;
         }
     }
-    const int sc_keys = scale_keys(s, lane);
+    const int sc_keys = WHOLE ? (lane < 8 ? 4 : 0) : scale_keys(s, lane);
     if (sc_keys == 4) {
         r.sc = __ldg(reinterpret_cast<const float4*>(s.sc));     // 16-byte aligned (see Args)
     } else {

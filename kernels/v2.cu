@@ -13,9 +13,13 @@
 // Pipeline: each warp owns two shared-memory stages (a slice each: int8 K rows, int8 V rows,
 //   K scales, V scales). While it computes slice i from one stage it has cp.async copies of
 //   slice i+1 (K, V and the next slice's scales) in flight into the other; it waits for them
-//   after slice i's math. Every lane copies the same chunks to the same places as v2t and v1
+//   after slice i's math, and right after the barrier that publishes slice i+1 each lane reads
+//   its K words of it (load_k_words), so the next step's S = Q.K^T does not start by waiting for
+//   shared memory. Every lane copies the same chunks to the same places as v2t and v1
 //   (pa_common.cuh's copy plan); keys past the end of the cache are zero-filled by the copy
-//   itself. The page-table entry of a slice is read one slice before its copy is issued.
+//   itself. The page-table entry of a slice is read one slice before its copy is issued; in the
+//   loop over all but the last unmasked slices the next slice is known to be whole, so its copy
+//   carries no end-of-cache test.
 // Barriers: a warp reads and writes only its own stages and Q fragments, so __syncwarp() is the
 //   only barrier inside the loop, one per slice: after slice i's math and cp.async.wait_group,
 //   it both makes every lane's copies of slice i+1 visible to the whole warp and guarantees that
@@ -45,10 +49,12 @@ __device__ __forceinline__ void cp_async_ca16(void* dst, const void* src, int sr
 }
 
 // Start the copies of one slice into `stage` (this lane's share of the copy plan).
+// WHOLE: the caller knows the slice is whole.
+template <bool WHOLE>
 __device__ __forceinline__ void issue(const pa::Args& a, int hkv, int j0, int page, int lane, unsigned char* stage) {
     using namespace pa;
     const SliceSrc s = slice_src(a, hkv, j0, page, lane);
-    if (s.keys_left >= SLICE_KEYS) {                    // a whole slice (all but the last)
+    if (WHOLE || s.keys_left >= SLICE_KEYS) {           // a whole slice (all but the last)
 #pragma unroll
         for (int i = 0; i < CHUNKS_PER_LANE; ++i) {
             cp_async_ca16(stage + slice_dst_k(lane, i), chunk_src(s.k, lane, i, true), 16);
@@ -68,17 +74,19 @@ __device__ __forceinline__ void issue(const pa::Args& a, int hkv, int j0, int pa
 }
 
 // One iteration of the pipeline: start slice i+1's copies, compute slice i, wait for slice i+1.
-template <bool MASKED>
+// NEXT_WHOLE: slice i+1 exists and is whole (the loop over all but the last unmasked slices).
+template <bool MASKED, bool NEXT_WHOLE>
 __device__ __forceinline__ void pipeline_step(const pa::Args& a, int hkv, int i, int end, int lane,
                                               int& page_next, unsigned char (*stages)[pa::SLICE_BYTES],
-                                              pa::WarpState<pa::TILES>& st) {
+                                              pa::WarpState<pa::TILES>& st, pa::KWords& kw) {
     using namespace pa;
-    if (i + 1 < end) issue(a, hkv, (i + 1) * SLICE_KEYS, page_next, lane, stages[(i + 1) & 1]);
+    if (NEXT_WHOLE || i + 1 < end) issue<NEXT_WHOLE>(a, hkv, (i + 1) * SLICE_KEYS, page_next, lane, stages[(i + 1) & 1]);
     else __pipeline_commit();                       // an empty group keeps the count uniform
     page_next = page_of(a, (i + 2) * SLICE_KEYS);   // for the next iteration's copy
-    warp_step<1, MASKED>(a, stages[i & 1], i * SLICE_KEYS, lane, st);
+    warp_step<1, MASKED>(a, stages[i & 1], i * SLICE_KEYS, lane, st, &kw);
     __pipeline_wait_prior(0);                       // slice i+1 has landed (this lane's copies)
     __syncwarp();                                   // ... and every lane's; stage i&1 may be refilled
+    if (NEXT_WHOLE || i + 1 < end) load_k_words(stages[(i + 1) & 1], lane, kw);
 }
 }  // namespace
 
@@ -92,12 +100,14 @@ extern "C" __global__ void __launch_bounds__(32 * pa::V2_WARPS) pa_v2(PA_KERNEL_
     if (!pipelined_warp_begin(a, warp, lane, sm, st, keys)) return;
 
     const int j_first = keys.begin * SLICE_KEYS;
-    issue(a, keys.hkv, j_first, page_of(a, j_first), lane, sm.stages[warp][keys.begin & 1]);
+    issue<false>(a, keys.hkv, j_first, page_of(a, j_first), lane, sm.stages[warp][keys.begin & 1]);
     int page_next = page_of(a, j_first + SLICE_KEYS);
     __pipeline_wait_prior(0);                       // the first slice has landed ...
     __syncwarp();                                   // ... for every lane
+    KWords kw;
+    load_k_words(sm.stages[warp][keys.begin & 1], lane, kw);
     int i = keys.begin;
-    for (; i < keys.n_open; ++i) pipeline_step<false>(a, keys.hkv, i, keys.end, lane, page_next, sm.stages[warp], st);
-    for (; i < keys.end; ++i) pipeline_step<true>(a, keys.hkv, i, keys.end, lane, page_next, sm.stages[warp], st);
+    for (; i + 1 < keys.n_open; ++i) pipeline_step<false, true>(a, keys.hkv, i, keys.end, lane, page_next, sm.stages[warp], st, kw);
+    for (; i < keys.end; ++i) pipeline_step<true, false>(a, keys.hkv, i, keys.end, lane, page_next, sm.stages[warp], st, kw);
     pipelined_warp_end(a, warp, lane, sm, st);
 }

@@ -10,11 +10,11 @@
 //   during slice i's S = Q.K^T, softmax and P.V, and after P.V the lanes store them into the
 //   warp's other stage. Right after the barrier that publishes slice i+1 each lane reads its K
 //   words of it (load_k_words), so the next step's S = Q.K^T does not start by waiting for
-//   shared memory (measured: 4-8 % faster at 32Kx1024 and 64Kx512 on the H200; v2 was 2-3 %
-//   slower with it, so v2 reads them in the step). The copy plan is pa_common.cuh's, the one
+//   shared memory (as v2 does). The copy plan is pa_common.cuh's, the one
 //   v2's cp.async uses: the same bytes land in the same places, the math is the same code, so on
 //   the same MMA path v2t's output is bitwise identical to v2's. Page-table entries are read one
-//   slice ahead, as in v2.
+//   slice ahead, as in v2; in the loop over all but the last unmasked slices the next slice is
+//   known to be whole, so its loads carry no end-of-cache test.
 // Barriers: only __syncwarp() inside the loop: one per slice, after the store into the other
 //   stage; it both publishes slice i+1 to the warp and guarantees nobody still reads stage i&1
 //   when slice i+2 is stored into it. A warp with no tiles returns at once. Split keys: as v2.
@@ -25,14 +25,15 @@
 namespace {
 // One iteration of the pipeline: load slice i+1 into registers, compute slice i (its K words
 // already in registers), store slice i+1 and read its K words.
-template <bool MASKED>
+// NEXT_WHOLE: slice i+1 exists and is whole (the loop over all but the last unmasked slices).
+template <bool MASKED, bool NEXT_WHOLE>
 __device__ __forceinline__ void pipeline_step(const pa::Args& a, int hkv, int i, int end, int lane,
                                               int& page_next, unsigned char (*stages)[pa::SLICE_BYTES],
                                               pa::WarpState<pa::TILES>& st, pa::KWords& kw) {
     using namespace pa;
-    const bool more = i + 1 < end;
+    const bool more = NEXT_WHOLE || i + 1 < end;
     SliceRegs next;
-    if (more) slice_load_regs(slice_src(a, hkv, (i + 1) * SLICE_KEYS, page_next, lane), lane, next);  // issue()
+    if (more) slice_load_regs<NEXT_WHOLE>(slice_src(a, hkv, (i + 1) * SLICE_KEYS, page_next, lane), lane, next);  // issue()
     page_next = page_of(a, (i + 2) * SLICE_KEYS);   // for the next iteration's loads
     warp_step<1, MASKED>(a, stages[i & 1], i * SLICE_KEYS, lane, st, &kw);
     if (more) slice_store_regs(stages[(i + 1) & 1], lane, next);                     // store_stage()
@@ -59,7 +60,7 @@ extern "C" __global__ void __launch_bounds__(32 * pa::V2_WARPS) pa_v2t(PA_KERNEL
     KWords kw;
     load_k_words(sm.stages[warp][keys.begin & 1], lane, kw);
     int i = keys.begin;
-    for (; i < keys.n_open; ++i) pipeline_step<false>(a, keys.hkv, i, keys.end, lane, page_next, sm.stages[warp], st, kw);
-    for (; i < keys.end; ++i) pipeline_step<true>(a, keys.hkv, i, keys.end, lane, page_next, sm.stages[warp], st, kw);
+    for (; i + 1 < keys.n_open; ++i) pipeline_step<false, true>(a, keys.hkv, i, keys.end, lane, page_next, sm.stages[warp], st, kw);
+    for (; i < keys.end; ++i) pipeline_step<true, false>(a, keys.hkv, i, keys.end, lane, page_next, sm.stages[warp], st, kw);
     pipelined_warp_end(a, warp, lane, sm, st);
 }
