@@ -701,6 +701,20 @@ __device__ __forceinline__ bool pipelined_warp_begin(const Args& a, int warp, in
     keys.n_open = min(unmasked_slices(a, st.row0[0]), keys.end);
     return true;
 }
+// The warp's slices, in the two loops both pipelines run: all but the last unmasked slice, whose
+// next slice is known to be whole (no end-of-cache test), then the rest with the mask (a slice
+// that needs none gives the same bits with it). step(i, masked, next_whole) runs slice i; the
+// flags are Flag<> types, so each loop gets its own compiled step.
+template <bool B>
+struct Flag {
+    static constexpr bool value = B;
+};
+template <class Step>
+__device__ __forceinline__ void for_each_slice(const WarpKeys& keys, Step step) {
+    int i = keys.begin;
+    for (; i + 1 < keys.n_open; ++i) step(i, Flag<false>(), Flag<true>());
+    for (; i < keys.end; ++i) step(i, Flag<true>(), Flag<false>());
+}
 // With split keys: merge warp 1's softmax state into warp 0's, through shared memory (the stages
 // and Q fragments are no longer needed once both warps are past their loops). Per row:
 //   m = max(m0, m1);  a_i = exp2(m_i - m);  l = l0*a0 + l1*a1;  O = O0*a0 + O1*a1  (fp32, _rn)

@@ -59,8 +59,9 @@ extern "C" __global__ void __launch_bounds__(32 * pa::V2_WARPS) pa_v2t(PA_KERNEL
     __syncwarp();
     KWords kw;
     load_k_words(sm.stages[warp][keys.begin & 1], lane, kw);
-    int i = keys.begin;
-    for (; i + 1 < keys.n_open; ++i) pipeline_step<false, true>(a, keys.hkv, i, keys.end, lane, page_next, sm.stages[warp], st, kw);
-    for (; i < keys.end; ++i) pipeline_step<true, false>(a, keys.hkv, i, keys.end, lane, page_next, sm.stages[warp], st, kw);
+    for_each_slice(keys, [&](int i, auto masked, auto next_whole) {
+        pipeline_step<decltype(masked)::value, decltype(next_whole)::value>(a, keys.hkv, i, keys.end, lane, page_next,
+                                                                            sm.stages[warp], st, kw);
+    });
     pipelined_warp_end(a, warp, lane, sm, st);
 }
