@@ -507,7 +507,7 @@ __device__ __forceinline__ void warp_step(const Args& a, const unsigned char* sl
         }
     }
     // ---- scale, mask, running max. v1 (NS = 4) masks every step, as the PR's kernel does;
-    // v2/v2t mask only the steps that cross the diagonal or the end (MASKED).
+    // v2/v2t mask only the steps from the last unmasked slice on (MASKED; see for_each_slice).
     constexpr bool LEAN = NS == 1;
     float mx[NTL][2];
 #pragma unroll
