@@ -241,7 +241,7 @@ def _comma_list(value: str | None) -> list[str] | None:
 
 
 def _validate_variants(value: str | None) -> list[str] | None:
-    from pa_bench.config import VARIANTS
+    from pa_bench.problem.config import VARIANTS
 
     items = _comma_list(value)
     if items is None:
@@ -343,8 +343,8 @@ def load_run_config(config_path: str | None, *, resume: str | None, results_root
                     seed: int | None, force_turing: bool | None, hot: bool | None = None,
                     max_seconds: float | None = None):
     """The config file (or the resumed run's) with the command line's overrides applied."""
-    from pa_bench.config import DEFAULT_CONFIG, load_config
-    from pa_bench.plan import make_plan
+    from pa_bench.problem.config import DEFAULT_CONFIG, load_config
+    from pa_bench.problem.plan import make_plan
 
     variant_list = _validate_variants(variants)
     heads_q, heads_kv = _parse_heads(heads)
@@ -358,7 +358,7 @@ def load_run_config(config_path: str | None, *, resume: str | None, results_root
         if data.endswith(".npz") or os.sep in data:
             overrides.update(data="npz", data_file=data)
             if shapes is None:  # the capture fixes the shape
-                from pa_bench.inputs import npz_shape
+                from pa_bench.problem.inputs import npz_shape
 
                 shapes = npz_shape(data).spec
         else:
@@ -371,7 +371,7 @@ def load_run_config(config_path: str | None, *, resume: str | None, results_root
 
 def _resumed_config_path(resume: str, results_root: str) -> str | None:
     """The config file a resumed run was made with (so --resume alone reruns the same config)."""
-    from pa_bench.results import open_run
+    from pa_bench.store.results import open_run
 
     meta = open_run(resume, root=results_root).read_meta()
     path = meta.get("config_path")
@@ -528,7 +528,7 @@ def _time_rows(records, common: list[str] = ()) -> list[list[str]]:
 
 
 def _show_run(mode: str, run_path: Path, config, as_json: bool) -> list:
-    from pa_bench.results import open_run
+    from pa_bench.store.results import open_run
 
     run = open_run(run_path)
     records = run.records()
@@ -644,7 +644,7 @@ def run(config_arg, config_path, shapes, variants, backend, layout, page, heads,
 def _resolve_runs(runs: tuple[str, ...], results_root: str, n: int) -> list:
     """Runs named on the command line (paths or ids under --results), else the n newest."""
     from pa_bench.errors import RunError
-    from pa_bench.results import newest_runs, open_run
+    from pa_bench.store.results import newest_runs, open_run
 
     if runs:
         return [open_run(r, root=results_root) for r in runs]
@@ -670,7 +670,7 @@ def report(runs, output, results_root, no_plots, as_json):
 
     The report is written into the run (or -o FILE) and printed on stdout.
     """
-    from pa_bench import report as report_mod
+    from pa_bench.present import report as report_mod
 
     found = _resolve_runs(runs, results_root, 1)
     if output and len(found) > 1:
@@ -698,7 +698,7 @@ def report(runs, output, results_root, no_plots, as_json):
 @_no_interrupt_traceback
 def compare(runs, results_root, min_change, fail_on_slowdown, as_json):
     """A/B of two runs: change per shape x variant with noise bounds (default: the two newest)."""
-    from pa_bench import compare as compare_mod
+    from pa_bench.present import compare as compare_mod
 
     if len(runs) not in (0, 2):
         raise click.UsageError("compare takes two runs (A then B), or none for the two newest")
@@ -734,7 +734,7 @@ def compare(runs, results_root, min_change, fail_on_slowdown, as_json):
 @_no_interrupt_traceback
 def kernels(archs, head_dim, force_turing, as_json):
     """Variants x archs: CTA shape, registers, shared memory and spills (needs nvcc, no GPU)."""
-    from pa_bench import kernel_info
+    from pa_bench.backends import kernel_info
 
     arch_list = [a for item in archs for a in _comma_list(item) or []] or None
     rows = kernel_info.kernel_table(arch_list, head_dim=head_dim, force_turing=force_turing)
@@ -749,7 +749,7 @@ def kernels(archs, head_dim, force_turing, as_json):
 @_no_interrupt_traceback
 def env(as_json):
     """GPU, driver, CUDA, CuPy, compiler: what a bug report needs."""
-    from pa_bench import envinfo
+    from pa_bench.present import envinfo
 
     d = envinfo.environment()
     if as_json:

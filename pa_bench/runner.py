@@ -1,6 +1,6 @@
 """One command's walk through the chain: plan -> inputs -> backend -> metrics -> records -> run dir.
 
-``run_parity``, ``run_timing`` and ``run_all`` take a validated :class:`~pa_bench.config.Config`
+``run_parity``, ``run_timing`` and ``run_all`` take a validated :class:`~pa_bench.problem.config.Config`
 (command-line overrides already applied) and a backend, and write a run directory
 ``<results_root>/<run-id>/`` whose path they return. Per shape the inputs are made once and
 uploaded once; every variant of the shape is then checked against the FP64 reference and
@@ -31,9 +31,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from pa_bench import results as R
+from pa_bench.store import results as R
 from pa_bench.errors import PaBenchError, RunError
-from pa_bench.records import STATUS_FAILED, STATUS_OK, STATUS_SKIPPED, Record
+from pa_bench.store.records import STATUS_FAILED, STATUS_OK, STATUS_SKIPPED, Record
 
 MODE_PARITY = "parity"
 MODE_TIME = "time"
@@ -149,7 +149,7 @@ def _run(
     this backend; 0: every row). ``resume_run``: a run directory (or run id under
     ``results_root``) to carry on; its rows that finished ok are kept.
     """
-    from pa_bench.plan import make_plan
+    from pa_bench.problem.plan import make_plan
 
     progress = progress or NullProgress()
     plan = make_plan(config)
@@ -199,7 +199,7 @@ def _sort_records(run: R.RunDir, plan) -> None:
 
 
 def _write_report(run: R.RunDir, progress: Progress) -> None:
-    from pa_bench import report
+    from pa_bench.present import report
 
     try:
         report.write_report(run.path)
@@ -213,7 +213,7 @@ def _write_report(run: R.RunDir, progress: Progress) -> None:
 
 def _meta(mode: str, config, backend, describe: dict, command: list[str],
           sample_rows: int | None) -> dict:
-    from pa_bench import envinfo
+    from pa_bench.present import envinfo
 
     repo = Path(__file__).resolve().parent.parent
     return {
@@ -345,7 +345,7 @@ def _run_shape(job: _Job, problem, variants: list[str]) -> None:
     job.kept = kept
 
     try:
-        from pa_bench.inputs import make_inputs
+        from pa_bench.problem.inputs import make_inputs
 
         inputs = make_inputs(problem)
         prepared = backend.prepare(inputs)
@@ -400,7 +400,7 @@ def _safe_reason(fn, variant: str, problem) -> str | None:
 
 def _rows_for(job: _Job, nq: int, seed: int) -> np.ndarray | None:
     """Query rows compared with FP64 (sorted), or None for every row."""
-    from pa_bench.reference import sample_rows
+    from pa_bench.numerics.reference import sample_rows
 
     n = job.sample_rows
     if n is None:
@@ -418,7 +418,7 @@ def _model_positions(job: _Job, problem, compared: np.ndarray, seed: int) -> np.
     while that is at most MODEL_WORK_BUDGET score elements; past that on a seeded sample
     (first and last row included), and parity is judged on those rows alone.
     """
-    from pa_bench.reference import sample_rows
+    from pa_bench.numerics.reference import sample_rows
 
     if job.backend.name == "numpy":
         return None  # the kernel is the model: it already ran on every compared row
@@ -431,8 +431,8 @@ def _model_positions(job: _Job, problem, compared: np.ndarray, seed: int) -> np.
 
 def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
                   todo: list[str], variants: list[str]) -> None:
-    from pa_bench import metrics
-    from pa_bench.model import TILE_KEYS, model_attention
+    from pa_bench.numerics import metrics
+    from pa_bench.numerics.model import TILE_KEYS, model_attention
 
     backend, cfg = job.backend, job.config
     sel = _rows_for(job, problem.queries, problem.seed)
@@ -602,7 +602,7 @@ def _save_outputs(job: _Job, problem, sel, ref, outputs: dict) -> None:
 
 def _timing_phase(job: _Job, problem, prepared, rows: dict[str, _Row], todo: list[str],
                   parity_todo: list[str]) -> None:
-    from pa_bench import stats
+    from pa_bench.measure import stats
 
     key = shape_string(problem.shape)
     try:

@@ -17,13 +17,13 @@ import argparse
 
 import numpy as np
 
-from pa_bench.config import TimingSettings
-from pa_bench.cuda_backend import CudaBackend
-from pa_bench.inputs import make_inputs
-from pa_bench.model import TILE_KEYS, model_attention
-from pa_bench.plan import Problem
-from pa_bench.reference import sample_rows
-from pa_bench.shapes import parse_shape
+from pa_bench.problem.config import TimingSettings
+from pa_bench.backends.cuda import CudaBackend
+from pa_bench.problem.inputs import make_inputs
+from pa_bench.numerics.model import TILE_KEYS, model_attention
+from pa_bench.problem.plan import Problem
+from pa_bench.numerics.reference import sample_rows
+from pa_bench.problem.shapes import parse_shape
 
 SPLITS = {"rule": [None], "on": [True], "off": [False], "both": [False, True]}
 

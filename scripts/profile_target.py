@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import argparse
 
-from pa_bench.cuda_backend import CudaBackend
-from pa_bench.inputs import make_inputs
-from pa_bench.plan import Problem
-from pa_bench.shapes import parse_shape
+from pa_bench.backends.cuda import CudaBackend
+from pa_bench.problem.inputs import make_inputs
+from pa_bench.problem.plan import Problem
+from pa_bench.problem.shapes import parse_shape
 
 
 def main() -> None:

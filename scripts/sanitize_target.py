@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import sys
 
-from pa_bench.cuda_backend import CudaBackend
-from pa_bench.inputs import make_inputs
-from pa_bench.plan import Problem
-from pa_bench.shapes import parse_shape
+from pa_bench.backends.cuda import CudaBackend
+from pa_bench.problem.inputs import make_inputs
+from pa_bench.problem.plan import Problem
+from pa_bench.problem.shapes import parse_shape
 
 SHAPES = ("128x64", "1023x113")          # small; not a multiple of the tile or page sizes
 SETUPS = (  # head_dim, heads_q, heads_kv, layout, page

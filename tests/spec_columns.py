@@ -1,4 +1,4 @@
-"""SPEC section 6's records.csv columns, written out independently of pa_bench.records."""
+"""SPEC section 6's records.csv columns, written out independently of pa_bench.store.records."""
 
 SPEC_COLUMNS = (
     "config shape context queries heads_q heads_kv head_dim layout page data "

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from pa_bench import backends, runner
+from pa_bench import backends
+from pa_bench import runner
 from pa_bench.cli import cli
-from pa_bench.config import DEFAULT_CONFIG
+from pa_bench.problem.config import DEFAULT_CONFIG
 from spec_columns import SPEC_COLUMNS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -170,7 +171,7 @@ def test_resume_recomputes_only_missing_rows(invoke, tmp_path, monkeypatch):
     assert len(dropped) == 1
     records.write_text("\n".join(ln for ln in lines if ln not in dropped) + "\n")
 
-    from pa_bench.numpy_backend import NumpyBackend
+    from pa_bench.backends.numpy import NumpyBackend
 
     computed = []
     original = NumpyBackend.compute
@@ -259,7 +260,7 @@ def test_env_and_kernels(invoke, monkeypatch):
     data = json.loads(invoke("env", "--json").stdout)
     assert "python" in data and "cupy" in data
 
-    from pa_bench import kernel_info
+    from pa_bench.backends import kernel_info
 
     seen = {}
 

@@ -5,10 +5,10 @@ import math
 
 import pytest
 
-from pa_bench.compare import compare_runs, format_compare, has_parity_regression, has_slowdown
-from pa_bench.records import Record
-from pa_bench.results import new_run_dir
-from pa_bench.stats import IQR_TO_SIGMA
+from pa_bench.present.compare import compare_runs, format_compare, has_parity_regression, has_slowdown
+from pa_bench.store.records import Record
+from pa_bench.store.results import new_run_dir
+from pa_bench.measure.stats import IQR_TO_SIGMA
 
 WHEN = dt.datetime(2026, 11, 30, 3, 0, 0, tzinfo=dt.timezone.utc)
 

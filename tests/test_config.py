@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pa_bench.config import (CONFIG_DIR, DEFAULT_CONFIG, Config, ParitySettings, RefFigure,
+from pa_bench.problem.config import (CONFIG_DIR, DEFAULT_CONFIG, Config, ParitySettings, RefFigure,
                              TimingSettings, load_config)
 from pa_bench.errors import ConfigError, PaBenchError, ShapeError
-from pa_bench.shapes import parse_shape
+from pa_bench.problem.shapes import parse_shape
 
 MINIMAL = "name: t\nshapes: [1Kx16]\n"
 

@@ -8,8 +8,8 @@ import types
 
 import pytest
 
-from pa_bench import envinfo
-from pa_bench.envinfo import environment, format_environment, parse_nvcc_version
+from pa_bench.present import envinfo
+from pa_bench.present.envinfo import environment, format_environment, parse_nvcc_version
 
 GPU_FIELDS = ("gpu", "compute_capability", "arch", "sm_count", "l2_bytes", "driver",
               "cuda_runtime", "cuda_driver", "sm_clock_max_mhz")

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from pa_bench.errors import ConfigError
-from pa_bench.inputs import (Inputs, make_inputs, npz_shape, p_scale_for, qk_scale_log2_for,
+from pa_bench.problem.inputs import (Inputs, make_inputs, npz_shape, p_scale_for, qk_scale_log2_for,
                              quantize_per_token)
-from pa_bench.plan import Problem
-from pa_bench.shapes import parse_shape
+from pa_bench.problem.plan import Problem
+from pa_bench.problem.shapes import parse_shape
 
 
 def problem(shape="1023x113", **kw):

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from pa_bench import kernel_info as ki
-from pa_bench import kernels as K
+from pa_bench.backends import kernel_info as ki
+from pa_bench.backends import kernels as K
 
 pytestmark = [
     pytest.mark.nvcc,

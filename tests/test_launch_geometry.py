@@ -1,4 +1,4 @@
-"""How v2/v2t CTAs cover a chunk (pa_bench.kernels.launch_geometry / choose_tiles), on the CPU.
+"""How v2/v2t CTAs cover a chunk (pa_bench.backends.kernels.launch_geometry / choose_tiles), on the CPU.
 
 The kernels' warp_tiles() maps warp task w = 2*blockIdx.y + warp (with split keys: w = blockIdx.y
 for both warps) to its tiles; this re-derives that map in Python and checks that every (query
@@ -12,7 +12,7 @@ import itertools
 
 import pytest
 
-from pa_bench import kernels as K
+from pa_bench.backends import kernels as K
 
 
 def _tiles_covered(variant, queries, hq, hkv, tiles, split_keys=0):

@@ -6,7 +6,7 @@ import warnings
 import numpy as np
 import pytest
 
-from pa_bench.metrics import (ParityMetrics, err_ratio, error_metrics, evaluate_parity,
+from pa_bench.numerics.metrics import (ParityMetrics, err_ratio, error_metrics, evaluate_parity,
                               judge_parity, parity_floor)
 
 

@@ -5,11 +5,11 @@ import math
 import numpy as np
 import pytest
 
-from pa_bench.inputs import make_inputs
-from pa_bench.model import TILE_KEYS, model_attention, round_fp16, split_keys, split_point
-from pa_bench.plan import Problem
-from pa_bench.reference import reference_attention, sample_rows
-from pa_bench.shapes import parse_shape
+from pa_bench.problem.inputs import make_inputs
+from pa_bench.numerics.model import TILE_KEYS, model_attention, round_fp16, split_keys, split_point
+from pa_bench.problem.plan import Problem
+from pa_bench.numerics.reference import reference_attention, sample_rows
+from pa_bench.problem.shapes import parse_shape
 
 
 def inputs_for(shape="1023x113", data="realistic", hq=4, hkv=2, d=64, **kw):

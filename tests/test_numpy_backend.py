@@ -8,12 +8,12 @@ import pytest
 from pa_bench import backends
 from pa_bench.backends import KernelOutput, make_backend
 from pa_bench.errors import BackendUnavailable, PaBenchError
-from pa_bench.inputs import make_inputs
-from pa_bench.model import TILE_KEYS, model_attention
-from pa_bench.numpy_backend import NumpyBackend
-from pa_bench.plan import Problem
-from pa_bench.reference import dequantize, reference_attention, sample_rows
-from pa_bench.shapes import parse_shape
+from pa_bench.problem.inputs import make_inputs
+from pa_bench.numerics.model import TILE_KEYS, model_attention
+from pa_bench.backends.numpy import NumpyBackend
+from pa_bench.problem.plan import Problem
+from pa_bench.numerics.reference import dequantize, reference_attention, sample_rows
+from pa_bench.problem.shapes import parse_shape
 
 
 @pytest.fixture(scope="module")

@@ -55,7 +55,7 @@ def test_import_without_cupy():
     code = (
         "import sys; sys.modules['cupy'] = None\n"
         "import pa_bench, pa_bench.cli, pa_bench.runner, pa_bench.backends, "
-        "pa_bench.numpy_backend, pa_bench.report, pa_bench.compare\n"
+        "pa_bench.backends.numpy, pa_bench.present.report, pa_bench.present.compare\n"
         "from pa_bench.backends import cuda_problem\n"
         "print(pa_bench.__version__, cuda_problem())\n"
     )

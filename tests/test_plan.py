@@ -4,10 +4,10 @@ import math
 
 import pytest
 
-from pa_bench.config import DEFAULT_CONFIG, load_config
+from pa_bench.problem.config import DEFAULT_CONFIG, load_config
 from pa_bench.errors import ConfigError, ShapeError
-from pa_bench.plan import Case, Plan, Problem, make_plan
-from pa_bench.shapes import parse_shape
+from pa_bench.problem.plan import Case, Plan, Problem, make_plan
+from pa_bench.problem.shapes import parse_shape
 
 
 def naive_flops(d, hq, ctx, nq):

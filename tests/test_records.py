@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from pa_bench.errors import RunError
-from pa_bench.records import (
+from pa_bench.store.records import (
     COLUMNS,
     FIELD_TYPES,
     Record,

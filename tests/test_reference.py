@@ -5,10 +5,10 @@ import math
 import numpy as np
 import pytest
 
-from pa_bench.inputs import make_inputs
-from pa_bench.plan import Problem
-from pa_bench.reference import dequantize, reference_attention, sample_rows
-from pa_bench.shapes import parse_shape
+from pa_bench.problem.inputs import make_inputs
+from pa_bench.problem.plan import Problem
+from pa_bench.numerics.reference import dequantize, reference_attention, sample_rows
+from pa_bench.problem.shapes import parse_shape
 
 
 def naive_attention(q, k, v, ctx, scale, rows):

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from pa_bench.records import Record
-from pa_bench.report import build_report, fmt_err, fmt_ms, write_report
-from pa_bench.results import new_run_dir
+from pa_bench.store.records import Record
+from pa_bench.present.report import build_report, fmt_err, fmt_ms, write_report
+from pa_bench.store.results import new_run_dir
 
 WHEN = dt.datetime(2026, 11, 30, 3, 9, 58, tzinfo=dt.timezone.utc)
 HAS_MPL = importlib.util.find_spec("matplotlib") is not None

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from pa_bench.errors import RunError
-from pa_bench.records import Record
-from pa_bench.results import (
+from pa_bench.store.records import Record
+from pa_bench.store.results import (
     RunDir,
     git_commit,
     new_run_dir,
@@ -161,7 +161,7 @@ def test_git_commit_and_time(tmp_path, monkeypatch):
 
 
 def test_git_commit_falls_back_to_the_environment_outside_a_repo(tmp_path, monkeypatch):
-    from pa_bench.results import git_commit
+    from pa_bench.store.results import git_commit
 
     monkeypatch.setenv("PA_BENCH_GIT_COMMIT", "0123abcd")
     assert git_commit(tmp_path) == "0123abcd"
@@ -172,7 +172,7 @@ def test_git_commit_falls_back_to_the_environment_outside_a_repo(tmp_path, monke
 def test_the_environment_names_the_commit_even_inside_a_repo(monkeypatch):
     """A tree copied to a GPU machine may carry a stale .git: the named commit wins, and
     whether the tree is dirty is then unknown."""
-    from pa_bench.results import git_commit, git_dirty
+    from pa_bench.store.results import git_commit, git_dirty
 
     repo = os.path.dirname(os.path.dirname(__file__))
     monkeypatch.setenv("PA_BENCH_GIT_COMMIT", "89abcdef")

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from pa_bench import runner
-from pa_bench.config import DEFAULT_CONFIG, load_config
+from pa_bench.problem.config import DEFAULT_CONFIG, load_config
 from pa_bench.errors import PaBenchError, RunError
-from pa_bench.model import split_keys
-from pa_bench.numpy_backend import NumpyBackend
-from pa_bench.records import COLUMNS
-from pa_bench.results import open_run
-from pa_bench.timing import TimingResult
+from pa_bench.numerics.model import split_keys
+from pa_bench.backends.numpy import NumpyBackend
+from pa_bench.store.records import COLUMNS
+from pa_bench.store.results import open_run
+from pa_bench.measure.timing import TimingResult
 
 SMOKE = DEFAULT_CONFIG.parent / "smoke.yaml"
 
@@ -27,7 +27,7 @@ def smoke():
 
 def tiny(config, shapes="256x64,1023x113", variants=None):
     """A fast config: the smoke parameters on a few shapes."""
-    from pa_bench.plan import make_plan
+    from pa_bench.problem.plan import make_plan
 
     return make_plan(config, shapes=shapes, variants=variants).config
 
@@ -253,7 +253,7 @@ def test_two_runs_never_share_a_directory(smoke, tmp_path):
 
 
 def test_every_record_column_is_known(smoke):
-    from pa_bench.plan import make_plan
+    from pa_bench.problem.plan import make_plan
 
     plan = make_plan(smoke)
     job = runner._Job("run", smoke, NumpyBackend(), None, runner.NullProgress(), None, None,
@@ -284,7 +284,7 @@ def test_resume_of_a_timed_run_retimes_the_shape_together(smoke, tmp_path):
 
 
 def test_the_model_follows_the_backends_key_split(smoke, tmp_path):
-    """2Kx64 on the smoke heads is split by v2/v2t (pa_bench.model.split_keys): the runner's model
+    """2Kx64 on the smoke heads is split by v2/v2t (pa_bench.numerics.model.split_keys): the runner's model
     must be the split one, so the fake kernel (the model itself) has an error ratio of exactly 1."""
     backend = FakeGpu()
     path = runner.run_parity(tiny(smoke, "2Kx64"), backend, results_root=tmp_path)

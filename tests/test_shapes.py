@@ -3,7 +3,7 @@
 import pytest
 
 from pa_bench.errors import PaBenchError, ShapeError
-from pa_bench.shapes import Shape, parse_shape, parse_shapes
+from pa_bench.problem.shapes import Shape, parse_shape, parse_shapes
 
 
 @pytest.mark.parametrize("text, context, queries", [

@@ -6,8 +6,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from pa_bench import stats
-from pa_bench.stats import (
+from pa_bench.measure import stats
+from pa_bench.measure.stats import (
     TimingStats,
     flag_throttled,
     gbps,

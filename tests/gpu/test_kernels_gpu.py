@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pa_bench.inputs import make_inputs
-from pa_bench.metrics import error_metrics, judge_parity, parity_floor
-from pa_bench.model import TILE_KEYS, model_attention
-from pa_bench.plan import Problem
-from pa_bench.reference import sample_rows
-from pa_bench.shapes import parse_shape
+from pa_bench.problem.inputs import make_inputs
+from pa_bench.numerics.metrics import error_metrics, judge_parity, parity_floor
+from pa_bench.numerics.model import TILE_KEYS, model_attention
+from pa_bench.problem.plan import Problem
+from pa_bench.numerics.reference import sample_rows
+from pa_bench.problem.shapes import parse_shape
 
 pytestmark = pytest.mark.gpu
 
@@ -23,7 +23,7 @@ except Exception:  # pragma: no cover
 if not HAVE_GPU:  # pragma: no cover
     pytest.skip("no GPU visible to CuPy", allow_module_level=True)
 
-from pa_bench.cuda_backend import CudaBackend  # noqa: E402
+from pa_bench.backends.cuda import CudaBackend  # noqa: E402
 
 VARIANTS = ("v1", "v2", "v2t")
 # (head_dim, heads_q, heads_kv, layout, page, data, out_dtype)
@@ -104,7 +104,7 @@ def test_parity_32k_sampled(backend):
 
 
 def test_parity_64k_split_sampled(backend):
-    """64Kx512 splits the keys between a CTA's two warps (pa_bench.model.split_keys)."""
+    """64Kx512 splits the keys between a CTA's two warps (pa_bench.numerics.model.split_keys)."""
     pb, inputs, prep, rows, ref = _case(backend, "64Kx512", "d128-gqa-paged64-realistic", rows_n=32)
     assert backend.split_keys("v2", pb) == 32768 and backend.split_keys("v1", pb) == 0
     hashes = {v: _check_parity(backend, prep, inputs, rows, ref, v).full_hash for v in VARIANTS}
@@ -165,7 +165,7 @@ def test_nan_in_unused_pool_slots_never_leaks(backend):
 
 
 def test_timing_sanity(backend):
-    from pa_bench.config import TimingSettings
+    from pa_bench.problem.config import TimingSettings
 
     pb, inputs, prep, rows, ref = _case(backend, "2.1Kx256", "d128-gqa-paged64-realistic")
     settings = TimingSettings(hot=False, warmup=2, min_seconds=0.05, max_seconds=3.0, max_noise=0.02,
@@ -181,7 +181,7 @@ def test_timing_sanity(backend):
 
 
 def test_torch_peer_alignment_matches_reference(backend):
-    from pa_bench import torch_peer
+    from pa_bench.backends import torch_peer
 
     if torch_peer.unavailable_reason():
         pytest.skip(torch_peer.unavailable_reason())

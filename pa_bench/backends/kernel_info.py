@@ -16,7 +16,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from pa_bench import kernels as K
+from pa_bench.backends import kernels as K
 from pa_bench.errors import PaBenchError
 
 CTA_DESC = {

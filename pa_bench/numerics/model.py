@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .inputs import Inputs
+from pa_bench.problem.inputs import Inputs
 
 TILE_KEYS = {"v1": 64, "v2": 16, "v2t": 16}
 

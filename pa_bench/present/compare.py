@@ -14,9 +14,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from pa_bench.records import STATUS_OK, Record
-from pa_bench.results import RunDir, open_run
-from pa_bench.stats import verdict
+from pa_bench.store.records import STATUS_OK, Record
+from pa_bench.store.results import RunDir, open_run
+from pa_bench.measure.stats import verdict
 
 COMPARE_COLUMNS = (
     "shape", "variant", "presence", "status_a", "status_b", "ms_a", "ms_b", "change", "noise",

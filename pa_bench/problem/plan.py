@@ -11,10 +11,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
-from .config import (DATA_KINDS, KERNEL_VARIANTS, LAYOUTS, OUT_DTYPES, PEER_VARIANTS, VARIANTS,
+from pa_bench.problem.config import (DATA_KINDS, KERNEL_VARIANTS, LAYOUTS, OUT_DTYPES, PEER_VARIANTS, VARIANTS,
                      Config)
-from .errors import ConfigError
-from .shapes import Shape
+from pa_bench.errors import ConfigError
+from pa_bench.problem.shapes import Shape
 
 
 @dataclass(frozen=True)
@@ -190,7 +190,7 @@ def make_plan(config: Config, shapes: str | Sequence[str | Shape] | None = None,
 
 
 def _keep_config_labels(config: Config, shapes) -> list[Shape]:
-    from .shapes import parse_shapes
+    from pa_bench.problem.shapes import parse_shapes
 
     by_dims = {(s.context, s.queries): s for s in config.shapes}
     by_label = {s.label: s for s in config.shapes}

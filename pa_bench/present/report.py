@@ -22,8 +22,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pa_bench.records import STATUS_OK, Record
-from pa_bench.results import REPORT_FILE, RunDir, open_run
+from pa_bench.store.records import STATUS_OK, Record
+from pa_bench.store.results import REPORT_FILE, RunDir, open_run
 
 #: Display order of known variants; others follow in order of appearance.
 VARIANT_ORDER = ("v1", "v2", "v2t", "torch-sdpa", "torch-sdpa+dequant")

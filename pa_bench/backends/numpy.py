@@ -1,7 +1,7 @@
 """Backend ``numpy``: the numerics model as the "kernel", and a NumPy FP64 reference.
 
 It lets everything but timing run on a machine without a GPU: ``compute`` returns the
-output of :func:`pa_bench.model.model_attention` with the variant's tile size and key split, so its
+output of :func:`pa_bench.numerics.model.model_attention` with the variant's tile size and key split, so its
 kernel/model error ratio is 1 by construction. Peers are timing-only and nothing is timed.
 """
 
@@ -13,7 +13,7 @@ import numpy as np
 
 from pa_bench.backends import KernelOutput
 
-from pa_bench.model import TILE_KEYS  # keys per tile of each kernel variant
+from pa_bench.numerics.model import TILE_KEYS  # keys per tile of each kernel variant
 
 PEER_PREFIX = "torch-"
 
@@ -61,7 +61,7 @@ class NumpyBackend:
     def meta(self) -> dict:
         return {
             "backend": self.name,
-            "kernels": "numerics model (pa_bench.model), no CUDA kernels",
+            "kernels": "numerics model (pa_bench.numerics.model), no CUDA kernels",
             "tile_keys": dict(TILE_KEYS),
             "mma": "none (NumPy model)",
         }
@@ -80,8 +80,8 @@ class NumpyBackend:
         return inputs
 
     def split_keys(self, variant: str, problem) -> int:
-        """Where ``variant``'s arithmetic splits the keys (pa_bench.model.split_keys)."""
-        from pa_bench.model import split_keys
+        """Where ``variant``'s arithmetic splits the keys (pa_bench.numerics.model.split_keys)."""
+        from pa_bench.numerics.model import split_keys
 
         return split_keys(variant, problem.queries, problem.context, problem.heads_q)
 
@@ -91,7 +91,7 @@ class NumpyBackend:
 
         Determinism (two runs bitwise equal) is checked when asked and cheap, else None.
         """
-        from pa_bench.model import model_attention
+        from pa_bench.numerics.model import model_attention
 
         tile = tile_keys(variant)
         split = self.split_keys(variant, prepared.problem)
@@ -112,7 +112,7 @@ class NumpyBackend:
 
     def reference(self, inputs, rows, quantised: bool = True) -> np.ndarray | None:
         """FP64 attention on the dequantised int8 K/V, or on the float K/V (None if absent)."""
-        from pa_bench.reference import reference_attention
+        from pa_bench.numerics.reference import reference_attention
 
         problem = inputs.problem
         if quantised:  # int8 K/V dequantised one KV head at a time inside the reference

@@ -4,7 +4,7 @@ It uploads one shape's inputs once, compiles each variant flavour once per proce
 caches the binaries on disk), launches kernels into outputs framed by canary guard regions,
 checks the guards and that every output element was written, launches twice to check
 determinism, computes the FP64 reference on the GPU with CuPy, and times kernels and peers
-through :mod:`pa_bench.timing`.
+through :mod:`pa_bench.measure.timing`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pa_bench import kernels as K
+from pa_bench.backends import kernels as K
 from pa_bench.backends import KernelOutput
 from pa_bench.errors import BackendUnavailable, PaBenchError
 
@@ -114,10 +114,10 @@ class CudaBackend:
             "launches": list(self._launches.values()),
             "cta": {"v1": "4 warps x 16 rows of one query head",
                     "v2/v2t": "2 warps x T m16 tiles (T per shape: the tiles column of the builds, "
-                              "pa_bench.kernels.choose_tiles); with T = 2 the tiles are two query heads of one "
+                              "pa_bench.backends.kernels.choose_tiles); with T = 2 the tiles are two query heads of one "
                               "KV group at the same 16 rows when the group has an even number of heads, "
                               "else 32 rows of one head. With split keys (per shape: the launches, "
-                              "pa_bench.model.split_keys) both warps of a CTA hold the same tiles, warp 0 "
+                              "pa_bench.numerics.model.split_keys) both warps of a CTA hold the same tiles, warp 0 "
                               "keys [0, split), warp 1 the rest, merged at the end"},
         }
 
@@ -136,7 +136,7 @@ class CudaBackend:
 
     def unsupported_timing(self, variant: str, problem) -> str | None:
         if variant in PEERS:
-            from pa_bench import torch_peer
+            from pa_bench.backends import torch_peer
 
             return torch_peer.unavailable_reason() or self._fit_reason(problem, peer=True)
         if variant not in K.KERNEL_VARIANTS:
@@ -220,10 +220,10 @@ class CudaBackend:
         return fn
 
     def split_keys(self, variant: str, problem) -> int:
-        """Where ``variant`` splits the keys on ``problem`` (0: no split): pa_bench.model's rule,
+        """Where ``variant`` splits the keys on ``problem`` (0: no split): pa_bench.numerics.model's rule,
         unless ``self.split`` forces it on (at half the context) or off. The numerics model
         needs the same value (``runner`` asks the backend)."""
-        from pa_bench.model import SPLIT_VARIANTS, split_keys, split_point
+        from pa_bench.numerics.model import SPLIT_VARIANTS, split_keys, split_point
 
         if self.split is None or variant not in SPLIT_VARIANTS:
             return split_keys(variant, problem.queries, problem.context, problem.heads_q)
@@ -318,7 +318,7 @@ class CudaBackend:
 
     # ------------------------------------------------------------------ reference
     def reference(self, inputs, rows=None, quantised: bool = True):
-        from pa_bench.reference import reference_attention
+        from pa_bench.numerics.reference import reference_attention
 
         cp = self.cp
         pb = inputs.problem
@@ -344,7 +344,7 @@ class CudaBackend:
         return self._flush_buf
 
     def time(self, prep: Prepared, variants, settings) -> dict:
-        from pa_bench import timing
+        from pa_bench.measure import timing
 
         pb = prep.inputs.problem
         fns, results = {}, {}
@@ -355,7 +355,7 @@ class CudaBackend:
                 continue
             try:
                 if var in PEERS:
-                    from pa_bench import torch_peer
+                    from pa_bench.backends import torch_peer
 
                     if prep.peer is None:
                         prep.peer = torch_peer.TorchPeer(prep.inputs)

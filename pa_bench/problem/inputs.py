@@ -50,9 +50,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import ConfigError
-from .plan import Problem
-from .shapes import Shape
+from pa_bench.errors import ConfigError
+from pa_bench.problem.plan import Problem
+from pa_bench.problem.shapes import Shape
 
 _DATA_CODE = {"normal": 1, "realistic": 2, "npz": 3}
 _QUANT_CHUNK_ROWS = 1 << 16

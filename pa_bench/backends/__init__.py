@@ -72,7 +72,7 @@ def make_backend(name: str, config=None, *, notice: Callable[[str], None] | None
 
 
 def _numpy_backend(config):
-    from pa_bench.numpy_backend import NumpyBackend
+    from pa_bench.backends.numpy import NumpyBackend
 
     determinism = True if config is None else bool(config.parity.determinism)
     return NumpyBackend(check_determinism=determinism)
@@ -81,7 +81,7 @@ def _numpy_backend(config):
 def _cuda_backend(config):
     """Construct the lead's CudaBackend, passing only the keyword arguments it accepts."""
     try:
-        from pa_bench.cuda_backend import CudaBackend
+        from pa_bench.backends.cuda import CudaBackend
     except ImportError as exc:
         raise BackendUnavailable(f"the cuda backend cannot be loaded: {_first_line(exc)}") from exc
     offered = {}

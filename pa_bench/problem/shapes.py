@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Iterable
 
-from .errors import ShapeError
+from pa_bench.errors import ShapeError
 
 GRAMMAR = "CTXxQ, e.g. 32Kx1024, 2.1Kx256 or 0x1536 (K = 1024, fractions of K rounded down)"
 

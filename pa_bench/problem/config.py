@@ -18,10 +18,10 @@ from typing import Any, Mapping
 
 import yaml
 
-from .errors import ConfigError, ShapeError
-from .shapes import Shape, parse_shape, parse_shapes
+from pa_bench.errors import ConfigError, ShapeError
+from pa_bench.problem.shapes import Shape, parse_shape, parse_shapes
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 DEFAULT_CONFIG = CONFIG_DIR / "pr2092.yaml"
 
 KERNEL_VARIANTS = ("v1", "v2", "v2t")

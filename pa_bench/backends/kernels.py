@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-KERNEL_DIR = Path(os.environ.get("PA_BENCH_KERNELS", Path(__file__).resolve().parent.parent / "kernels"))
+KERNEL_DIR = Path(os.environ.get("PA_BENCH_KERNELS", Path(__file__).resolve().parents[2] / "kernels"))
 HEADER = "pa_common.cuh"
 KERNEL_VARIANTS = ("v1", "v2", "v2t")
 ARCHS = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90")
@@ -90,7 +90,7 @@ def launch_geometry(variant: str, queries: int, heads_q: int, heads_kv: int, til
     v1: a CTA of 4 warps holds 64 rows of one query head. v2/v2t: a CTA of 2 warps; a warp holds
     ``tiles`` m16 tiles, as two query heads of one KV group at the same 16 rows when the group has
     an even number of heads (``pair_heads``), else as 32 rows of one head. With ``split_keys``
-    (pa_bench.model.split_keys) a CTA holds one warp task whose keys its two warps split.
+    (pa_bench.numerics.model.split_keys) a CTA holds one warp task whose keys its two warps split.
     """
     if variant == "v1":
         if split_keys:

@@ -2,12 +2,12 @@
 
 Layout of a run directory:
 
-- `records.csv`  one row per shape x variant (`pa_bench.records`), rewritten atomically after
+- `records.csv`  one row per shape x variant (`pa_bench.store.records`), rewritten atomically after
   every finished row, so an interrupted run keeps what it finished;
 - `samples.json` `{"<shape>|<variant>": [ms, ...], ...}` raw per-launch times, one key per line;
 - `clocks.json`  same keys, the SM clock (MHz, or null) read around each sample, when known;
 - `meta.json`    environment, config, command line ... (sorted keys, indent 2);
-- `report.md` and `*.png` written by `pa_bench.report`.
+- `report.md` and `*.png` written by `pa_bench.present.report`.
 
 `run-id` = `YYYYmmdd-HHMMSS-<config>-<backend>` (UTC); if that directory exists a suffix
 `-2`, `-3`, ... is added. Every file is written through a temporary file and `os.replace`,
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from pa_bench.errors import RunError
-from pa_bench.records import STATUS_OK, Record, read_csv, write_csv
+from pa_bench.store.records import STATUS_OK, Record, read_csv, write_csv
 
 RECORDS_FILE = "records.csv"
 SAMPLES_FILE = "samples.json"

@@ -5,7 +5,7 @@ clock or thermal drift hits all variants alike and per-round ratios give paired 
 Each sample is one launch between two CUDA events; in cold mode (the default, as nvbench's
 cold measurements) the L2 cache is flushed before it by a memset over an L2-sized buffer that
 is allocated once. The SM clock is read (NVML, else ``nvidia-smi``) while the launch runs.
-Sampling stops by :func:`pa_bench.stats.should_stop` applied to every variant: all have
+Sampling stops by :func:`pa_bench.measure.stats.should_stop` applied to every variant: all have
 converged (relative stdev under ``max_noise`` with ``min_seconds`` of GPU time and
 ``min_samples``), or the shape's ``max_seconds`` wall-clock budget or ``max_samples`` is hit.
 """
@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from pa_bench import stats
+from pa_bench.measure import stats
 
 
 @dataclass

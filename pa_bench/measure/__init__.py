@@ -1,0 +1,1 @@
+"""pa_bench.measure: see docs/DESIGN.md, 'Module map'."""

@@ -1,0 +1,1 @@
+"""pa_bench.numerics: see docs/DESIGN.md, 'Module map'."""

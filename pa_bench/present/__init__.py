@@ -1,0 +1,1 @@
+"""pa_bench.present: see docs/DESIGN.md, 'Module map'."""

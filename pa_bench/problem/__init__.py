@@ -1,0 +1,1 @@
+"""pa_bench.problem: see docs/DESIGN.md, 'Module map'."""

@@ -1,0 +1,1 @@
+"""pa_bench.store: see docs/DESIGN.md, 'Module map'."""
