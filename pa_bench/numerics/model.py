@@ -39,6 +39,19 @@ SPLIT_VARIANTS = ("v2", "v2t")
 SPLIT_MAX_ROWS = 16384         # query rows x query heads
 SPLIT_MIN_CONTEXT = 1024       # keys before the chunk
 
+# Key segments (issue #12): on long contexts every kernel runs the online softmax separately on
+# each block of SEGMENT_KEYS keys, from a fresh state, and merges the segments per row in fp32,
+# so no MMA accumulator lives for more than SEGMENT_KEYS / 16 slices (mma.sync's fp32
+# accumulation drifts with the length of the chain). Segment z covers keys
+# [z*S, min((z+1)*S, visible keys)); v2/v2t's two-warp split is off when segments are on.
+SEGMENT_KEYS = 65536
+
+
+def segment_keys(context: int) -> int:
+    """The keys per segment for a chunk after ``context`` keys: SEGMENT_KEYS on contexts longer
+    than SEGMENT_KEYS, else 0 (one segment: the whole key range)."""
+    return SEGMENT_KEYS if int(context) > SEGMENT_KEYS else 0
+
 
 def split_point(context: int) -> int:
     """The key at which split keys start the second half: half the context, in whole 16-key
@@ -49,7 +62,7 @@ def split_point(context: int) -> int:
 def split_keys(variant: str, queries: int, context: int, heads_q: int) -> int:
     """Where ``variant``'s kernel splits the keys of a chunk of ``queries`` rows of ``heads_q``
     query heads after ``context`` keys (0: it does not). See SPLIT_MAX_ROWS, SPLIT_MIN_CONTEXT."""
-    if variant not in SPLIT_VARIANTS:
+    if variant not in SPLIT_VARIANTS or segment_keys(context):
         return 0
     if context < SPLIT_MIN_CONTEXT or queries * heads_q > SPLIT_MAX_ROWS:
         return 0
@@ -162,4 +175,5 @@ def _online_softmax(inputs: Inputs, qf: np.ndarray, limit: np.ndarray, tile: int
     return m, l, acc
 
 
-__all__ = ["model_attention", "TILE_KEYS", "split_keys", "split_point"]
+__all__ = ["model_attention", "TILE_KEYS", "split_keys", "split_point", "SEGMENT_KEYS",
+           "segment_keys"]
