@@ -241,14 +241,18 @@ def _comma_list(value: str | None) -> list[str] | None:
 
 
 def _validate_variants(value: str | None) -> list[str] | None:
-    from pa_bench.problem.config import VARIANTS
+    from pa_bench import variants as registry
 
+    if value is None:
+        return None
+    known = ", ".join(registry.names())
     items = _comma_list(value)
     if items is None:
-        return None
+        raise click.BadParameter(f"is empty; name one or more variants ({known})",
+                                 param_hint="'--variant'")
     for v in items:
-        if v not in VARIANTS:
-            raise click.BadParameter(f"unknown variant {v!r} (choose from {', '.join(VARIANTS)})",
+        if registry.find(v) is None:
+            raise click.BadParameter(f"unknown variant {v!r} (choose from {known})",
                                      param_hint="'--variant'")
     return items
 
@@ -356,16 +360,24 @@ def load_run_config(config_path: str | None, *, resume: str | None, results_root
                                      hot=hot, max_seconds=max_seconds)
     if data is not None:
         if data.endswith(".npz") or os.sep in data:
-            overrides.update(data="npz", data_file=data)
-            if shapes is None:  # the capture fixes the shape
-                from pa_bench.problem.inputs import npz_shape
+            from pa_bench.problem.inputs import read_capture
 
-                shapes = npz_shape(data).spec
+            cap = read_capture(data)  # what the capture holds fixes what was not given
+            overrides.update(data="npz", data_file=data)
+            if heads is None:
+                overrides.update(heads_q=cap.heads_q, heads_kv=cap.heads_kv)
+            if head_dim is None:
+                overrides["head_dim"] = cap.head_dim
+            if shapes is None:
+                shapes = cap.shape.spec
         else:
             overrides["data"] = data
     config = config.with_overrides(**overrides)
     if shapes is not None or variant_list is not None:
         config = make_plan(config, shapes=shapes, variants=variant_list).config
+    from pa_bench.problem.inputs import check_config_data
+
+    check_config_data(config)  # unusable data stops here, before any row runs
     return config
 
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from pa_bench.errors import ConfigError
-from pa_bench.problem.inputs import (Inputs, make_inputs, npz_shape, p_scale_for, qk_scale_log2_for,
-                             quantize_per_token)
+from pa_bench.problem.inputs import (Inputs, check_capture, make_inputs, npz_shape, p_scale_for,
+                                    qk_scale_log2_for, quantize_per_token, read_capture)
 from pa_bench.problem.plan import Problem
 from pa_bench.problem.shapes import parse_shape
 
@@ -211,15 +211,39 @@ def test_npz_int8_form_is_used_as_is(tmp_path):
     assert inp.k_float is None and inp.v_float is None and inp.paged is None
 
 
+def _nan_at(shape, where):
+    a = np.ones(shape, np.float32)
+    a[where] = np.nan
+    return a
+
+
+INT8 = dict(k=None, v=None, k_i8=np.zeros((2, 128, 64), np.int8),
+            v_i8=np.zeros((2, 128, 64), np.int8), k_scale=np.ones((2, 128), np.float32),
+            v_scale=np.ones((2, 128), np.float32))
+
+
 @pytest.mark.parametrize("change, words", [
-    ({"k": np.zeros((3, 128, 64), np.float32)}, ["'k'", "[3, 128, 64]", "Hkv"]),
-    ({"q": np.zeros((4, 28, 32), np.float32)}, ["'q'", "D=64"]),
-    ({"q": None}, ["'q'"]),
-    ({"v": None}, ["'k', 'v'"]),
-    ({"k_i8": np.zeros((2, 128, 64), np.int8)}, ["k_i8", "v_scale"]),
-    ({"k": np.full((2, 128, 64), np.nan, np.float32)}, ["'k'", "NaN"]),
+    ({"k": np.zeros((3, 128, 64), np.float32)}, ["'v'", "[2, 128, 64]", "'k' has [3, 128, 64]"]),
+    ({"k": np.zeros((2, 128, 32), np.float32)}, ["'k'", "head dim 32", "'q' has 64"]),
+    ({"q": np.zeros((4, 28, 32), np.float32)}, ["'k'", "head dim 64", "'q' has 32"]),
+    ({"q": np.zeros((28, 64), np.float32)}, ["'q'", "2 dims", "[Hq, Nq, D]"]),
+    ({"q": np.zeros((4, 28, 64), np.int32)}, ["'q'", "int32", "floating point"]),
+    ({"q": np.zeros((3, 28, 64), np.float32)}, ["'q' has 3 heads", "2 KV heads"]),
+    ({"q": None}, ["no array 'q'", "['k', 'v']"]),
+    ({"v": None}, ["has 'k' but not 'v'"]),
+    ({"k": None, "v": None}, ["no keys", "['q']"]),
+    ({"k": np.ones((2, 20, 64), np.float32), "v": np.ones((2, 20, 64), np.float32)},
+     ["20 keys", "28 queries"]),
+    ({"k_i8": np.zeros((2, 128, 64), np.int8)}, ["['k_i8']", "but not ['v_i8', 'k_scale', 'v_scale']"]),
+    ({**INT8, "v_scale": None}, ["but not ['v_scale']"]),
+    ({**INT8, "v_i8": np.zeros((2, 128, 64), np.int16)}, ["'v_i8'", "int16", "expected int8"]),
+    ({**INT8, "k_scale": np.ones((2, 127), np.float32)}, ["'k_scale'", "[2, 127]", "[2, 128]"]),
+    ({**INT8, "v_scale": np.zeros((2, 128), np.float32)}, ["'v_scale'", "positive", "[0, 0]"]),
+    ({**INT8, "k_scale": _nan_at((2, 128), (1, 7))}, ["'k_scale'", "NaN", "[1, 7]"]),
+    ({"k": _nan_at((2, 128, 64), (1, 5, 3))}, ["'k'", "1 NaN/Inf", "NaN at index [1, 5, 3]"]),
+    ({"q": np.full((4, 28, 64), np.inf, np.float32)}, ["'q'", "Inf at index [0, 0, 0]"]),
 ])
-def test_npz_errors_name_the_array(tmp_path, change, words):
+def test_npz_errors_name_the_condition(tmp_path, change, words):
     arrays = dict(q=np.zeros((4, 28, 64), np.float32), k=np.ones((2, 128, 64), np.float32),
                   v=np.ones((2, 128, 64), np.float32))
     arrays.update(change)
@@ -229,6 +253,45 @@ def test_npz_errors_name_the_array(tmp_path, change, words):
         make_inputs(npz_problem(path))
     for w in words:
         assert w in str(info.value), str(info.value)
+
+
+def _write(path, content: bytes):
+    path.write_bytes(content)
+    return path
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda p: _write(p, b""), ["empty (0 bytes)"]),
+    (lambda p: _write(p, b"q,k,v\n1,2,3\n"), ["not an .npz archive", "no zip header"]),
+    (lambda p: _write(p, b"PK\x03\x04 truncated"), ["not a readable .npz archive"]),
+    (lambda p: np.save(open(p, "wb"), np.zeros(3)), ["single .npy array", "numpy.savez"]),
+    (lambda p: np.savez(p), ["holds no arrays"]),
+    (lambda p: np.savez(p, q=np.array([{"a": 1}], dtype=object)), ["'q'", "Python objects"]),
+])
+def test_unreadable_npz_files_are_one_line_errors(tmp_path, make, words):
+    path = tmp_path / "bad.npz"
+    make(path)
+    with pytest.raises(ConfigError) as info:
+        npz_shape(path)
+    msg = str(info.value)
+    assert "\n" not in msg and "allow_pickle" not in msg and "pickle" not in msg
+    for w in words:
+        assert w in msg, msg
+
+
+def test_capture_must_match_the_runs_heads_head_dim_and_shapes(tmp_path):
+    path = tmp_path / "cap.npz"
+    np.savez(path, q=np.zeros((4, 28, 64), np.float32), k=np.ones((2, 128, 64), np.float32),
+             v=np.ones((2, 128, 64), np.float32))
+    cap = read_capture(path)
+    assert (cap.heads_q, cap.heads_kv, cap.head_dim, cap.shape.spec) == (4, 2, 64, "100x28")
+    check_capture(cap, heads_q=4, heads_kv=2, head_dim=64, shapes=[parse_shape("100x28")])
+    with pytest.raises(ConfigError, match="holds 4/2 heads .* asks for 8/2 .*--heads"):
+        check_capture(cap, heads_q=8, heads_kv=2, head_dim=64)
+    with pytest.raises(ConfigError, match="head dim 64 but the run asks for 128 .*--head-dim"):
+        check_capture(cap, heads_q=4, heads_kv=2, head_dim=128)
+    with pytest.raises(ConfigError, match="100x28 chunk .* asks for shape 99x28 .*--shapes"):
+        check_capture(cap, heads_q=4, heads_kv=2, head_dim=64, shapes=[parse_shape("99x28")])
 
 
 def test_npz_shape_must_match_the_problem(tmp_path):

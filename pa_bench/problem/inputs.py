@@ -30,7 +30,7 @@ Data kinds
       (sigma 0.3) so V scales vary, and sink tokens with small values (x0.1).
 
 ``npz``
-    Q/K/V captured from a real model (SPEC section 1): ``q`` [Hq, Nq, D] and either float
+    Q/K/V captured from a real model: ``q`` [Hq, Nq, D] and either float
     ``k``, ``v`` [Hkv, Nk, D] (quantised here) or ``k_i8``, ``v_i8``, ``k_scale``, ``v_scale``
     (used as they are; float ``k``/``v`` in the same file are kept for the quantisation error).
     ``ctx = Nk - Nq`` must match the problem's shape.
@@ -264,108 +264,246 @@ def _realistic_data(problem: Problem, rng: np.random.Generator):
     return q, k, v
 
 
-def _need(arrays, name: str, path: str) -> np.ndarray:
-    if name not in arrays:
-        raise ConfigError(f"{path}: missing array {name!r}")
-    return np.asarray(arrays[name])
+# --------------------------------------------------------------------------- .npz captures
+
+_INT8_FORM = ("k_i8", "v_i8", "k_scale", "v_scale")
+_WANTS = ("'q' [Hq, Nq, D] and either float 'k', 'v' [Hkv, Nk, D] or int8 'k_i8', 'v_i8' "
+          "with 'k_scale', 'v_scale' [Hkv, Nk]")
+_SAVE_HINT = "write one with numpy.savez(path, q=..., k=..., v=...)"
 
 
-def _check_shape(path: str, name: str, arr: np.ndarray, expected: tuple, what: str) -> None:
-    if arr.shape != expected:
-        raise ConfigError(f"{path}: array {name!r} has shape {list(arr.shape)}, expected {what} = "
-                          f"{list(expected)} for this config")
+@dataclass
+class Capture:
+    """The arrays of an ``.npz`` capture, checked against each other (not yet against a run)."""
+
+    path: str
+    q: np.ndarray  # float [Hq, Nq, D], dtype as stored
+    k_float: np.ndarray | None  # float32 [Hkv, Nk, D]; None if only the int8 form is stored
+    v_float: np.ndarray | None
+    quant: tuple | None  # (k_i8, v_i8, k_scale, v_scale) as stored, scales float32; or None
+
+    @property
+    def heads_q(self) -> int:
+        return int(self.q.shape[0])
+
+    @property
+    def heads_kv(self) -> int:
+        return int(self._k.shape[0])
+
+    @property
+    def head_dim(self) -> int:
+        return int(self.q.shape[2])
+
+    @property
+    def queries(self) -> int:
+        return int(self.q.shape[1])
+
+    @property
+    def keys(self) -> int:
+        return int(self._k.shape[1])
+
+    @property
+    def shape(self) -> Shape:
+        ctx = self.keys - self.queries
+        return Shape(context=ctx, queries=self.queries, label=f"{ctx}x{self.queries}")
+
+    @property
+    def _k(self) -> np.ndarray:
+        return self.k_float if self.quant is None else self.quant[0]
+
+
+def _open_npz(path: str) -> dict[str, np.ndarray]:
+    """Every array of an .npz archive; anything else is a one-line ConfigError."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(6)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the data file ({exc.strerror or exc})") from None
+    if not head:
+        raise ConfigError(f"{path}: the data file is empty (0 bytes); expected an .npz archive "
+                          f"holding {_WANTS}")
+    if head == b"\x93NUMPY":
+        raise ConfigError(f"{path}: is a single .npy array, not an .npz archive; {_SAVE_HINT}")
+    if head[:4] not in (b"PK\x03\x04", b"PK\x05\x06"):
+        raise ConfigError(f"{path}: is not an .npz archive (no zip header); {_SAVE_HINT}")
+    arrays: dict[str, np.ndarray] = {}
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            for name in npz.files:
+                try:
+                    arrays[name] = npz[name]
+                except ValueError as exc:
+                    if "pickle" in str(exc) or "object" in str(exc):
+                        raise ConfigError(f"{path}: array {name!r} holds Python objects; only "
+                                          "numeric arrays are read") from None
+                    raise
+    except ConfigError:
+        raise
+    except Exception as exc:  # a truncated or foreign zip: BadZipFile, EOFError, ValueError ...
+        text = "" if "pickle" in str(exc) else f": {_first_line(exc)}"
+        raise ConfigError(f"{path}: is not a readable .npz archive ({type(exc).__name__}"
+                          f"{text})") from None
+    return arrays
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def _first_index(mask: np.ndarray) -> list[int]:
+    return [int(i) for i in np.unravel_index(int(np.argmax(mask)), mask.shape)]
+
+
+def _check_dims(path: str, name: str, arr: np.ndarray, layout: str) -> None:
+    want = layout.count(",") + 1
+    if arr.ndim != want:
+        raise ConfigError(f"{path}: array {name!r} has {arr.ndim} dims {list(arr.shape)}; "
+                          f"expected {want}: {layout}")
 
 
 def _check_float(path: str, name: str, arr: np.ndarray) -> None:
-    if not np.issubdtype(arr.dtype, np.floating):
-        raise ConfigError(f"{path}: array {name!r} must be floating point, got {arr.dtype}")
-    if not np.all(np.isfinite(arr)):
-        raise ConfigError(f"{path}: array {name!r} has NaN or Inf values")
+    if arr.dtype.kind != "f":
+        raise ConfigError(f"{path}: array {name!r} is {arr.dtype}; expected floating point "
+                          "(float16, float32 or float64)")
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        at = _first_index(bad)
+        kind = "NaN" if np.isnan(arr[tuple(at)]) else "Inf"
+        raise ConfigError(f"{path}: array {name!r} has {int(bad.sum())} NaN/Inf value(s); the "
+                          f"first is {kind} at index {at}")
+
+
+def _check_kv(path: str, name: str, arr: np.ndarray, expected: tuple, like: str) -> None:
+    """A K/V-shaped array: 3 dims, q's head dim, the same shape as ``like``."""
+    _check_dims(path, name, arr, "[Hkv, Nk, D]")
+    if arr.shape[2] != expected[2]:
+        raise ConfigError(f"{path}: array {name!r} has head dim {arr.shape[2]} (last axis) but "
+                          f"'q' has {expected[2]}")
+    if arr.shape != expected:
+        raise ConfigError(f"{path}: array {name!r} has shape {list(arr.shape)} but {like!r} has "
+                          f"{list(expected)}; they must match")
+
+
+def _float_kv(path: str, arrays: dict, d: int) -> tuple[np.ndarray, np.ndarray]:
+    for name, other in (("k", "v"), ("v", "k")):
+        if name not in arrays:
+            raise ConfigError(f"{path}: has {other!r} but not {name!r}; the float form needs both")
+    k = arrays["k"]
+    _check_dims(path, "k", k, "[Hkv, Nk, D]")
+    out = []
+    for name in ("k", "v"):
+        arr = arrays[name]
+        _check_kv(path, name, arr, (k.shape[0], k.shape[1], d), "k")
+        _check_float(path, name, arr)
+        out.append(np.ascontiguousarray(arr, dtype=np.float32))
+    return out[0], out[1]
+
+
+def _int8_kv(path: str, arrays: dict, d: int) -> tuple:
+    present = [n for n in _INT8_FORM if n in arrays]
+    missing = [n for n in _INT8_FORM if n not in arrays]
+    if missing:
+        raise ConfigError(f"{path}: has {present} but not {missing}; the int8 form needs k_i8, "
+                          "v_i8, k_scale and v_scale")
+    k_i8 = arrays["k_i8"]
+    _check_dims(path, "k_i8", k_i8, "[Hkv, Nk, D]")
+    hkv, nk = k_i8.shape[:2]
+    for name in ("k_i8", "v_i8"):
+        arr = arrays[name]
+        if arr.dtype != np.int8:
+            raise ConfigError(f"{path}: array {name!r} is {arr.dtype}; expected int8")
+        _check_kv(path, name, arr, (hkv, nk, d), "k_i8")
+    scales = []
+    for name in ("k_scale", "v_scale"):
+        arr = arrays[name]
+        if arr.shape != (hkv, nk):
+            raise ConfigError(f"{path}: array {name!r} has shape {list(arr.shape)}; expected "
+                              f"[Hkv, Nk] = {[hkv, nk]} (one scale per token of 'k_i8')")
+        _check_float(path, name, arr)
+        if np.any(arr <= 0):
+            at = _first_index(arr <= 0)
+            raise ConfigError(f"{path}: array {name!r} must be positive; it is "
+                              f"{float(arr[tuple(at)]):g} at index {at}")
+        scales.append(arr.astype(np.float32))
+    return k_i8, arrays["v_i8"], scales[0], scales[1]
+
+
+def read_capture(path: str | Path) -> Capture:
+    """Load an ``.npz`` capture and check its arrays against each other: which array, which
+    axis, which dtype, where a NaN is. Every problem is one line (ConfigError)."""
+    path = str(path)
+    arrays = _open_npz(path)
+    if not arrays:
+        raise ConfigError(f"{path}: holds no arrays; needs {_WANTS}")
+    if "q" not in arrays:
+        raise ConfigError(f"{path}: has no array 'q' (it has {sorted(arrays)}); needs {_WANTS}")
+    q = arrays["q"]
+    _check_dims(path, "q", q, "[Hq, Nq, D]")
+    _check_float(path, "q", q)
+    d = q.shape[2]
+    k_float = v_float = quant = None
+    if any(n in arrays for n in _INT8_FORM):
+        quant = _int8_kv(path, arrays, d)
+        if "k" in arrays and "v" in arrays:  # floats too: kept for the quantisation error
+            k_float, v_float = _float_kv(path, arrays, d)
+            if k_float.shape != quant[0].shape:
+                raise ConfigError(f"{path}: array 'k' has shape {list(k_float.shape)} but 'k_i8' "
+                                  f"has {list(quant[0].shape)}; they must match")
+    elif "k" in arrays or "v" in arrays:
+        k_float, v_float = _float_kv(path, arrays, d)
+    else:
+        raise ConfigError(f"{path}: has 'q' but no keys: needs float 'k', 'v' or int8 'k_i8', "
+                          f"'v_i8', 'k_scale', 'v_scale'; it has {sorted(arrays)}")
+    cap = Capture(path=path, q=q, k_float=k_float, v_float=v_float, quant=quant)
+    kname = "k" if quant is None else "k_i8"
+    if cap.heads_q % cap.heads_kv:
+        raise ConfigError(f"{path}: 'q' has {cap.heads_q} heads, not a multiple of the "
+                          f"{cap.heads_kv} KV heads of {kname!r} (axis 0)")
+    if cap.keys < cap.queries:
+        raise ConfigError(f"{path}: {kname!r} has {cap.keys} keys but 'q' has {cap.queries} "
+                          "queries (Nk must be >= Nq)")
+    return cap
+
+
+def check_capture(cap: Capture, *, heads_q: int, heads_kv: int, head_dim: int,
+                  shapes=()) -> None:
+    """The run's settings must be the capture's: heads, head dim, and every shape."""
+    if cap.head_dim != head_dim:
+        raise ConfigError(f"{cap.path}: holds head dim {cap.head_dim} but the run asks for "
+                          f"{head_dim} (--head-dim or head_dim in the config)")
+    if (cap.heads_q, cap.heads_kv) != (heads_q, heads_kv):
+        raise ConfigError(f"{cap.path}: holds {cap.heads_q}/{cap.heads_kv} heads (q/kv) but the "
+                          f"run asks for {heads_q}/{heads_kv} (--heads or heads_q/heads_kv in "
+                          "the config)")
+    for s in shapes:
+        if (s.context, s.queries) != (cap.keys - cap.queries, cap.queries):
+            raise ConfigError(f"{cap.path}: holds a {cap.keys - cap.queries}x{cap.queries} chunk "
+                              f"(Nk={cap.keys}, Nq={cap.queries}) but the run asks for shape "
+                              f"{s.label} ({s.context}x{s.queries}) (--shapes or the config)")
+
+
+def check_config_data(config) -> Capture | None:
+    """Validate a config's ``.npz`` data file against its heads, head dim and shapes, before
+    any work starts (None when the config generates its data)."""
+    if config.data != "npz":
+        return None
+    cap = read_capture(config.data_file)
+    check_capture(cap, heads_q=config.heads_q, heads_kv=config.heads_kv,
+                  head_dim=config.head_dim, shapes=config.shapes)
+    return cap
 
 
 def npz_shape(path: str | Path) -> Shape:
-    """The shape (ctx x Nq) that an ``.npz`` capture holds, from its ``q`` and ``k``/``k_i8``."""
-    try:
-        with np.load(path) as npz:
-            q = npz["q"].shape if "q" in npz.files else None
-            k = npz["k_i8" if "k_i8" in npz.files else "k"].shape if (
-                "k_i8" in npz.files or "k" in npz.files) else None
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path}: cannot read .npz ({exc})") from None
-    if q is None or k is None or len(q) != 3 or len(k) != 3 or k[1] < q[1]:
-        raise ConfigError(f"{path}: needs 'q' [Hq, Nq, D] and 'k' or 'k_i8' [Hkv, Nk, D], Nk >= Nq")
-    return Shape(context=k[1] - q[1], queries=q[1], label=f"{k[1] - q[1]}x{q[1]}")
+    """The shape (ctx x Nq) that an ``.npz`` capture holds."""
+    return read_capture(path).shape
 
 
 def _npz_data(problem: Problem):
-    path = str(problem.data_file)
-    try:
-        npz = np.load(path)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path}: cannot read .npz ({exc})") from None
-    with npz:
-        files = set(npz.files)
-        hq, hkv, d = problem.heads_q, problem.heads_kv, problem.head_dim
-        q = _need(npz, "q", path)
-        if q.ndim != 3 or q.shape[0] != hq or q.shape[2] != d:
-            raise ConfigError(f"{path}: array 'q' has shape {list(q.shape)}, expected "
-                              f"[Hq={hq}, Nq, D={d}]")
-        _check_float(path, "q", q)
-        nq = q.shape[1]
-        int8_form = {"k_i8", "v_i8", "k_scale", "v_scale"}
-        if int8_form & files:
-            missing = sorted(int8_form - files)
-            if missing:
-                raise ConfigError(f"{path}: has {sorted(int8_form & files)} but not {missing}; the "
-                                  "int8 form needs k_i8, v_i8, k_scale and v_scale")
-            k_i8, v_i8 = _need(npz, "k_i8", path), _need(npz, "v_i8", path)
-            if k_i8.ndim != 3:
-                raise ConfigError(f"{path}: array 'k_i8' has shape {list(k_i8.shape)}, expected "
-                                  f"[Hkv={hkv}, Nk, D={d}]")
-            nk = k_i8.shape[1]
-            for name, arr in (("k_i8", k_i8), ("v_i8", v_i8)):
-                _check_shape(path, name, arr, (hkv, nk, d), "[Hkv, Nk, D]")
-                if arr.dtype != np.int8:
-                    raise ConfigError(f"{path}: array {name!r} must be int8, got {arr.dtype}")
-            scales = {}
-            for name in ("k_scale", "v_scale"):
-                arr = _need(npz, name, path)
-                _check_shape(path, name, arr, (hkv, nk), "[Hkv, Nk]")
-                _check_float(path, name, arr)
-                if np.any(arr <= 0):
-                    raise ConfigError(f"{path}: array {name!r} must be positive")
-                scales[name] = arr.astype(np.float32)
-            k_float = v_float = None
-            if {"k", "v"} <= files:  # floats too: keep them for the quantisation error
-                k_float, v_float = _float_kv(npz, path, hkv, nk, d)
-            quant = (k_i8, v_i8, scales["k_scale"], scales["v_scale"])
-        elif {"k", "v"} <= files:
-            k = _need(npz, "k", path)
-            if k.ndim != 3:
-                raise ConfigError(f"{path}: array 'k' has shape {list(k.shape)}, expected "
-                                  f"[Hkv={hkv}, Nk, D={d}]")
-            nk = k.shape[1]
-            k_float, v_float = _float_kv(npz, path, hkv, nk, d)
-            quant = None
-        else:
-            raise ConfigError(f"{path}: needs 'q' and either float 'k', 'v' or int8 'k_i8', "
-                              f"'v_i8', 'k_scale', 'v_scale'; it has {sorted(files)}")
-    if nk < nq:
-        raise ConfigError(f"{path}: K has {nk} keys but q has {nq} queries (Nk must be >= Nq)")
-    if (nk - nq, nq) != (problem.context, problem.queries):
-        raise ConfigError(f"{path}: holds a {nk - nq}x{nq} chunk (Nk={nk}, Nq={nq}) but the shape "
-                          f"is {problem.label} ({problem.context}x{problem.queries})")
-    return q.astype(np.float32), k_float, v_float, quant
-
-
-def _float_kv(npz, path: str, hkv: int, nk: int, d: int):
-    out = []
-    for name in ("k", "v"):
-        arr = _need(npz, name, path)
-        _check_shape(path, name, arr, (hkv, nk, d), "[Hkv, Nk, D]")
-        _check_float(path, name, arr)
-        out.append(np.ascontiguousarray(arr, dtype=np.float32))
-    return out
+    cap = read_capture(problem.data_file)
+    check_capture(cap, heads_q=problem.heads_q, heads_kv=problem.heads_kv,
+                  head_dim=problem.head_dim, shapes=[problem.shape])
+    return cap.q.astype(np.float32), cap.k_float, cap.v_float, cap.quant
 
 
 def make_inputs(problem: Problem) -> Inputs:
@@ -397,4 +535,5 @@ def make_inputs(problem: Problem) -> Inputs:
 
 
 __all__ = ["Inputs", "PagedKV", "make_inputs", "quantize_per_token", "make_paged", "p_scale_for",
-           "qk_scale_log2_for", "npz_shape"]
+           "qk_scale_log2_for", "npz_shape", "Capture", "read_capture", "check_capture",
+           "check_config_data"]
