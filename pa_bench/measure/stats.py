@@ -105,8 +105,40 @@ _STOP_DEFAULTS = {
 }
 
 
+class RunningStats:
+    """Count, GPU time and relative stdev of a growing list of samples, kept as running totals
+    (Welford), so the stop rule costs O(1) per new sample instead of rebuilding arrays."""
+
+    __slots__ = ("count", "_mean", "_m2")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._mean = 0.0
+        self._m2 = 0.0
+
+    def add(self, ms: float) -> None:
+        x = float(ms)
+        if not math.isfinite(x):
+            return
+        self.count += 1
+        d = x - self._mean
+        self._mean += d / self.count
+        self._m2 += d * (x - self._mean)
+
+    @property
+    def total_ms(self) -> float:
+        return self._mean * self.count
+
+    @property
+    def rel_stdev(self) -> float:
+        """stdev(ddof=1) / mean; inf for fewer than two samples (noise unknown)."""
+        if self.count < 2:
+            return math.inf
+        return _rel(math.sqrt(max(self._m2, 0.0) / (self.count - 1)), self._mean)
+
+
 def should_stop(
-    samples_ms: Sequence[float],
+    samples_ms: "Sequence[float] | RunningStats",
     elapsed_gpu_s: float | None,
     wall_s: float,
     settings: Any = None,
@@ -139,13 +171,12 @@ def should_stop(
             value = getattr(settings, name, None)
         lim[name] = _STOP_DEFAULTS[name] if value is None else value
 
-    count = len(samples_ms)
-    gpu_s = float(np.sum(_clean(samples_ms))) / 1e3 if elapsed_gpu_s is None else elapsed_gpu_s
-    if (
-        count >= max(lim["min_samples"], 1)
-        and gpu_s >= lim["min_seconds"]
-        and relative_stdev(samples_ms) <= lim["max_noise"]
-    ):
+    if isinstance(samples_ms, RunningStats):
+        count, total_ms, rel = samples_ms.count, samples_ms.total_ms, samples_ms.rel_stdev
+    else:
+        count, total_ms, rel = len(samples_ms), float(np.sum(_clean(samples_ms))), relative_stdev(samples_ms)
+    gpu_s = total_ms / 1e3 if elapsed_gpu_s is None else elapsed_gpu_s
+    if count >= max(lim["min_samples"], 1) and gpu_s >= lim["min_seconds"] and rel <= lim["max_noise"]:
         return True, STOP_NOISE
     if count >= lim["max_samples"]:
         return True, STOP_MAX_SAMPLES

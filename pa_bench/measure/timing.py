@@ -1,24 +1,50 @@
-"""The timing loop: CUDA events, an L2 flush before every cold sample, interleaved variants.
+"""GPU time only: nvbench's blocking-kernel method, an L2 flush before every cold sample,
+interleaved variants.
 
-One *round* launches every variant once, in a fixed order (v1, v2, v2t, peers...), so that
-clock or thermal drift hits all variants alike and per-round ratios give paired speed-ups.
-Each sample is one launch between two CUDA events; in cold mode (the default, as nvbench's
-cold measurements) the L2 cache is flushed before it by a memset over an L2-sized buffer that
-is allocated once. The SM clock is read (NVML, else ``nvidia-smi``) while the launch runs.
-Sampling stops by :func:`pa_bench.measure.stats.should_stop` applied to every variant: all have
-converged (relative stdev under ``max_noise`` with ``min_seconds`` of GPU time and
-``min_samples``), or the shape's ``max_seconds`` wall-clock budget or ``max_samples`` is hit.
+One sample of one variant, as the stream sees it::
+
+    [hold] -> [flush L2] -> (start event) -> [launch ... launch] -> (end event)
+       ^ host releases the hold here, after everything above is enqueued
+
+A tiny *hold* kernel spins on a flag in pinned host memory (mapped into the device's address
+space) while the host enqueues the flush, the start event, the launch(es) and the end event;
+then the host sets the flag. So whatever the host does between enqueuing the two events —
+Python's launch overhead, a framework's dispatch, a context manager, a clock read — happens
+while the GPU is still held, and never enters the interval between the events. The SM clock is
+read after the release (NVML), or by a sampling thread (``nvidia-smi``), outside that interval.
+If the host has not released the hold within ``HOLD_TIMEOUT_S`` the hold gives up by itself and
+says so; such a sample may contain host time: it is counted (``late_samples``) and the result is
+marked ``host_bound`` (nvbench warns in that case).
+
+Cold samples (the default) flush L2 before the start event with a memset over a buffer of the
+device's L2 size; hot samples (``hot``) time a batch of back-to-back launches with no flush and
+divide by the batch size (the batch is sized from the warm-up to about ``HOT_BATCH_MS``).
+
+One *round* takes one sample of every variant, in a fixed order, so that clock or thermal drift
+hits all alike and per-round ratios give paired speed-ups. Sampling stops by
+:func:`pa_bench.measure.stats.should_stop` on running totals: every variant converged (relative
+stdev under ``max_noise`` with ``min_seconds`` of GPU time and ``min_samples``), or the shape's
+``max_seconds`` wall-clock budget or ``max_samples`` is reached; the reason is kept per variant.
+
+The loop itself (:func:`time_interleaved`) only talks to a :class:`Timer`, so it is tested on the
+CPU with a fake one; :class:`CupyTimer` is the real one.
 """
 
 from __future__ import annotations
 
+import math
 import shutil
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Protocol
 
 from pa_bench.measure import stats
+
+HOLD_TIMEOUT_S = 2.0      # the hold kernel's own limit: past it, the sample is "late"
+HOT_BATCH_MS = 1.0        # hot mode: launches per sample chosen to fill about this much GPU time
+HOT_MAX_BATCH = 64
 
 
 @dataclass
@@ -31,28 +57,69 @@ class TimingResult:
     hot: bool
     warmup: int = 0
     clock_source: str | None = None
+    host_bound: bool = False        # some hold timed out before the host had enqueued the sample
+    late_samples: int = 0           # how many
+    batch: int = 1                  # launches per sample (hot mode)
+    method: str = "hold"            # how samples were taken (see the module docstring)
     extra: dict = field(default_factory=dict)
 
 
-class ClockReader:
-    """Reads the current SM clock in MHz: NVML when importable, else nvidia-smi (cached 1 s)."""
+class Timer(Protocol):
+    """The device-side steps of one sample, in stream order (see the module docstring)."""
 
-    def __init__(self, device_index: int = 0):
-        self.source = None
+    def hold(self) -> None: ...                  # enqueue the hold kernel
+    def flush(self) -> None: ...                 # enqueue the L2 flush
+    def start(self) -> None: ...                 # record the start event
+    def stop(self) -> None: ...                  # record the end event
+    def release(self) -> None: ...               # let the hold kernel finish
+    def elapsed(self) -> tuple[float, bool]: ... # wait for the end event: (ms, hold timed out)
+    def synchronize(self) -> None: ...
+
+
+# --------------------------------------------------------------------------- the clock
+
+
+class ClockReader:
+    """The SM clock in MHz, read outside the timed interval.
+
+    NVML (``nvidia-ml-py``, in the cuda12/cuda13 extras) when importable: one cheap call per
+    sample, made after the hold is released. Otherwise ``nvidia-smi`` in a background thread
+    that samples about twice a second (started by :meth:`start`), so no subprocess ever runs in
+    the sampling loop itself. ``source`` says which (None: no clock).
+    """
+
+    def __init__(self, device_index: int = 0, *, use_nvml: bool = True):
+        self.source: str | None = None
+        self.device_index = device_index
         self._nvml = None
         self._handle = None
-        self._last = (0.0, None)
-        try:
-            import pynvml
+        self._latest: float | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        if use_nvml:
+            try:
+                import pynvml
 
-            pynvml.nvmlInit()
-            self._handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
-            self._nvml = pynvml
-            self.source = "nvml"
-        except Exception:
-            if shutil.which("nvidia-smi"):
-                self.source = "nvidia-smi"
-        self.device_index = device_index
+                pynvml.nvmlInit()
+                self._handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
+                self._nvml = pynvml
+                self.source = "nvml"
+            except Exception:
+                self._nvml = None
+        if self._nvml is None and shutil.which("nvidia-smi"):
+            self.source = "nvidia-smi"
+
+    def start(self) -> None:
+        if self.source == "nvidia-smi" and self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._poll, name="pa-bench-clock", daemon=True)
+            self._thread.start()
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join(timeout=15)
+            self._thread = None
 
     def nominal(self) -> float | None:
         """The clock a sample is compared with: the GPU's maximum SM clock."""
@@ -61,7 +128,9 @@ class ClockReader:
                 return float(self._nvml.nvmlDeviceGetMaxClockInfo(self._handle, self._nvml.NVML_CLOCK_SM))
             except Exception:
                 return None
-        return self._smi("clocks.max.sm")
+        if self.source == "nvidia-smi":
+            return self._smi("clocks.max.sm")
+        return None
 
     def read(self) -> float | None:
         if self._nvml is not None:
@@ -69,12 +138,14 @@ class ClockReader:
                 return float(self._nvml.nvmlDeviceGetClockInfo(self._handle, self._nvml.NVML_CLOCK_SM))
             except Exception:
                 return None
-        if self.source == "nvidia-smi":
-            now = time.monotonic()
-            if now - self._last[0] > 1.0:
-                self._last = (now, self._smi("clocks.sm"))
-            return self._last[1]
-        return None
+        return self._latest
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            value = self._smi("clocks.sm")
+            if value is not None:
+                self._latest = value
+            self._stop.wait(0.5)
 
     def _smi(self, query: str) -> float | None:
         try:
@@ -87,57 +158,63 @@ class ClockReader:
             return None
 
 
+# --------------------------------------------------------------------------- the loop
+
+
 def time_interleaved(
     fns: dict[str, Callable[[], None]],
     settings,
     *,
-    flush: Callable[[], None],
+    timer: Timer,
     clock: ClockReader | None = None,
 ) -> dict[str, TimingResult]:
-    """Time every callable in ``fns`` (each launches one kernel) interleaved, round by round."""
-    import cupy as cp
-
+    """Time every callable in ``fns`` (each enqueues one call's GPU work) interleaved, round by
+    round, GPU time only (see the module docstring). ``settings``: hot, warmup and the stop-rule
+    limits of :func:`pa_bench.measure.stats.should_stop`."""
     hot = bool(getattr(settings, "hot", False))
-    warmup = int(getattr(settings, "warmup", 5))          # the time budget is stats.should_stop's
+    warmup = max(int(getattr(settings, "warmup", 5)), 1)
     names = list(fns)
-    for name in names:                       # warm-up: module load, clocks up, caches
-        for _ in range(max(warmup, 1)):
+    for name in names:                       # module load, lazy allocations, clocks up
+        for _ in range(warmup):
             fns[name]()
-    cp.cuda.runtime.deviceSynchronize()
+    timer.synchronize()
+    batch = {name: _hot_batch(fns[name], timer) if hot else 1 for name in names}
 
-    start, end = cp.cuda.Event(), cp.cuda.Event()
     samples: dict[str, list[float]] = {n: [] for n in names}
     clocks: dict[str, list[float | None]] = {n: [] for n in names}
-    done = {n: False for n in names}
+    running = {n: stats.RunningStats() for n in names}
+    late = {n: 0 for n in names}
     reason = {n: "" for n in names}
+    if clock is not None:
+        clock.start()
     t0 = time.monotonic()
-    while True:
-        for name in names:
-            if not hot:
-                flush()
-            start.record()
-            fns[name]()
-            mhz = clock.read() if clock is not None else None   # while the launch runs
-            end.record()
-            end.synchronize()
-            samples[name].append(float(cp.cuda.get_elapsed_time(start, end)))
-            clocks[name].append(mhz)
-        wall = time.monotonic() - t0
-        for name in names:
-            stop, why = stats.should_stop(samples[name], None, wall, settings)
-            if stop and not done[name]:
-                done[name], reason[name] = True, why
-        if all(done.values()) or any(r in ("timeout", "max_samples") for r in reason.values()):
-            final = next((r for r in reason.values() if r in ("timeout", "max_samples")), "noise")
+    try:
+        while True:
             for name in names:
-                if reason[name] != "noise":
-                    reason[name] = final
-            break
+                ms, was_late, mhz = _one_sample(fns[name], timer, clock, hot=hot, batch=batch[name])
+                samples[name].append(ms)
+                clocks[name].append(mhz)
+                running[name].add(ms)
+                late[name] += was_late
+            wall = time.monotonic() - t0
+            for name in names:
+                if not reason[name]:
+                    stop, why = stats.should_stop(running[name], None, wall, settings)
+                    if stop:
+                        reason[name] = why
+            limit = next((r for r in reason.values() if r in (stats.STOP_TIMEOUT, stats.STOP_MAX_SAMPLES)), "")
+            if limit or all(reason.values()):
+                for name in names:           # a variant still short of the noise limit stopped
+                    if reason[name] != stats.STOP_NOISE:   # for the same reason as the round
+                        reason[name] = limit or reason[name]
+                break
+    finally:
+        if clock is not None:
+            clock.close()
 
     nominal = clock.nominal() if clock is not None else None
-    out = {}
-    for name in names:
-        out[name] = TimingResult(
+    return {
+        name: TimingResult(
             samples_ms=samples[name],
             clocks_mhz=clocks[name],
             nominal_mhz=nominal,
@@ -146,5 +223,104 @@ def time_interleaved(
             hot=hot,
             warmup=warmup,
             clock_source=clock.source if clock is not None else None,
+            host_bound=late[name] > 0,
+            late_samples=late[name],
+            batch=batch[name],
         )
-    return out
+        for name in names
+    }
+
+
+def _one_sample(fn: Callable[[], None], timer: Timer, clock: ClockReader | None, *, hot: bool,
+                batch: int) -> tuple[float, bool, float | None]:
+    """One sample: (ms per launch, the hold timed out, SM clock)."""
+    timer.hold()
+    if not hot:
+        timer.flush()
+    timer.start()
+    for _ in range(batch):
+        fn()
+    timer.stop()
+    timer.release()
+    mhz = clock.read() if clock is not None else None   # the GPU is working; outside the interval
+    ms, late = timer.elapsed()
+    return ms / batch, late, mhz
+
+
+def _hot_batch(fn: Callable[[], None], timer: Timer) -> int:
+    """Launches per hot sample: about HOT_BATCH_MS of GPU time, from one held launch."""
+    timer.hold()
+    timer.start()
+    fn()
+    timer.stop()
+    timer.release()
+    ms, _late = timer.elapsed()
+    if not ms > 0:
+        return HOT_MAX_BATCH
+    return max(1, min(HOT_MAX_BATCH, math.ceil(HOT_BATCH_MS / ms)))
+
+
+# --------------------------------------------------------------------------- CuPy
+
+
+_HOLD_SOURCE = r"""
+// Holds its stream until the host sets *release (pinned host memory, read over the bus each
+// time: volatile), or until timeout_ns have passed on the GPU's global timer, in which case it
+// sets *timed_out. CUDA C++ has no intrinsic for %globaltimer, hence the PTX.
+extern "C" __global__ void pa_hold_stream(const volatile int* release, volatile int* timed_out,
+                                          unsigned long long timeout_ns) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    while (*release == 0) {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        if (t - t0 > timeout_ns) {
+            *timed_out = 1;
+            break;
+        }
+    }
+}
+"""
+
+
+class CupyTimer:
+    """:class:`Timer` on CuPy's current stream; ``flush_bytes``: the L2 flush buffer's size."""
+
+    def __init__(self, flush_bytes: int, hold_timeout_s: float = HOLD_TIMEOUT_S):
+        import cupy as cp
+        import numpy as np
+
+        self.cp, self.np = cp, np
+        self.stream = cp.cuda.get_current_stream()
+        self._hold_fn = cp.RawModule(code=_HOLD_SOURCE).get_function("pa_hold_stream")
+        self._pinned = cp.cuda.alloc_pinned_memory(8)             # [release, timed_out]
+        self._flags = np.frombuffer(self._pinned, dtype=np.int32, count=2)
+        self._flags[:] = 0
+        ptr = self._pinned.ptr                                     # unified addressing: also
+        self._args = (np.uint64(ptr), np.uint64(ptr + 4),          # the device's pointer
+                      np.uint64(int(hold_timeout_s * 1e9)))
+        self._flush = cp.empty(max(int(flush_bytes), 1 << 20), dtype=cp.uint8)
+        self._start, self._end = cp.cuda.Event(), cp.cuda.Event()
+
+    def hold(self) -> None:
+        self._flags[0] = 0
+        self._flags[1] = 0
+        self._hold_fn((1,), (1,), self._args, stream=self.stream)
+
+    def flush(self) -> None:
+        self.cp.cuda.runtime.memsetAsync(self._flush.data.ptr, 0, self._flush.nbytes, self.stream.ptr)
+
+    def start(self) -> None:
+        self._start.record(self.stream)
+
+    def stop(self) -> None:
+        self._end.record(self.stream)
+
+    def release(self) -> None:
+        self._flags[0] = 1
+
+    def elapsed(self) -> tuple[float, bool]:
+        self._end.synchronize()
+        return float(self.cp.cuda.get_elapsed_time(self._start, self._end)), bool(self._flags[1])
+
+    def synchronize(self) -> None:
+        self.stream.synchronize()
