@@ -9,10 +9,12 @@ input), never a traceback; Ctrl-C says where the finished rows are kept and exit
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -22,7 +24,8 @@ import click
 from pa_bench import __version__
 from pa_bench.errors import BackendUnavailable, PaBenchError
 
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT)
+EXIT_TERMINATED = 143  # SIGTERM: 128 + 15, as a shell reports it
 DEFAULT_RESULTS = "results"
 DEBUG_ENV = "PA_BENCH_DEBUG"  # set to 1 to see the traceback of an unexpected error
 
@@ -58,9 +61,15 @@ class PaBenchGroup(click.Group):
 
     def _main(self, args, prog_name, complete_var, **extra) -> int:
         argv = list(sys.argv[1:] if args is None else args)
+        if not argv:  # plain `pa-bench`: the help, not an error
+            args = ["--help"]
         obj = extra.setdefault("obj", {})
         if isinstance(obj, dict):
             obj.setdefault("argv", ["pa-bench", *map(str, argv)])  # recorded in meta.json
+        with _sigterm_as_interrupt():
+            return self._invoke(args, prog_name, complete_var, **extra)
+
+    def _invoke(self, args, prog_name, complete_var, **extra) -> int:
         try:
             rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
                               standalone_mode=False, **extra)
@@ -104,13 +113,42 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C would be, so that a run stops the same way."""
+
+
+_signals = {"term": False}
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """While a command runs, SIGTERM raises :class:`Terminated` (a KeyboardInterrupt): the
+    runner marks the run interrupted and the CLI says where its rows are, as for Ctrl-C."""
+    def on_term(signum, frame):
+        _signals["term"] = True
+        raise Terminated()
+
+    _signals["term"] = False
+    try:
+        previous = signal.signal(signal.SIGTERM, on_term)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _interrupted(run_dir: Path | None) -> int:
+    what, code = ("terminated (SIGTERM)", EXIT_TERMINATED) if _signals["term"] else \
+        ("interrupted", EXIT_INTERRUPTED)
     if run_dir is not None:
-        click.echo(f"interrupted: finished rows kept in {run_dir}; resume with --resume {run_dir}",
+        click.echo(f"{what}: finished rows kept in {run_dir}; resume with --resume {run_dir}",
                    err=True)
     else:
-        click.echo("interrupted", err=True)
-    return EXIT_INTERRUPTED
+        click.echo(what, err=True)
+    return code
 
 
 def _no_interrupt_traceback(fn: Callable) -> Callable:
@@ -267,24 +305,29 @@ def _parse_heads(value: str | None) -> tuple[int | None, int | None]:
         nums = [int(p) for p in parts]
     except ValueError:
         nums = []
-    if len(nums) not in (1, 2) or any(n < 1 for n in nums):
+    if len(nums) not in (1, 2):
         raise click.BadParameter(f"{value!r} is not HQ or HQ/HKV (e.g. 32/8)",
+                                 param_hint="'--heads'")
+    if any(n < 1 for n in nums):
+        raise click.BadParameter(f"{value!r}: query and KV heads must be at least 1",
                                  param_hint="'--heads'")
     return nums[0], nums[-1]
 
 
-def _parse_sample_rows(value: str | None) -> int | None:
-    if value is None:
-        return None
+def _parse_sample_rows(value: str | int | None) -> int | None:
+    """``--sample-rows N`` (N >= 1) or ``all`` (0: every row); parsed as the options are."""
+    if value is None or isinstance(value, int):
+        return value
     if value.strip().lower() == "all":
         return 0
     try:
         n = int(value)
     except ValueError:
-        n = -1
-    if n < 0:
         raise click.BadParameter(f"{value!r} is not a number of rows (or 'all')",
-                                 param_hint="'--sample-rows'")
+                                 param_hint="'--sample-rows'") from None
+    if n < 1:
+        raise click.BadParameter(f"{value!r}: compare at least 1 row per shape (or 'all' for "
+                                 "every row)", param_hint="'--sample-rows'")
     return n
 
 
@@ -325,7 +368,7 @@ def config_file_option(fn: Callable) -> Callable:
 
 def sample_rows_option(fn: Callable) -> Callable:
     return click.option(
-        "--sample-rows", metavar="N|all",
+        "--sample-rows", metavar="N|all", callback=lambda _ctx, _param, v: _parse_sample_rows(v),
         help="Query rows compared with FP64 per shape, seeded (default: all on cuda, "
              "parity.numpy_sample_rows on numpy).")(fn)
 
@@ -655,7 +698,7 @@ def run(config_arg, config_path, shapes, variants, backend, layout, page, heads,
 
 def _resolve_runs(runs: tuple[str, ...], results_root: str, n: int) -> list:
     """Runs named on the command line (paths or ids under --results), else the n newest."""
-    from pa_bench.errors import RunError
+    from pa_bench.errors import RunNotFound
     from pa_bench.store.results import newest_runs, open_run
 
     if runs:
@@ -663,7 +706,7 @@ def _resolve_runs(runs: tuple[str, ...], results_root: str, n: int) -> list:
     found = newest_runs(results_root, n)
     if len(found) < n:
         have = f"only {len(found)}" if found else "none"
-        raise RunError(f"no{'' if n == 1 else ' two'} runs to use under {results_root}/ ({have} "
+        raise RunNotFound(f"no{'' if n == 1 else ' two'} runs to use under {results_root}/ ({have} "
                        f"with records.csv); run 'pa-bench run' first or name the run(s)")
     return found
 
@@ -754,6 +797,9 @@ def kernels(archs, head_dim, force_turing, as_json):
         _print_json(rows)
     else:
         click.echo(kernel_info.format_table(rows))
+    if rows and not any(r.get("compiled") for r in rows):
+        raise CliFailure(f"no kernel built ({len(rows)} tried); the first: {rows[0]['variant']} "
+                         f"{rows[0]['arch']}: {_one_line(rows[0].get('reason') or 'no reason')}")
 
 
 @cli.command()

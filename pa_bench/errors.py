@@ -19,6 +19,14 @@ class BackendUnavailable(PaBenchError):
     """The requested backend (CuPy, a GPU, torch) is not available on this machine."""
 
 
+class RunNotFound(PaBenchError):
+    """A run named on the command line (report, compare, --resume) is missing or not a run."""
+
+
+class ResultsNotWritable(PaBenchError):
+    """``--results`` cannot hold a new run directory (not creatable, not writable)."""
+
+
 class RunError(PaBenchError):
     """A run could not complete (result directory problems, a failed resume)."""
 

@@ -104,3 +104,106 @@ def test_a_good_capture_fixes_shape_heads_and_head_dim(tmp_path):
 def test_empty_variant_list_is_an_error():
     one_line_error(invoke("run", "--variant", ""), 2, "'--variant'", "empty")
     one_line_error(invoke("parity", "--variant", " , "), 2, "'--variant'", "empty")
+
+
+def test_sample_rows_and_heads_must_be_positive():
+    one_line_error(invoke("run", "--sample-rows", "0"), 2, "'--sample-rows'", "at least 1")
+    one_line_error(invoke("run", "--sample-rows", "x"), 2, "'--sample-rows'", "'x'")
+    one_line_error(invoke("parity", "--heads", "0/0"), 2, "'--heads'", "at least 1")
+    one_line_error(invoke("parity", "--heads", "8/0"), 2, "'--heads'", "at least 1")
+
+
+def test_plain_pa_bench_prints_help():
+    res = invoke()
+    assert res.exit_code == 0 and res.stderr == ""
+    assert "Usage: " in res.stdout and "Commands:" in res.stdout and "run " in res.stdout
+
+
+# --------------------------------------------------------------------------- run directories
+
+
+@pytest.mark.parametrize("args", [
+    ["report", "no-such-run"],
+    ["compare", "no-such-run", "no-such-run-either"],
+    ["run", "--backend", "numpy", "--resume", "no-such-run"],
+])
+def test_a_missing_run_directory_is_bad_input(tmp_path, args):
+    one_line_error(invoke(*args, "--results", tmp_path), 2, "no run directory no-such-run")
+
+
+def test_a_directory_that_is_not_a_run_is_bad_input(tmp_path):
+    (tmp_path / "empty").mkdir()
+    one_line_error(invoke("report", tmp_path / "empty"), 2, "is not a pa-bench run")
+
+
+def test_no_runs_to_report_is_bad_input(tmp_path):
+    one_line_error(invoke("report", "--results", tmp_path), 2, "no runs")
+
+
+def test_an_unwritable_results_directory_is_bad_input(tmp_path):
+    (tmp_path / "file").write_text("")
+    res = invoke("parity", "--backend", "numpy", "--shapes", "256x64", "--variant", "v1",
+                 "--results", tmp_path / "file" / "sub")
+    one_line_error(res, 2, "cannot create results directory", "file/sub")
+
+
+# --------------------------------------------------------------------------- signals
+
+
+def test_sigterm_stops_a_run_as_ctrl_c_does(tmp_path):
+    """A real process: SIGTERM mid-sweep marks the run interrupted and says where its rows are."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    repo = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    env.pop("PA_BENCH_DEBUG", None)
+    # a tiny first shape, then one the numpy backend needs minutes for
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pa_bench", "parity", "--backend", "numpy", "--variant", "v1",
+         "--shapes", "256x64,64Kx2048", "--sample-rows", "all", "--results", str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob("*/records.csv")):  # the first shape is done
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the first row never finished"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert proc.returncode == 143, err
+    assert err.strip().splitlines() == [f"terminated (SIGTERM): finished rows kept in {run_dir}; "
+                                        f"resume with --resume {run_dir}"]
+    assert json.loads((run_dir / "meta.json").read_text())["status"] == "interrupted"
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+def test_kernels_fails_when_nothing_builds(monkeypatch):
+    from pa_bench.backends import kernel_info
+
+    def nothing_builds(archs=None, head_dim=128, force_turing=False, **kw):
+        return [{"variant": v, "arch": "sm_90", "compiled": False, "reason": "nvcc failed: boom",
+                 "registers": None, "spill_bytes": None, "smem_bytes": None, "cta": None,
+                 "cp_async": None, "mma": None} for v in ("v1", "v2t")]
+
+    monkeypatch.setattr(kernel_info, "kernel_table", nothing_builds)
+    res = invoke("kernels")
+    one_line_error(res, 1, "no kernel built (2 tried)", "v1 sm_90", "nvcc failed: boom")
+    assert "v2t" in res.stdout  # the table is still printed
+
+
+def test_kernels_below_sm_75_gives_the_arch_as_the_reason():
+    res = invoke("kernels", "--arch", "sm_70")
+    one_line_error(res, 1, "no kernel built", "v1 needs sm_75")
+    assert "cp.async" not in res.stderr
+    assert "this GPU" not in res.stdout

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from pa_bench.errors import RunError
+from pa_bench.errors import RunError, RunNotFound
 from pa_bench.store.records import Record
 from pa_bench.store.results import (
     RunDir,
@@ -114,10 +114,10 @@ def test_samples_round_trip(tmp_path):
 
 
 def test_open_run_errors(tmp_path):
-    with pytest.raises(RunError, match="no run directory"):
+    with pytest.raises(RunNotFound, match="no run directory"):  # bad input: exit 2
         open_run(tmp_path / "nope")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(RunError, match="not a pa-bench run"):
+    with pytest.raises(RunNotFound, match="not a pa-bench run"):
         open_run(tmp_path / "empty")
     run = new_run_dir(tmp_path, "c", "numpy", WHEN)
     run.write_meta({})

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pa_bench.errors import RunError
+from pa_bench.errors import ResultsNotWritable, RunError, RunNotFound
 from pa_bench.store.records import STATUS_OK, Record, read_csv, write_csv
 
 RECORDS_FILE = "records.csv"
@@ -275,7 +275,8 @@ def new_run_dir(
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise RunError(f"cannot create results directory {root}: {exc.strerror or exc}") from None
+        raise ResultsNotWritable(f"cannot create results directory {root}: "
+                                 f"{exc.strerror or exc}") from None
     base = run_id_for(config_name, backend, when)
     for n in range(1, _MAX_SUFFIX):
         path = root / (base if n == 1 else f"{base}-{n}")
@@ -284,7 +285,8 @@ def new_run_dir(
         except FileExistsError:
             continue
         except OSError as exc:
-            raise RunError(f"cannot create run directory {path}: {exc.strerror or exc}") from None
+            raise ResultsNotWritable(f"cannot create run directory {path}: "
+                                     f"{exc.strerror or exc}") from None
         return RunDir(path)
     raise RunError(f"too many runs named {base} under {root}")
 
@@ -298,9 +300,9 @@ def open_run(path: str | Path, root: str | Path | None = None) -> RunDir:
     if not p.is_dir() and root is not None and (Path(root) / p).is_dir():
         p = Path(root) / p
     if not p.is_dir():
-        raise RunError(f"no run directory {path}")
+        raise RunNotFound(f"no run directory {path}")
     if not ((p / RECORDS_FILE).exists() or (p / META_FILE).exists()):
-        raise RunError(f"{path} is not a pa-bench run (no {RECORDS_FILE} or {META_FILE})")
+        raise RunNotFound(f"{path} is not a pa-bench run (no {RECORDS_FILE} or {META_FILE})")
     return RunDir(p)
 
 
