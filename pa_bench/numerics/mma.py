@@ -1,0 +1,75 @@
+"""How ``mma.sync`` (f16 inputs, f32 accumulator) adds: an emulation for NumPy or CuPy arrays.
+
+A tensor core does not round every addition to nearest. For one m16n8k16 MMA each output element
+is ``c + sum_k a[k]*b[k]`` over 16 exact products, computed as a *block FMA* (Fasi et al. 2021,
+"Numerical behavior of NVIDIA tensor cores"; Khattak and Mikaitis 2025, "Accurate models of NVIDIA
+tensor cores", whose H100 model for f16 -> f32 has these parameters)::
+
+    E   = the largest exponent among c and the 16 products
+    q   = 2^(E - 23 - EXTRA_BITS)              (fp32's last place at E, EXTRA_BITS bits finer)
+    t_i = trunc(x_i / q) * q                   (every term truncated toward zero on that grid)
+    d   = round_toward_zero_fp32(sum_i t_i)    (the sum itself is exact)
+
+Calibrated on the H200 probe (shared/probes/mma_rounding.py, re-created on the CPU in
+docs/NUMERICS.md): EXTRA_BITS = 2 reproduces its relative errors after 1,024 / 65,536 / 262,144
+MMAs of positive terms (-8.8e-5 / -5.5e-3 / -2.2e-2) to two digits; 0, 1 or 3 extra bits miss by
+a factor of 2 or more. On the Turing path (m16n8k8, ``k_group = 8``) the same rule is applied to
+each MMA of 8 products (not calibrated: the probe uses m16n8k16).
+
+Every step is an exact operation on float64 (products of an f16 and an int8-valued f16 have at
+most 22 significant bits; the truncated terms are multiples of q whose sum fits in 53 bits) or a
+rounding fixed by IEEE 754, so the result does not depend on the order of the sum: NumPy and
+CuPy give the same bits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+EXTRA_BITS = 2     # alignment bits below fp32's last place (calibrated, see above)
+MMA_K = 16         # products per m16n8k16 MMA (per output element)
+
+
+def round_toward_zero_f32(s, xp=np):
+    """float64 ``s`` rounded toward zero to float32 (finite values in float32's range)."""
+    r = s.astype(xp.float32)
+    over = xp.abs(r.astype(xp.float64)) > xp.abs(s)
+    return xp.where(over, xp.nextafter(r, xp.float32(0)), r)
+
+
+def block_fma(c, prods, xp=np, extra_bits: int = EXTRA_BITS):
+    """One MMA's accumulation: float32 ``c`` [...] plus the exact float64 products ``prods``
+    [..., k] (last axis: the products of one output element) -> float32 [...]."""
+    c64 = c.astype(xp.float64)
+    big = xp.maximum(xp.max(xp.abs(prods), axis=-1), xp.abs(c64))
+    _, e = xp.frexp(big)               # big = m * 2^e, m in [0.5, 1): largest exponent E = e - 1
+    # q = 2^(E - 23 - extra_bits); a zero ``big`` (all terms zero) gives a harmless tiny q
+    inv_q = xp.ldexp(xp.ones_like(big), 24 + extra_bits - e)
+    n = xp.sum(xp.trunc(prods * inv_q[..., None]), axis=-1) + xp.trunc(c64 * inv_q)
+    return round_toward_zero_f32(n / inv_q, xp)
+
+
+def mma_accumulate(acc, p16, v, xp=np, k_group: int = MMA_K, extra_bits: int = EXTRA_BITS):
+    """``acc += p16 @ v`` for one 16-key slice as the MMAs do it: float32 ``acc`` [..., R, D],
+    fp16-valued ``p16`` [..., R, 16] and ``v`` [..., 16, D] (int8 values; any float dtype).
+
+    ``k_group`` products per MMA: 16 (m16n8k16, one MMA) or 8 (Turing's m16n8k8, two MMAs
+    in a chain, keys 0-7 then 8-15)."""
+    keys = p16.shape[-1]
+    for k0 in range(0, keys, k_group):
+        pk = p16[..., k0:k0 + k_group].astype(xp.float64)
+        vk = v[..., k0:k0 + k_group, :].astype(xp.float64)
+        prods = pk[..., :, None, :] * xp.swapaxes(vk, -1, -2)[..., None, :, :]   # [..., R, D, k]
+        acc = block_fma(acc, prods, xp, extra_bits)
+    return acc
+
+
+def rn_accumulate(acc, p16, v, xp=np):
+    """``acc += p16 @ v`` with the slice's sum exact and one round-to-nearest addition (what a
+    fresh accumulator per MMA added with ``__fadd_rn`` gives): the order-free ideal."""
+    exact = xp.matmul(p16.astype(xp.float64), v.astype(xp.float64))   # exact: < 2^27, on 2^-24
+    return acc + exact.astype(xp.float32)
+
+
+__all__ = ["EXTRA_BITS", "MMA_K", "block_fma", "mma_accumulate", "rn_accumulate",
+           "round_toward_zero_f32"]
