@@ -23,6 +23,7 @@ import click
 
 from pa_bench import __version__
 from pa_bench.errors import BackendUnavailable, PaBenchError
+from pa_bench.variants import names as variant_names
 
 EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT)
 EXIT_TERMINATED = 143  # SIGTERM: 128 + 15, as a shell reports it
@@ -337,7 +338,7 @@ def config_options(fn: Callable) -> Callable:
         click.option("--shapes", metavar="LIST",
                      help="Comma list of CTXxQ shapes (32Kx1024,2.1Kx256,0x1536); beats the config."),
         click.option("--variant", "variants", metavar="LIST",
-                     help="Comma list of variants: v1, v2, v2t, torch-sdpa, torch-sdpa+dequant."),
+                     help="Comma list of variants: " + ", ".join(variant_names()) + "."),
         click.option("--backend", type=click.Choice(["auto", "cuda", "numpy"]), default="auto",
                      show_default=True,
                      help="cuda needs CuPy and an NVIDIA GPU; numpy runs the numerics model on the CPU."),

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from pa_bench import variants as registry
 from pa_bench.store import results as R
 from pa_bench.errors import PaBenchError, RunError
 from pa_bench.store.records import STATUS_FAILED, STATUS_OK, STATUS_SKIPPED, Record
@@ -42,9 +43,6 @@ MODE_ALL = "run"
 #: Score elements (query heads x rows x visible keys) the CPU numerics model may take per
 #: shape beside a GPU backend before it runs on sampled rows (about a minute on 2 cores).
 MODEL_WORK_BUDGET = 1 << 31
-
-#: Kernel variants in the order they are computed (partners of cross-variant diffs first).
-KERNEL_ORDER = ("v1", "v2", "v2t")
 
 
 # --------------------------------------------------------------------------- progress
@@ -432,7 +430,7 @@ def _model_positions(job: _Job, problem, compared: np.ndarray, seed: int) -> np.
 def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
                   todo: list[str], variants: list[str]) -> None:
     from pa_bench.numerics import metrics
-    from pa_bench.numerics.model import TILE_KEYS, model_attention
+    from pa_bench.numerics.model import model_attention, tile_keys
 
     backend, cfg = job.backend, job.config
     sel = _rows_for(job, problem.queries, problem.seed)
@@ -455,7 +453,7 @@ def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
 
     def model_err(variant: str, kernel_out: np.ndarray | None) -> float:
         # the arithmetic the backend's kernel does: its tile size and where it splits the keys
-        key = (TILE_KEYS[variant], backend.split_keys(variant, problem))
+        key = (tile_keys(variant), backend.split_keys(variant, problem))
         if key not in model_errs:
             if backend.name == "numpy" and kernel_out is not None:
                 out = kernel_out  # the numpy backend's output is the model's
@@ -465,10 +463,9 @@ def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
         return model_errs[key]
 
     # Partners of the cross-variant diffs are computed too (not re-recorded) when resuming.
-    partners = [v for v in ("v1", "v2") if v in variants and v not in todo
+    partners = [v for v in registry.DIFF_PARTNERS if v in variants and v not in todo
                 and rows[v].parity_reason is None]
-    order = sorted(dict.fromkeys(todo + partners),
-                   key=lambda v: KERNEL_ORDER.index(v) if v in KERNEL_ORDER else len(KERNEL_ORDER))
+    order = registry.in_order(todo + partners)  # partners of the cross-variant diffs come first
     outputs: dict[str, Any] = {}
     for v in order:
         row, record = rows[v], rows[v].record
@@ -544,26 +541,27 @@ def _fill_diffs(job: _Job, prepared, rows: dict[str, _Row], outputs: dict, v: st
         return
     rec.diff_vs_v1 = _diff(job, prepared, outputs, v, "v1")
     rec.diff_vs_v2 = _diff(job, prepared, outputs, v, "v2")
-    if v == "v2t" and "v2" in outputs:
-        _check_bitwise(rows[v], outputs["v2t"][0], outputs["v2"][0])
+    twin = registry.get(v).bitwise_twin if registry.find(v) else None
+    if twin is not None and twin in outputs:
+        _check_bitwise(rows[v], twin, outputs[v][0], outputs[twin][0], _diff(job, prepared, outputs, v, twin))
 
 
-def _check_bitwise(row: _Row, ko_v2t, ko_v2) -> None:
-    """v2t must be bitwise identical to v2 (same MMA path; v2 has no forced-Turing build)."""
+def _check_bitwise(row: _Row, twin: str, ko, ko_twin, diff: float | None) -> None:
+    """A variant with a bitwise twin (v2t: v2) must match it bit for bit (same MMA path)."""
     rec = row.record
-    if ko_v2t.full_hash is not None and ko_v2.full_hash is not None:
-        same = ko_v2t.full_hash == ko_v2.full_hash
+    if ko.full_hash is not None and ko_twin.full_hash is not None:
+        same = ko.full_hash == ko_twin.full_hash
     else:
-        same = rec.diff_vs_v2 == 0.0
+        same = diff == 0.0
     if not same and rec.parity_pass is not None:
         rec.parity_pass = False
-        row.notes.append(f"parity: v2t is not bitwise identical to v2 on the same MMA path "
-                         f"(max difference {rec.diff_vs_v2:.3g})")
+        row.notes.append(f"parity: {rec.variant} is not bitwise identical to {twin} on the same MMA path "
+                         f"(max difference {diff if diff is not None else float('nan'):.3g})")
 
 
 def _refresh_partner_diffs(job: _Job, prepared, rows, outputs, v: str, todo: list[str]) -> None:
     """A new output gives earlier rows of this shape their diff against it."""
-    if v not in ("v1", "v2"):
+    if v not in registry.DIFF_PARTNERS:
         return
     for other in todo:
         if other == v or other not in outputs:
@@ -613,7 +611,7 @@ def _timing_phase(job: _Job, problem, prepared, rows: dict[str, _Row], todo: lis
         results = {v: _one_line(exc) for v in todo}
     except Exception as exc:
         results = {v: _TimingFailure(_failure(exc)) for v in todo}
-    base = results.get("v1")
+    base = results.get(registry.BASELINE)
     base_samples = None if isinstance(base, (str, _TimingFailure)) or base is None else base.samples_ms
     for v in todo:
         row, rec = rows[v], rows[v].record
@@ -629,7 +627,7 @@ def _timing_phase(job: _Job, problem, prepared, rows: dict[str, _Row], todo: lis
             row.notes.append(f"timing: {res}")
         else:
             try:
-                _fill_timing(rec, res, problem, base_samples if v != "v1" else None, stats)
+                _fill_timing(rec, res, problem, base_samples if v != registry.BASELINE else None, stats)
                 job.run.save_samples(key, v, res.samples_ms, res.clocks_mhz)
                 row.ran = True
             except Exception as exc:
@@ -665,7 +663,7 @@ def _fill_timing(rec: Record, res, problem, base_samples, stats) -> None:
     clocks = [float(c) for c in (res.clocks_mhz or []) if c is not None and math.isfinite(float(c))]
     rec.sm_clock_mhz = float(np.median(clocks)) if clocks else None
     rec.throttled = int(sum(bool(t) for t in (res.throttled or [])))
-    if rec.variant == "v1":
+    if rec.variant == registry.BASELINE:
         rec.speedup_vs_v1, rec.speedup_lo, rec.speedup_hi = 1.0, 1.0, 1.0
     elif base_samples:
         rec.speedup_vs_v1, rec.speedup_lo, rec.speedup_hi = stats.paired_speedup(

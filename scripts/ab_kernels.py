@@ -20,7 +20,7 @@ import numpy as np
 from pa_bench.problem.config import TimingSettings
 from pa_bench.backends.cuda import CudaBackend
 from pa_bench.problem.inputs import make_inputs
-from pa_bench.numerics.model import TILE_KEYS, model_attention
+from pa_bench.numerics.model import model_attention, tile_keys
 from pa_bench.problem.plan import Problem
 from pa_bench.numerics.reference import sample_rows
 from pa_bench.problem.shapes import parse_shape
@@ -67,7 +67,7 @@ def main() -> None:
             backend.split, backend.tiles = split, args.tiles
             split_keys = backend.split_keys("v2", pb)
             tag = f"[{args.label}] {shape} split={split_keys} tiles={backend.tiles_for(pb)}"
-            model = model_attention(inputs, TILE_KEYS["v2"], rows, split_keys=split_keys)
+            model = model_attention(inputs, tile_keys("v2"), rows, split_keys=split_keys)
             model_err = float(np.abs(model - ref).max())
             hashes = {}
             for v in ("v2", "v2t"):

@@ -86,7 +86,7 @@ def test_v1_smem_is_one_stage_and_v2_two_per_warp(table):
 
 
 def test_variant_files_open_with_a_design_comment():
-    for v in K.KERNEL_VARIANTS:
+    for v in K.kernel_variants():
         lines = K.kernel_path(v).read_text().splitlines()
         assert lines[0].startswith("//")
         head = [ln for ln in lines[: next(i for i, ln in enumerate(lines) if not ln.startswith("//"))]]
@@ -99,7 +99,7 @@ def test_inline_ptx_only_where_cuda_has_no_intrinsic():
     """Inline PTX only for mma.sync, the L1-allocating 16-byte cp.async (.ca) (CUDA C++'s
     __pipeline_memcpy_async issues 16-byte copies as .cg) and the flush-to-zero ex2."""
     seen = 0
-    for name in (K.HEADER,) + tuple(f"{v}.cu" for v in K.KERNEL_VARIANTS):
+    for name in (K.HEADER,) + tuple(K.kernel_path(v).name for v in K.kernel_variants()):
         src = (K.KERNEL_DIR / name).read_text()
         for asm in re.findall(r'\basm(?:\s+volatile)?\s*\(\s*"([^"]+)', src):
             seen += 1

@@ -12,6 +12,7 @@ import itertools
 
 import pytest
 
+from pa_bench import variants as registry
 from pa_bench.backends import kernels as K
 
 
@@ -46,7 +47,7 @@ def test_every_tile_is_owned_once(variant, tiles, queries, hq, hkv):
     needed = {(h, r) for h in range(hq) for r in range(0, queries, 16)}
     in_chunk = [o for o in owned if o[1] < queries]
     assert sorted(in_chunk) == sorted(needed)          # each once, none missing
-    assert geo.block == K.THREADS_PER_CTA[variant]
+    assert geo.block == registry.get(variant).threads
 
 
 @pytest.mark.parametrize("variant,tiles", [("v2", 1), ("v2", 2), ("v2t", 2)])

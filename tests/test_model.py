@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from pa_bench.problem.inputs import make_inputs
-from pa_bench.numerics.model import TILE_KEYS, model_attention, round_fp16, split_keys, split_point
+from pa_bench import variants as registry
+from pa_bench.numerics.model import model_attention, tile_keys, round_fp16, split_keys, split_point
 from pa_bench.problem.plan import Problem
 from pa_bench.numerics.reference import reference_attention, sample_rows
 from pa_bench.problem.shapes import parse_shape
@@ -65,7 +66,7 @@ def naive_model(inp, tile, rows, split=0):
 
 
 def test_tile_sizes():
-    assert TILE_KEYS == {"v1": 64, "v2": 16, "v2t": 16}
+    assert {v: tile_keys(v) for v in registry.names("kernel")} == {"v1": 64, "v2": 16, "v2t": 16}
 
 
 @pytest.mark.parametrize("tile", [16, 64])
@@ -125,7 +126,7 @@ def test_split_rule():
 def test_model_error_against_fp64_is_small_and_not_zero(data, shape, hq, hkv):
     inp = inputs_for(shape, data=data, hq=hq, hkv=hkv)
     ref = reference(inp)
-    for variant, tile in TILE_KEYS.items():
+    for variant, tile in ((v, tile_keys(v)) for v in registry.names("kernel")):
         err = np.abs(model_attention(inp, tile).astype(np.float64) - ref).max()
         assert 0 < err < 1e-3 * np.abs(ref).max(), (variant, err)
 

@@ -9,7 +9,8 @@ from pa_bench import backends
 from pa_bench.backends import KernelOutput, make_backend
 from pa_bench.errors import BackendUnavailable, PaBenchError
 from pa_bench.problem.inputs import make_inputs
-from pa_bench.numerics.model import TILE_KEYS, model_attention
+from pa_bench import variants as registry
+from pa_bench.numerics.model import model_attention, tile_keys
 from pa_bench.backends.numpy import NumpyBackend
 from pa_bench.problem.plan import Problem
 from pa_bench.numerics.reference import dequantize, reference_attention, sample_rows
@@ -26,7 +27,7 @@ def inputs():
 def test_compute_is_the_model_of_the_variants_tile(inputs):
     be = NumpyBackend()
     rows = sample_rows(37, 9, 0)
-    for variant, tile in TILE_KEYS.items():
+    for variant, tile in ((v, tile_keys(v)) for v in registry.names("kernel")):
         ko = be.compute(be.prepare(inputs), variant, rows)
         assert isinstance(ko, KernelOutput)
         assert ko.out.dtype == np.float32 and ko.out.shape == (4, len(rows), 64)
@@ -92,7 +93,7 @@ def test_support_and_description(inputs):
         assert be.unsupported_parity(v, p) is None
         assert "does not time" in be.unsupported_timing(v, p)
     for peer in ("torch-sdpa", "torch-sdpa+dequant"):
-        assert be.unsupported_parity(peer, p) == "torch peers are timing-only"
+        assert be.unsupported_parity(peer, p) == "peers are timing-only"
         assert "needs CuPy and a GPU" in be.unsupported_timing(peer, p)
     d = be.describe()
     assert d["gpu"] == "cpu" and d["arch"] == "cpu" and be.name == "numpy"

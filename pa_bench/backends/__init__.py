@@ -7,26 +7,12 @@ error whose one-line message says what is missing and how to install it.
 
 from __future__ import annotations
 
-import inspect
-from dataclasses import dataclass
 from typing import Callable
 
-import numpy as np
-
+from pa_bench.backends.base import Backend, KernelOutput
 from pa_bench.errors import BackendUnavailable, PaBenchError
 
 BACKENDS = ("auto", "cuda", "numpy")
-
-
-@dataclass
-class KernelOutput:
-    """What ``backend.compute`` returns (see docs/DESIGN.md, "Backend interface")."""
-
-    out: np.ndarray                    # float32 [Hq, R, D], the selected rows
-    canary_ok: bool = True
-    deterministic: bool | None = None  # two launches bitwise equal (None: not checked)
-    full_hash: str | None = None       # sha1 of the full output bytes (cuda)
-    diff_source: object | None = None  # backend-private handle for cross-variant diffs
 
 INSTALL_HINT = "install with: pip install 'pa-bench[cuda12]' (or 'pa-bench[cuda13]' for CUDA 13 drivers)"
 
@@ -52,7 +38,7 @@ def cuda_unavailable_message(problem: str) -> str:
     return f"the cuda backend needs CuPy and an NVIDIA GPU: {problem}{_hint(problem)}"
 
 
-def make_backend(name: str, config=None, *, notice: Callable[[str], None] | None = None):
+def make_backend(name: str, config=None, *, notice: Callable[[str], None] | None = None) -> Backend:
     """Build the backend called ``name`` for ``config``.
 
     ``notice`` receives the one-line message printed when ``auto`` falls back to numpy.
@@ -71,29 +57,19 @@ def make_backend(name: str, config=None, *, notice: Callable[[str], None] | None
     return _numpy_backend(config)
 
 
-def _numpy_backend(config):
+def _numpy_backend(config) -> Backend:
     from pa_bench.backends.numpy import NumpyBackend
 
     determinism = True if config is None else bool(config.parity.determinism)
     return NumpyBackend(check_determinism=determinism)
 
 
-def _cuda_backend(config):
-    """Construct the lead's CudaBackend, passing only the keyword arguments it accepts."""
+def _cuda_backend(config) -> Backend:
     try:
         from pa_bench.backends.cuda import CudaBackend
     except ImportError as exc:
         raise BackendUnavailable(f"the cuda backend cannot be loaded: {_first_line(exc)}") from exc
-    offered = {}
-    if config is not None:
-        offered = {"config": config, "force_turing": bool(getattr(config, "force_turing", False))}
-    try:
-        params = inspect.signature(CudaBackend).parameters
-    except (TypeError, ValueError):
-        params = {}
-    accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    kwargs = {k: v for k, v in offered.items() if accepts_any or k in params}
-    return CudaBackend(**kwargs)
+    return CudaBackend(config=config, force_turing=bool(config is not None and config.force_turing))
 
 
 def _hint(problem: str) -> str:
@@ -104,3 +80,6 @@ def _hint(problem: str) -> str:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+__all__ = ["Backend", "KernelOutput", "BACKENDS", "make_backend", "cuda_problem", "cuda_unavailable_message"]

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pa_bench import variants as registry
 from pa_bench.backends import kernels as K
-from pa_bench.backends import KernelOutput
+from pa_bench.backends.base import KernelOutput
 from pa_bench.errors import BackendUnavailable, PaBenchError
 
-PEERS = ("torch-sdpa", "torch-sdpa+dequant")
 GUARD_ELEMS = 4096                      # canary elements before and after every output
 CANARY_F32 = np.uint32(0xFFC0DEAD)      # a NaN with a payload no kernel produces
 CANARY_F16 = np.uint16(0xFDEA)
@@ -108,38 +108,42 @@ class CudaBackend:
             "compile_options": list(K.BASE_OPTIONS) + ["-D... per build (see builds)", "--gpu-architecture=<device>"],
             "builds": [
                 {"variant": b.variant, "options": list(b.defines()), "mma": K.mma_shape(self.cc, b.force_turing),
-                 "tiles": b.tiles if b.variant != "v1" else 1}
+                 "tiles": self._tiles(b.variant, b.tiles)}
                 for b in self._kernels
             ],
             "launches": list(self._launches.values()),
-            "cta": {"v1": "4 warps x 16 rows of one query head",
-                    "v2/v2t": "2 warps x T m16 tiles (T per shape: the tiles column of the builds, "
-                              "pa_bench.backends.kernels.choose_tiles); with T = 2 the tiles are two query heads of one "
-                              "KV group at the same 16 rows when the group has an even number of heads, "
-                              "else 32 rows of one head. With split keys (per shape: the launches, "
-                              "pa_bench.numerics.model.split_keys) both warps of a CTA hold the same tiles, warp 0 "
-                              "keys [0, split), warp 1 the rest, merged at the end"},
+            "cta": {v.name: v.cta for v in registry.cuda_kernels()},
+            "cta_notes": ("T m16 tiles per warp: per shape, the tiles column of the builds "
+                          "(pa_bench.backends.kernels.choose_tiles); with T = 2 the tiles are two query heads of "
+                          "one KV group at the same 16 rows when the group has an even number of heads, else 32 "
+                          "rows of one head. With split keys (per shape: the launches, "
+                          "pa_bench.numerics.model.split_keys) both warps of a CTA hold the same tiles, warp 0 "
+                          "keys [0, split), warp 1 the rest, merged at the end"),
         }
 
     # ------------------------------------------------------------------ support
+    @staticmethod
+    def _tiles(variant: str, tiles: int) -> int:
+        return tiles if registry.get(variant).warp_tiles else 1
+
     def _kernel_reason(self, variant: str, problem) -> str | None:
-        if variant not in K.KERNEL_VARIANTS:
+        if variant not in K.kernel_variants():
             return None
         return K.build_unsupported(variant, self.cc, self.force_turing, problem.head_dim)
 
     def unsupported_parity(self, variant: str, problem) -> str | None:
-        if variant in PEERS:
-            return "torch peers are timing-only (their error is not part of parity)"
-        if variant not in K.KERNEL_VARIANTS:
+        if registry.is_peer(variant):
+            return "peers are timing-only (their error is not part of parity)"
+        if variant not in K.kernel_variants():
             return f"unknown variant {variant!r}"
         return self._kernel_reason(variant, problem) or self._fit_reason(problem)
 
     def unsupported_timing(self, variant: str, problem) -> str | None:
-        if variant in PEERS:
+        if registry.is_peer(variant):
             from pa_bench.backends import torch_peer
 
             return torch_peer.unavailable_reason() or self._fit_reason(problem, peer=True)
-        if variant not in K.KERNEL_VARIANTS:
+        if variant not in K.kernel_variants():
             return f"unknown variant {variant!r}"
         return self._kernel_reason(variant, problem) or self._fit_reason(problem)
 
@@ -197,11 +201,11 @@ class CudaBackend:
             paged=problem.layout == "paged",
             out_f16=problem.out_dtype == "float16",
             force_turing=self.force_turing,
-            tiles=1 if variant == "v1" else self.tiles_for(problem),
+            tiles=self._tiles(variant, self.tiles_for(problem)),
         )
 
     def tiles_for(self, problem) -> int:
-        """m16 tiles per v2/v2t warp on this problem (the override, else K.choose_tiles)."""
+        """m16 tiles per warp of a warp_tiles variant on this problem (the override, else K.choose_tiles)."""
         if self.tiles is not None:
             return self.tiles
         return K.choose_tiles(problem.queries, problem.heads_q, problem.heads_kv, int(self.props["multiProcessorCount"]),
@@ -223,9 +227,9 @@ class CudaBackend:
         """Where ``variant`` splits the keys on ``problem`` (0: no split): pa_bench.numerics.model's rule,
         unless ``self.split`` forces it on (at half the context) or off. The numerics model
         needs the same value (``runner`` asks the backend)."""
-        from pa_bench.numerics.model import SPLIT_VARIANTS, split_keys, split_point
+        from pa_bench.numerics.model import split_keys, split_point
 
-        if self.split is None or variant not in SPLIT_VARIANTS:
+        if self.split is None or not registry.get(variant).splits_keys:
             return split_keys(variant, problem.queries, problem.context, problem.heads_q)
         return split_point(problem.context) if self.split else 0
 
@@ -256,7 +260,7 @@ class CudaBackend:
         grid, block = geo.grid, (geo.block,)
         self._launches[(variant, repr(pb))] = {
             "variant": variant, "shape": pb.shape.label, "grid": list(grid), "block": geo.block,
-            "tiles": 1 if variant == "v1" else self.tiles_for(pb), "pair_heads": geo.pair_heads,
+            "tiles": self._tiles(variant, self.tiles_for(pb)), "pair_heads": geo.pair_heads,
             "split_keys": geo.split_keys}
         args = (
             prep.q, prep.k, prep.v, prep.ks, prep.vs, prep.table, body,
@@ -354,7 +358,7 @@ class CudaBackend:
                 results[var] = reason
                 continue
             try:
-                if var in PEERS:
+                if registry.is_peer(var):
                     from pa_bench.backends import torch_peer
 
                     if prep.peer is None:

@@ -16,14 +16,9 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from pa_bench import variants as registry
 from pa_bench.backends import kernels as K
 from pa_bench.errors import PaBenchError
-
-CTA_DESC = {
-    "v1": f"{K.THREADS_PER_CTA['v1']} threads: 4 warps x 16 rows of one query head",
-    "v2": f"{K.THREADS_PER_CTA['v2']} threads: 2 warps x {K.DEFAULT_TILES} m16 tiles (query heads of one KV group)",
-    "v2t": f"{K.THREADS_PER_CTA['v2t']} threads: 2 warps x {K.DEFAULT_TILES} m16 tiles (query heads of one KV group)",
-}
 
 
 def nvcc_path() -> str | None:
@@ -52,9 +47,9 @@ def _parse_ptx(ptx: str) -> dict:
 def compile_one(variant: str, arch: str, head_dim: int = 128, force_turing: bool = False,
                 paged: bool = True, out_f16: bool = False) -> dict:
     """Compile one build with nvcc and describe it (cached per process)."""
-    cc = int(arch.removeprefix("sm_"))
+    cc = int(arch.removeprefix("sm_").rstrip("a"))  # sm_90a: the variant adds its suffix itself
     row = {"variant": variant, "arch": arch, "head_dim": head_dim, "force_turing": force_turing,
-           "cta": CTA_DESC[variant], "compiled": False, "reason": None, "registers": None, "spill_bytes": None,
+           "cta": registry.get(variant).cta, "compiled": False, "reason": None, "registers": None, "spill_bytes": None,
            "smem_bytes": None, "stack_bytes": None, "cp_async": None, "mma": None}
     why = K.build_unsupported(variant, cc, force_turing, head_dim)
     if why:
@@ -65,7 +60,7 @@ def compile_one(variant: str, arch: str, head_dim: int = 128, force_turing: bool
         raise PaBenchError("nvcc (the CUDA compiler) is not on PATH; `pa-bench kernels` needs it")
     build = K.KernelBuild(variant, head_dim=head_dim, paged=paged, out_f16=out_f16, force_turing=force_turing)
     with tempfile.TemporaryDirectory(prefix="pa-bench-nvcc-") as tmp:
-        cmd = [nvcc, "-cubin", f"-arch={arch}", "-O3", "-Xptxas", "-v", "--keep", f"--keep-dir={tmp}",
+        cmd = [nvcc, "-cubin", f"-arch={registry.get(variant).nvcc_arch(cc)}", "-O3", "-Xptxas", "-v", "--keep", f"--keep-dir={tmp}",
                *build.options(), "-o", os.path.join(tmp, "k.cubin"), str(K.kernel_path(variant))]
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
         if proc.returncode != 0:
@@ -84,12 +79,13 @@ def kernel_table(archs: list[str] | None = None, head_dim: int = 128, force_turi
     """One row per variant x arch (see the module docstring), compiled in parallel."""
     archs = list(archs or K.ARCHS)
     for a in archs:
-        if not re.fullmatch(r"sm_\d{2,3}", a):
+        if not re.fullmatch(r"sm_\d{2,3}a?", a):
             raise PaBenchError(f"bad arch {a!r} (expected e.g. sm_90)")
-    variants = list(variants or K.KERNEL_VARIANTS)
+    known = K.kernel_variants()
+    variants = list(variants or known)
     for v in variants:
-        if v not in K.KERNEL_VARIANTS:
-            raise PaBenchError(f"unknown kernel variant {v!r} (choose from {', '.join(K.KERNEL_VARIANTS)})")
+        if v not in known:
+            raise PaBenchError(f"unknown kernel variant {v!r} (choose from {', '.join(known)})")
     jobs = jobs or max(1, min(4, os.cpu_count() or 1))
     todo = [(v, a) for v in variants for a in archs]
     with ThreadPoolExecutor(max_workers=jobs) as pool:

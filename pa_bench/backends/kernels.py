@@ -11,15 +11,15 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
+
+from pa_bench import variants as registry
 
 KERNEL_DIR = Path(os.environ.get("PA_BENCH_KERNELS", Path(__file__).resolve().parents[2] / "kernels"))
 HEADER = "pa_common.cuh"
-KERNEL_VARIANTS = ("v1", "v2", "v2t")
 ARCHS = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90")
-THREADS_PER_CTA = {"v1": 128, "v2": 64, "v2t": 64}   # v1: 4 warps; v2/v2t: 2 warps
 TILE_ROWS = 16                                          # query rows of one m16 MMA tile
-DEFAULT_TILES = 2                                       # v2/v2t: m16 tiles per warp (1 or 2)
-MIN_ARCH = {"v1": 75, "v2": 80, "v2t": 75}
+DEFAULT_TILES = 2                                       # warp_tiles variants: m16 tiles per warp (1 or 2)
 # Common compile options (NVRTC and nvcc understand both spellings used here).
 BASE_OPTIONS = ("-std=c++17",)
 
@@ -33,14 +33,14 @@ class KernelBuild:
     paged: bool = True
     out_f16: bool = False
     force_turing: bool = False
-    tiles: int = DEFAULT_TILES      # v2/v2t only: m16 query tiles per warp (v1 always has one)
+    tiles: int = DEFAULT_TILES      # warp_tiles variants only: m16 query tiles per warp
 
     @property
     def function(self) -> str:
         return f"pa_{self.variant}"
 
     def defines(self) -> tuple[str, ...]:
-        tiles = () if self.variant == "v1" else (f"-DPA_TILES={self.tiles}",)
+        tiles = (f"-DPA_TILES={self.tiles}",) if registry.get(self.variant).warp_tiles else ()
         return (
             f"-DPA_HEAD_DIM={self.head_dim}",
             f"-DPA_PAGED={int(self.paged)}",
@@ -52,10 +52,16 @@ class KernelBuild:
         return BASE_OPTIONS + self.defines() + (f"-I{KERNEL_DIR}",)
 
 
+def kernel_variants() -> tuple[str, ...]:
+    """The CUDA kernel variants (pa_bench.variants), in table order."""
+    return registry.names(registry.CUDA_KERNEL)
+
+
 def kernel_path(variant: str) -> Path:
-    if variant not in KERNEL_VARIANTS:
-        raise ValueError(f"unknown kernel variant {variant!r}")
-    return KERNEL_DIR / f"{variant}.cu"
+    entry = registry.find(variant)
+    if entry is None or entry.kind != registry.CUDA_KERNEL:
+        raise ValueError(f"unknown CUDA kernel variant {variant!r}")
+    return KERNEL_DIR / entry.source
 
 
 def kernel_source(variant: str) -> str:
@@ -68,7 +74,7 @@ def kernel_source(variant: str) -> str:
 def source_hashes() -> dict[str, str]:
     """sha256 (first 16 hex digits) of each kernel file and the shared header."""
     out = {}
-    for name in (HEADER,) + tuple(f"{v}.cu" for v in KERNEL_VARIANTS):
+    for name in (HEADER,) + tuple(v.source for v in registry.cuda_kernels()):
         out[name] = hashlib.sha256((KERNEL_DIR / name).read_bytes()).hexdigest()[:16]
     return out
 
@@ -85,17 +91,28 @@ class LaunchGeometry:
 
 def launch_geometry(variant: str, queries: int, heads_q: int, heads_kv: int, tiles: int = DEFAULT_TILES,
                     pair_heads: bool = True, split_keys: int = 0) -> LaunchGeometry:
-    """How a variant's CTAs cover the chunk (see warp_tiles in pa_common.cuh).
+    """How a variant's CTAs cover the chunk: its entry in GEOMETRY (see warp_tiles in pa_common.cuh)."""
+    try:
+        geometry = GEOMETRY[variant]
+    except KeyError:
+        raise ValueError(f"no launch geometry for variant {variant!r} (add it to kernels.GEOMETRY)") from None
+    return geometry(registry.get(variant).threads, queries, heads_q, heads_kv, tiles, pair_heads, split_keys)
 
-    v1: a CTA of 4 warps holds 64 rows of one query head. v2/v2t: a CTA of 2 warps; a warp holds
-    ``tiles`` m16 tiles, as two query heads of one KV group at the same 16 rows when the group has
-    an even number of heads (``pair_heads``), else as 32 rows of one head. With ``split_keys``
-    (pa_bench.numerics.model.split_keys) a CTA holds one warp task whose keys its two warps split.
-    """
-    if variant == "v1":
-        if split_keys:
-            raise ValueError("v1 does not split keys")
-        return LaunchGeometry((-(-queries // (4 * TILE_ROWS)), heads_q), THREADS_PER_CTA["v1"], False)
+
+def _rows_per_cta(threads: int, queries: int, heads_q: int, heads_kv: int, tiles: int, pair_heads: bool,
+                  split_keys: int) -> LaunchGeometry:
+    """v1: a CTA's warps hold 16 consecutive rows each of one query head; grid (row blocks, heads)."""
+    if split_keys:
+        raise ValueError("this variant does not split keys")
+    return LaunchGeometry((-(-queries // (threads // 32 * TILE_ROWS)), heads_q), threads, False)
+
+
+def _warp_tiles(threads: int, queries: int, heads_q: int, heads_kv: int, tiles: int, pair_heads: bool,
+                split_keys: int) -> LaunchGeometry:
+    """v2/v2t: a CTA of 2 warps; a warp holds ``tiles`` m16 tiles, as two query heads of one KV group
+    at the same 16 rows when the group has an even number of heads (``pair_heads``), else as 32 rows
+    of one head. With ``split_keys`` (pa_bench.numerics.model.split_keys) a CTA holds one warp task
+    whose keys its two warps split."""
     if tiles not in (1, 2):
         raise ValueError(f"tiles must be 1 or 2, not {tiles}")
     pair = tiles == 2 and pair_heads and (heads_q // heads_kv) % 2 == 0
@@ -103,19 +120,28 @@ def launch_geometry(variant: str, queries: int, heads_q: int, heads_kv: int, til
     warps = heads_q // 2 if pair else heads_q           # warp tasks per row block
     if split_keys < 0 or split_keys % TILE_ROWS:
         raise ValueError(f"split_keys must be a non-negative multiple of {TILE_ROWS}, not {split_keys}")
-    tasks_per_cta = 1 if split_keys else THREADS_PER_CTA[variant] // 32
-    return LaunchGeometry((-(-queries // rows), -(-warps // tasks_per_cta)), THREADS_PER_CTA[variant], pair,
-                          split_keys)
+    tasks_per_cta = 1 if split_keys else threads // 32
+    return LaunchGeometry((-(-queries // rows), -(-warps // tasks_per_cta)), threads, pair, split_keys)
+
+
+#: Each CUDA kernel variant's launch geometry: (threads, queries, heads_q, heads_kv, tiles,
+#: pair_heads, split_keys) -> LaunchGeometry. A new kernel adds its line here.
+GEOMETRY: dict[str, Callable[..., LaunchGeometry]] = {
+    "v1": _rows_per_cta,
+    "v2": _warp_tiles,
+    "v2t": _warp_tiles,
+}
 
 
 def choose_tiles(queries: int, heads_q: int, heads_kv: int, sm_count: int, split_keys: int = 0) -> int:
-    """m16 tiles per v2/v2t warp for a chunk: 2 unless that leaves fewer than two warps per SM.
+    """m16 tiles per warp of a warp_tiles variant (v2, v2t) for a chunk: 2 unless that leaves fewer
+    than two warps per SM.
 
     Two tiles halve the int8 conversion work per MMA, but also halve the number of warps; on a
     small chunk (2.1Kx256 with 32 heads: 256 warps on the H200's 132 SMs) one tile per warp is
     faster. Either way every row gets the same bits (a GPU test checks it).
     """
-    warps = math.prod(launch_geometry("v2", queries, heads_q, heads_kv, tiles=2, split_keys=split_keys).grid) * 2
+    warps = math.prod(_warp_tiles(64, queries, heads_q, heads_kv, 2, True, split_keys).grid) * 2
     return 2 if warps >= 2 * sm_count else 1
 
 
@@ -128,8 +154,11 @@ def build_unsupported(variant: str, arch_cc: int, force_turing: bool, head_dim: 
     """Why ``variant`` cannot be built for this arch/setting, or None."""
     if head_dim not in (64, 128):
         return f"head_dim {head_dim} is not supported by the kernels (64 or 128)"
-    if arch_cc < MIN_ARCH[variant]:
-        return f"{variant} needs cp.async (sm_80+); this GPU is sm_{arch_cc}"
-    if variant == "v2" and force_turing:
-        return "v2 has no Turing path (cp.async needs sm_80); the forced Turing path runs v1 and v2t"
+    entry = registry.get(variant)
+    why = entry.arch_reason(arch_cc)
+    if why:
+        return why
+    if force_turing and not entry.turing_path:
+        with_path = ", ".join(v.name for v in registry.cuda_kernels() if v.turing_path)
+        return f"{variant} has no Turing path; the forced Turing path runs {with_path}"
     return None

@@ -11,11 +11,9 @@ import platform
 
 import numpy as np
 
-from pa_bench.backends import KernelOutput
-
-from pa_bench.numerics.model import TILE_KEYS  # keys per tile of each kernel variant
-
-PEER_PREFIX = "torch-"
+from pa_bench import variants as registry
+from pa_bench.backends.base import KernelOutput
+from pa_bench.numerics.model import tile_keys
 
 # The determinism check runs the model a second time; do it only while that is cheap:
 # at most this many (query head x row x visible key) score elements (about a second).
@@ -30,11 +28,6 @@ def _model_work(inputs, rows) -> int:
         return hq * (nq * ctx + nq * (nq + 1) // 2)
     rows = np.asarray(rows)
     return int(hq * (len(rows) * ctx + int(rows.sum()) + len(rows)))
-
-
-def tile_keys(variant: str) -> int:
-    """Keys per tile of ``variant`` (the model of that kernel's arithmetic)."""
-    return TILE_KEYS[variant]
 
 
 class NumpyBackend:
@@ -62,15 +55,16 @@ class NumpyBackend:
         return {
             "backend": self.name,
             "kernels": "numerics model (pa_bench.numerics.model), no CUDA kernels",
-            "tile_keys": dict(TILE_KEYS),
+            "tile_keys": {v: tile_keys(v) for v in registry.names("kernel")},
             "mma": "none (NumPy model)",
         }
 
     def unsupported_parity(self, variant: str, problem) -> str | None:
-        if variant.startswith(PEER_PREFIX):
-            return "torch peers are timing-only"
-        if variant not in TILE_KEYS:
+        entry = registry.find(variant)
+        if entry is None:
             return f"unknown variant {variant!r}"
+        if entry.is_peer:
+            return "peers are timing-only"
         return None
 
     def unsupported_timing(self, variant: str, problem) -> str | None:
@@ -109,6 +103,10 @@ class NumpyBackend:
         self._cache = {key: result}  # one shape's outputs at a time
         self._cache_owner = prepared
         return result
+
+    def max_diff(self, prepared, a: str, b: str) -> float | None:
+        """None: this backend keeps no full outputs (the runner diffs the compared rows)."""
+        return None
 
     def reference(self, inputs, rows, quantised: bool = True) -> np.ndarray | None:
         """FP64 attention on the dequantised int8 K/V, or on the float K/V (None if absent)."""

@@ -26,16 +26,21 @@ from __future__ import annotations
 
 import numpy as np
 
+from pa_bench import variants as registry
 from pa_bench.problem.inputs import Inputs
 
-TILE_KEYS = {"v1": 64, "v2": 16, "v2t": 16}
 
-# v2/v2t split a warp task's keys between the two warps of a CTA when the chunk has few query
+def tile_keys(variant: str) -> int:
+    """Keys per online-softmax tile of ``variant`` (pa_bench.variants)."""
+    return registry.get(variant).tile_keys
+
+
+# Variants with splits_keys (v2, v2t: pa_bench.variants) split a warp task's keys between the
+# two warps of a CTA when the chunk has few query
 # rows (over all heads) and a long context: few warp tasks with many keys each, so both halves
 # then run at once. Measured on the H200 (docs/PERF_NOTES.md): 64Kx512 and 2.1Kx256 with 32
 # heads (16,384 and 8,192 rows) gain 30-40 %, 32Kx1024 and 64Kx2048 (32,768 and 65,536 rows) lose
 # about 1 %. The rule depends on the problem only, so a row's bits never depend on the GPU.
-SPLIT_VARIANTS = ("v2", "v2t")
 SPLIT_MAX_ROWS = 16384         # query rows x query heads
 SPLIT_MIN_CONTEXT = 1024       # keys before the chunk
 
@@ -62,7 +67,8 @@ def split_point(context: int) -> int:
 def split_keys(variant: str, queries: int, context: int, heads_q: int) -> int:
     """Where ``variant``'s kernel splits the keys of a chunk of ``queries`` rows of ``heads_q``
     query heads after ``context`` keys (0: it does not). See SPLIT_MAX_ROWS, SPLIT_MIN_CONTEXT."""
-    if variant not in SPLIT_VARIANTS or segment_keys(context):
+    entry = registry.find(variant)
+    if entry is None or not entry.splits_keys or segment_keys(context):
         return 0
     if context < SPLIT_MIN_CONTEXT or queries * heads_q > SPLIT_MAX_ROWS:
         return 0
@@ -175,5 +181,5 @@ def _online_softmax(inputs: Inputs, qf: np.ndarray, limit: np.ndarray, tile: int
     return m, l, acc
 
 
-__all__ = ["model_attention", "TILE_KEYS", "split_keys", "split_point", "SEGMENT_KEYS",
+__all__ = ["model_attention", "tile_keys", "split_keys", "split_point", "SEGMENT_KEYS",
            "segment_keys"]

@@ -22,11 +22,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pa_bench import variants as registry
 from pa_bench.store.records import STATUS_OK, Record
 from pa_bench.store.results import REPORT_FILE, RunDir, open_run
 
-#: Display order of known variants; others follow in order of appearance.
-VARIANT_ORDER = ("v1", "v2", "v2t", "torch-sdpa", "torch-sdpa+dequant")
 PLOT_MS = "ms_per_chunk.png"
 PLOT_TFLOPS = "tflops_vs_context.png"
 PLOT_INSTALL_HINT = "pip install 'pa-bench[plot]'"
@@ -138,19 +137,9 @@ def _shapes(records: list[Record]) -> list[str]:
     return list(seen)
 
 
-def _variant_key(order: list[str]):
-    def key(v: str) -> tuple[int, int]:
-        return (VARIANT_ORDER.index(v), 0) if v in VARIANT_ORDER else (len(VARIANT_ORDER), order.index(v))
-
-    return key
-
-
 def _variants(records: list[Record]) -> list[str]:
-    order: list[str] = []
-    for r in records:
-        if r.variant not in order:
-            order.append(r.variant)
-    return sorted(order, key=_variant_key(order))
+    """The records' variants in table order (pa_bench.variants; unregistered ones last)."""
+    return registry.in_order(r.variant for r in records)
 
 
 def _by_key(records: list[Record]) -> dict[tuple[str, str], Record]:
@@ -206,7 +195,7 @@ def _speedup_of(rec: Record | None, v1: Record | None) -> tuple[float | None, fl
         return None, None, None
     if rec.speedup_vs_v1 is not None:
         return rec.speedup_vs_v1, rec.speedup_lo, rec.speedup_hi
-    if rec.variant == "v1" and rec.ms_median is not None:
+    if rec.variant == registry.BASELINE and rec.ms_median is not None:
         return 1.0, None, None
     if v1 is not None and v1.ms_median and rec.ms_median:
         return v1.ms_median / rec.ms_median, None, None
@@ -322,7 +311,7 @@ def _unstated(records: list[Record], meta: Mapping[str, Any]) -> list[str]:
 
 def _shape_section(shape: str, recs: list[Record]) -> list[str]:
     by_variant = {r.variant: r for r in recs}
-    v1 = by_variant.get("v1")
+    v1 = by_variant.get(registry.BASELINE)
     out = [f"### {shape_title(shape, recs)}", ""]
     header = ["variant", "ms median [q1–q3]", "speed-up vs v1 [spread]", "TFLOP/s", "GB/s",
               "max abs err vs FP64", "model err", "ratio", "parity", "status"]
@@ -453,7 +442,7 @@ def _throttling(records: list[Record]) -> list[str]:
 
 
 def _peer_note(records: list[Record], meta: Mapping[str, Any]) -> list[str]:
-    peers_ok = [r for r in records if r.variant.startswith("torch") and r.status == STATUS_OK]
+    peers_ok = [r for r in records if registry.is_peer(r.variant) and r.status == STATUS_OK]
     if peers_ok or meta_get(meta, "torch"):
         return []
     return ["PyTorch is not installed on the machine that ran this: no torch-sdpa baseline."]

@@ -18,15 +18,13 @@ from typing import Any, Mapping
 
 import yaml
 
+from pa_bench import variants as registry
 from pa_bench.errors import ConfigError, ShapeError
 from pa_bench.problem.shapes import Shape, parse_shape, parse_shapes
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 DEFAULT_CONFIG = CONFIG_DIR / "pr2092.yaml"
 
-KERNEL_VARIANTS = ("v1", "v2", "v2t")
-PEER_VARIANTS = ("torch-sdpa", "torch-sdpa+dequant")
-VARIANTS = KERNEL_VARIANTS + PEER_VARIANTS
 LAYOUTS = ("paged", "contiguous")
 DATA_KINDS = ("normal", "realistic", "npz")
 OUT_DTYPES = ("float32", "float16")
@@ -131,7 +129,7 @@ class Config:
     out_dtype: str = "float32"
     softmax_scale: float | None = None
     force_turing: bool = False
-    variants: tuple[str, ...] = VARIANTS
+    variants: tuple[str, ...] = field(default_factory=registry.names)  # every registered variant
     timing: TimingSettings = field(default_factory=TimingSettings)
     parity: ParitySettings = field(default_factory=ParitySettings)
     reference: Reference | None = None
@@ -503,10 +501,10 @@ def _variants(c: _Checker, value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [v.strip() for v in value.split(",") if v.strip()]
     if not isinstance(value, (list, tuple)) or not value:
-        raise c.fail("variants", f"expected a non-empty list from {', '.join(VARIANTS)}")
+        raise c.fail("variants", f"expected a non-empty list from {', '.join(registry.names())}")
     out: list[str] = []
     for v in value:
-        c.choice(v, "variants", VARIANTS)
+        c.choice(v, "variants", registry.names())
         if v in out:
             raise c.fail("variants", f"{v!r} is listed twice")
         out.append(v)
@@ -586,7 +584,7 @@ def _reference(c: _Checker, value: Any, shapes: tuple[Shape, ...],
             raise c.fail(where, f"{key!r} is not one of the config's shapes ({listed})")
         if shape.label in table:
             raise c.fail(where, f"a second entry for shape {shape.label!r}")
-        row = c.mapping(row, where, set(VARIANTS))
+        row = c.mapping(row, where, set(registry.names()))
         figs: dict[str, RefFigure] = {}
         for variant, fig in row.items():
             fkey = f"{where}.{variant}"
@@ -604,6 +602,5 @@ def _reference(c: _Checker, value: Any, shapes: tuple[Shape, ...],
 
 __all__ = [
     "Config", "TimingSettings", "ParitySettings", "Reference", "RefFigure", "FigureTable",
-    "load_config", "DEFAULT_CONFIG", "CONFIG_DIR", "VARIANTS", "KERNEL_VARIANTS",
-    "PEER_VARIANTS", "LAYOUTS", "DATA_KINDS", "OUT_DTYPES", "HEAD_DIMS",
+    "load_config", "DEFAULT_CONFIG", "CONFIG_DIR", "LAYOUTS", "DATA_KINDS", "OUT_DTYPES", "HEAD_DIMS",
 ]

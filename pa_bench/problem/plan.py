@@ -11,8 +11,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
-from pa_bench.problem.config import (DATA_KINDS, KERNEL_VARIANTS, LAYOUTS, OUT_DTYPES, PEER_VARIANTS, VARIANTS,
-                     Config)
+from pa_bench import variants as registry
+from pa_bench.problem.config import DATA_KINDS, LAYOUTS, OUT_DTYPES, Config
 from pa_bench.errors import ConfigError
 from pa_bench.problem.shapes import Shape
 
@@ -127,11 +127,11 @@ class Case:
 
     @property
     def is_kernel(self) -> bool:
-        return self.variant in KERNEL_VARIANTS
+        return registry.is_kernel(self.variant)
 
     @property
     def is_peer(self) -> bool:
-        return self.variant in PEER_VARIANTS
+        return registry.is_peer(self.variant)
 
     @property
     def key(self) -> str:
@@ -158,11 +158,11 @@ class Plan:
 
     @property
     def kernel_variants(self) -> list[str]:
-        return [v for v in self.variants if v in KERNEL_VARIANTS]
+        return [v for v in self.variants if registry.is_kernel(v)]
 
     @property
     def peer_variants(self) -> list[str]:
-        return [v for v in self.variants if v in PEER_VARIANTS]
+        return [v for v in self.variants if registry.is_peer(v)]
 
 
 def problem_for(config: Config, shape: Shape) -> Problem:
@@ -207,4 +207,4 @@ def _keep_config_labels(config: Config, shapes) -> list[Shape]:
     return out
 
 
-__all__ = ["Problem", "Case", "Plan", "make_plan", "problem_for", "VARIANTS"]
+__all__ = ["Problem", "Case", "Plan", "make_plan", "problem_for"]

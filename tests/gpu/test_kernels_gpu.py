@@ -8,7 +8,7 @@ import pytest
 
 from pa_bench.problem.inputs import make_inputs
 from pa_bench.numerics.metrics import error_metrics, judge_parity, parity_floor
-from pa_bench.numerics.model import TILE_KEYS, model_attention
+from pa_bench.numerics.model import model_attention, tile_keys
 from pa_bench.problem.plan import Problem
 from pa_bench.numerics.reference import sample_rows
 from pa_bench.problem.shapes import parse_shape
@@ -70,7 +70,7 @@ def _case(backend, shape, layout_key, rows_n=None):
 
 def _check_parity(backend, prep, inputs, rows, ref, variant):
     res = backend.compute(prep, variant, rows)
-    model = model_attention(inputs, TILE_KEYS[variant], rows,
+    model = model_attention(inputs, tile_keys(variant), rows,
                             split_keys=backend.split_keys(variant, inputs.problem))
     if inputs.problem.out_dtype == "float16":
         model = model.astype(np.float16).astype(np.float32)

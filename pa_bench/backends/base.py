@@ -1,0 +1,74 @@
+"""What a backend is: the methods the runner calls, and the record ``compute`` returns.
+
+A backend runs kernels and does not judge them: it reports why a variant cannot run, uploads a
+shape's inputs, computes outputs (with canary and determinism facts), the FP64 reference and
+the timings; the runner judges parity and writes records. ``numpy`` and ``cuda`` implement it;
+a test double only has to provide these methods.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from pa_bench.measure.timing import TimingResult
+
+
+@dataclass
+class KernelOutput:
+    """What ``Backend.compute`` returns."""
+
+    out: np.ndarray                    # float32 [Hq, R, D], the selected rows
+    canary_ok: bool = True             # guard regions intact and every element written
+    deterministic: bool | None = None  # two launches bitwise equal (None: not checked)
+    full_hash: str | None = None       # sha1 of the full output bytes (cuda), for bitwise checks
+    diff_source: object | None = None  # backend-private handle for cross-variant diffs
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """The interface the runner drives (docs/DESIGN.md, "Backends")."""
+
+    name: str  # "numpy" | "cuda"
+
+    def describe(self) -> dict[str, Any]:
+        """Who runs the rows: backend, gpu, arch ("sm_90" / "cpu"), sm_count, mma ..."""
+
+    def meta(self) -> dict[str, Any]:
+        """Compile options, kernel source hashes, builds and launches (meta.json)."""
+
+    def unsupported_parity(self, variant: str, problem) -> str | None:
+        """Why ``variant`` cannot be checked on ``problem`` (one line), or None."""
+
+    def unsupported_timing(self, variant: str, problem) -> str | None:
+        """Why ``variant`` cannot be timed on ``problem`` (one line), or None."""
+
+    def prepare(self, inputs) -> Any:
+        """Upload one shape's inputs; the handle goes to compute, time, max_diff and release."""
+
+    def split_keys(self, variant: str, problem) -> int:
+        """Where ``variant`` splits the keys on ``problem`` (0: it does not); the model follows."""
+
+    def compute(self, prepared, variant: str, rows: np.ndarray | None,
+                check_determinism: bool | None = None) -> KernelOutput:
+        """``variant``'s output on the query ``rows`` (None: every row)."""
+
+    def max_diff(self, prepared, a: str, b: str) -> float | None:
+        """Max abs difference of two computed variants' full outputs; None where the backend
+        does not keep them (the runner then diffs the compared rows)."""
+
+    def reference(self, inputs, rows: np.ndarray | None, quantised: bool = True) -> np.ndarray | None:
+        """FP64 attention [Hq, R, D] on the dequantised int8 K/V (``quantised``), or on the
+        float K/V (None where the inputs have none)."""
+
+    def time(self, prepared, variants: list[str], settings) -> dict[str, TimingResult | str]:
+        """Time ``variants`` interleaved; a string is why that variant was not timed."""
+
+    def release(self, prepared) -> None:
+        """Free what ``prepare`` allocated."""
+
+
+__all__ = ["KernelOutput", "Backend"]

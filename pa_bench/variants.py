@@ -1,0 +1,172 @@
+"""Every variant pa-bench knows, once: its kind, its source, the archs it runs on, the tile
+facts the numerics model needs, and its place in every table.
+
+The config, the plan, the backends, the numerics model, the kernel table, the runner and the
+report all read this registry; none of them lists variant names. Adding a CUDA kernel variant
+is one entry here, its ``kernels/<name>.cu`` file and its launch geometry
+(``pa_bench.backends.kernels.GEOMETRY``). See the README, "Adding your own variant".
+
+Table order is registry order. Records of variants that are not registered (an old run, a
+user's entry that is gone) still load and are shown after the registered ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CUDA_KERNEL = "cuda kernel"
+TRITON_KERNEL = "triton kernel"
+PEER = "peer"
+KINDS = (CUDA_KERNEL, TRITON_KERNEL, PEER)
+
+#: The variant every speed-up is measured against (``speedup_vs_v1``).
+BASELINE = "v1"
+#: Variants whose full outputs every other kernel is diffed against (``diff_vs_v1``, ``diff_vs_v2``).
+DIFF_PARTNERS = ("v1", "v2")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One registry entry. Kernels (``kind`` a kernel kind) are checked for parity and timed;
+    peers are timed only (they have no numerics model)."""
+
+    name: str
+    kind: str
+    summary: str                    # one line for the README table and `pa-bench kernels`
+    source: str | None = None       # cuda: file under kernels/; triton: module; peer: None
+    min_arch: int | None = None     # lowest compute capability (75 = sm_75); None: any
+    max_arch: int | None = None     # highest compute capability; None: no limit
+    arch_suffix: str = ""           # "a" for an arch-specific build (sm_90a)
+    arch_needs: str = ""            # what min_arch/max_arch stand for ("cp.async", "wgmma")
+    tile_keys: int | None = None    # keys per online-softmax tile (the numerics model)
+    splits_keys: bool = False       # may split a chunk's keys in two halves (model.split_keys)
+    threads: int | None = None      # threads per CTA (cuda kernels)
+    cta: str = ""                   # what a CTA holds, for `pa-bench kernels` and meta.json
+    warp_tiles: bool = False        # takes -DPA_TILES (m16 tiles per warp, kernels.choose_tiles)
+    turing_path: bool = True        # has the forced sm_75 path (--force-turing)
+    bitwise_twin: str | None = None  # must be bitwise identical to this variant (same MMA path)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"variant {self.name!r}: kind must be one of {KINDS}, not {self.kind!r}")
+        if self.is_kernel and self.tile_keys is None:
+            raise ValueError(f"variant {self.name!r}: a kernel needs tile_keys for the numerics model")
+
+    @property
+    def is_kernel(self) -> bool:
+        return self.kind != PEER
+
+    @property
+    def is_peer(self) -> bool:
+        return self.kind == PEER
+
+    def arch_reason(self, cc: int) -> str | None:
+        """Why this variant cannot run on compute capability ``cc`` (75, 90 ...), or None."""
+        if self.min_arch is not None and cc < self.min_arch:
+            top = f"sm_{self.min_arch}{self.arch_suffix}" + ("" if self.max_arch == self.min_arch else "+")
+            needs = f" ({self.arch_needs})" if self.arch_needs else ""
+            return f"{self.name} needs {top}{needs}, not sm_{cc}"
+        if self.max_arch is not None and cc > self.max_arch:
+            only = f"sm_{self.max_arch}{self.arch_suffix}"
+            return f"{self.name} runs on {only} only, not sm_{cc}"
+        return None
+
+    def nvcc_arch(self, cc: int) -> str:
+        """The ``-arch`` name of a build for ``cc``: ``sm_90``, or ``sm_90a`` where it needs it."""
+        return f"sm_{cc}{self.arch_suffix}"
+
+
+_REGISTRY: dict[str, Variant] = {}
+
+
+def register(variant: Variant) -> Variant:
+    """Add ``variant`` at the end of the table order (a name may be registered once)."""
+    if variant.name in _REGISTRY:
+        raise ValueError(f"variant {variant.name!r} is already registered")
+    _REGISTRY[variant.name] = variant
+    return variant
+
+
+def unregister(name: str) -> None:
+    """Remove a variant (tests, and a user's experiment that is done)."""
+    _REGISTRY.pop(name, None)
+
+
+def get(name: str) -> Variant:
+    """The registered variant called ``name`` (KeyError naming the known ones otherwise)."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown variant {name!r} (choose from {', '.join(_REGISTRY)})") from None
+
+
+def find(name: str) -> Variant | None:
+    return _REGISTRY.get(name)
+
+
+def names(kind: str | None = None) -> tuple[str, ...]:
+    """Registered names in table order; only kernels (``kind="kernel"``), peers (``"peer"``), or
+    one kind (``CUDA_KERNEL`` ...)."""
+    def keep(v: Variant) -> bool:
+        if kind is None:
+            return True
+        if kind == "kernel":
+            return v.is_kernel
+        return v.kind == kind
+    return tuple(v.name for v in _REGISTRY.values() if keep(v))
+
+
+def cuda_kernels() -> tuple[Variant, ...]:
+    return tuple(v for v in _REGISTRY.values() if v.kind == CUDA_KERNEL)
+
+
+def is_kernel(name: str) -> bool:
+    v = _REGISTRY.get(name)
+    return v is not None and v.is_kernel
+
+
+def is_peer(name: str) -> bool:
+    v = _REGISTRY.get(name)
+    return v is not None and v.is_peer
+
+
+def order_key(name: str, seen: list[str] | tuple[str, ...] = ()) -> tuple[int, int]:
+    """Sort key for table order: registered variants first, in registry order; others after,
+    in the order ``seen`` lists them."""
+    order = list(_REGISTRY)
+    if name in _REGISTRY:
+        return (order.index(name), 0)
+    return (len(order), list(seen).index(name) if name in seen else len(seen))
+
+
+def in_order(variant_names) -> list[str]:
+    """``variant_names`` (duplicates dropped) in table order."""
+    seen = list(dict.fromkeys(variant_names))
+    return sorted(seen, key=lambda n: order_key(n, seen))
+
+
+# --------------------------------------------------------------------------- the entries
+
+register(Variant(
+    "v1", CUDA_KERNEL, "one 4-warp CTA gathers a KV chunk into shared memory, __syncthreads(), computes",
+    source="v1.cu", min_arch=75, arch_needs="mma.sync m16n8k8", tile_keys=64, threads=128,
+    cta="128 threads: 4 warps x 16 rows of one query head"))
+register(Variant(
+    "v2", CUDA_KERNEL, "warp-private double-buffered cp.async pipeline, __syncwarp() only in the loop",
+    source="v2.cu", min_arch=80, arch_needs="cp.async", tile_keys=16, splits_keys=True, threads=64,
+    cta="64 threads: 2 warps x T m16 tiles (query heads of one KV group)", warp_tiles=True,
+    turing_path=False))
+register(Variant(
+    "v2t", CUDA_KERNEL, "v2 with register staging instead of cp.async (the PR's change)",
+    source="v2t.cu", min_arch=75, arch_needs="mma.sync m16n8k8", tile_keys=16, splits_keys=True,
+    threads=64, cta="64 threads: 2 warps x T m16 tiles (query heads of one KV group)", warp_tiles=True,
+    bitwise_twin="v2"))
+register(Variant(
+    "torch-sdpa", PEER, "PyTorch scaled_dot_product_attention (flash) on fp16 K/V dequantised beforehand"))
+register(Variant(
+    "torch-sdpa+dequant", PEER, "torch-sdpa with the int8 -> fp16 dequantisation inside every launch"))
+
+
+__all__ = ["Variant", "register", "unregister", "get", "find", "names", "cuda_kernels", "is_kernel",
+           "is_peer", "order_key", "in_order", "CUDA_KERNEL", "TRITON_KERNEL", "PEER", "BASELINE",
+           "DIFF_PARTNERS"]
