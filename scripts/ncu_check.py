@@ -28,6 +28,8 @@ from pathlib import Path
 
 REL_TOL, ABS_TOL_MS = 0.03, 0.003
 METRIC = "gpu__time_duration.sum"
+_MS_PER_UNIT = {"nsecond": 1e-6, "ns": 1e-6, "usecond": 1e-3, "us": 1e-3, "msecond": 1.0, "ms": 1.0,
+                "second": 1e3, "s": 1e3}
 
 
 def _setup(config_path: str, shapes: str | None, variants: str | None):
@@ -87,7 +89,7 @@ def parse_ncu_csv(text: str) -> dict[tuple[int, int], list[tuple[float, int]]]:
         name = row["Kernel Name"].split("(")[0].strip()
         value = float(row["Metric Value"].replace(",", ""))
         unit = row.get("Metric Unit", "nsecond")
-        ms = value * {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}[unit]
+        ms = value * _MS_PER_UNIT[unit.strip()]
         if name.startswith("pa_mark_"):
             _, _, s, v = name.split("_")[:4]
             current = []

@@ -2,7 +2,8 @@
 
     python scripts/timing_probe.py            # on a GPU with torch, CuPy and ncu
 
-1. pa-bench's method (pa_bench.measure.timing: hold kernel, L2 flush, events, interleaved);
+1. pa-bench's method (pa_bench.measure.timing: hold kernel, L2 flush by reading, events), and
+   the same with nvbench's memset flush;
 2. the method before #11: events around a call that enters ``sdpa_kernel`` and reads the
    SM clock between the launch and the end event;
 3. Nsight Compute's gpu__time_duration of the same call (a child process under ncu).
@@ -25,7 +26,7 @@ class S:
     warmup: int = 5
     min_samples: int = 20
     min_seconds: float = 0.3
-    max_seconds: float = 3.0
+    max_seconds: float = 2.0
     max_noise: float = 0.005
     max_samples: int = 2000
 
@@ -71,14 +72,23 @@ def main():
 
     from pa_bench.measure import timing
 
-    timer = timing.CupyTimer(cp.cuda.runtime.getDeviceProperties(0)["l2CacheSize"])
+    l2 = cp.cuda.runtime.getDeviceProperties(0)["l2CacheSize"]
+    timer = timing.CupyTimer(l2)
+
+    class MemsetTimer(timing.CupyTimer):          # nvbench's flush: a memset (dirty lines)
+        def flush(self):
+            cp.cuda.runtime.memsetAsync(self._flush.data.ptr, 0, l2, self.stream.ptr)
+
+    memset_timer = MemsetTimer(l2)
     clock = timing.ClockReader(0)
-    flush = cp.empty(60 << 20, dtype=cp.uint8)
-    ours, old = {}, {}
+    flush = cp.empty(l2, dtype=cp.uint8)
+    ours, old, memset = {}, {}, {}
     for label, ctx, nq in SHAPES:
         call = make(ctx, nq)
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
             r = timing.time_interleaved({label: call}, S(), timer=timer, clock=clock)[label]
+            memset[label] = statistics.median(
+                timing.time_interleaved({label: call}, S(), timer=memset_timer, clock=clock)[label].samples_ms)
         ours[label] = (statistics.median(r.samples_ms), r.stop_reason, r.host_bound, len(r.samples_ms),
                        r.clock_source, statistics.median([c for c in r.clocks_mhz if c] or [0]))
         start, end = cp.cuda.Event(), cp.cuda.Event()
@@ -102,12 +112,13 @@ def main():
     theirs = parse_ncu_csv(proc.stdout) if proc.returncode == 0 else {}
     if proc.returncode:
         print(proc.stderr[-3000:])
-    print(f"{'shape':>10} {'hold ms':>9} {'old ms':>9} {'ncu ms':>9} {'hold/ncu':>9}  stop  host_bound  n  clock")
+    print(f"{'shape':>10} {'hold ms':>9} {'memset':>9} {'old ms':>9} {'ncu ms':>9} {'hold/ncu':>9} "
+          f"{'mset/ncu':>9}  stop  host_bound  n  clock")
     for i, (label, _, _) in enumerate(SHAPES):
         ncu = statistics.median(c[0] for c in theirs[(i, 0)]) if (i, 0) in theirs else float("nan")
         o = ours[label]
-        print(f"{label:>10} {o[0]:9.4f} {old[label]:9.4f} {ncu:9.4f} {o[0] / ncu:9.3f}  {o[1]}  {o[2]}  {o[3]}  "
-              f"{o[4]} {o[5]:.0f} MHz")
+        print(f"{label:>10} {o[0]:9.4f} {memset[label]:9.4f} {old[label]:9.4f} {ncu:9.4f} {o[0] / ncu:9.3f} "
+              f"{memset[label] / ncu:9.3f}  {o[1]}  {o[2]}  {o[3]}  {o[4]} {o[5]:.0f} MHz")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ def test_calls_are_split_at_markers_and_summed_without_the_warm_up():
         lines += [row(i, "pa_mark_0_1", 1500), row(i + 1, "void flash_fwd_kernel<...>(Params)", f"{k1:,}"),
                   row(i + 2, "elementwise_kernel", k2)]
         i += 3
-    lines += [row(i, "pa_mark_1_0", 1500), row(i + 1, "pa_v2", 2000, unit="usecond")]
+    lines += [row(i, "pa_mark_1_0", 1500), row(i + 1, "pa_v2", 2000, unit="us")]
     lines += [row(i + 2, "pa_mark_1_0", 1500), row(i + 3, "pa_v2", 4000, unit="usecond"),
               row(i + 3, "pa_v2", 77, metric="other__metric")]
     got = ncu_check.parse_ncu_csv("\n".join(lines))
