@@ -753,7 +753,7 @@ def report(runs, output, results_root, no_plots, as_json):
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 @_no_interrupt_traceback
 def compare(runs, results_root, min_change, fail_on_slowdown, as_json):
-    """A/B of two runs: change per shape x variant with noise bounds (default: the two newest)."""
+    """A/B of two runs: change per shape x variant with a 95% interval (default: the two newest)."""
     from pa_bench.present import compare as compare_mod
 
     if len(runs) not in (0, 2):

@@ -207,3 +207,39 @@ def test_kernels_below_sm_75_gives_the_arch_as_the_reason():
     one_line_error(res, 1, "no kernel built", "v1 needs sm_75")
     assert "cp.async" not in res.stderr
     assert "this GPU" not in res.stdout
+
+
+# --------------------------------------------------------------------------- compare
+
+
+def _timed_run(root: Path, minutes: int, rows: dict):
+    import datetime as dt
+
+    from pa_bench.store.records import Record
+    from pa_bench.store.results import new_run_dir
+
+    when = dt.datetime(2026, 11, 30, 3, minutes, tzinfo=dt.timezone.utc)
+    run = new_run_dir(root, "ab", "cuda", when)
+    run.write_meta({})
+    rng = np.random.default_rng(minutes)
+    for (shape, variant), ms in rows.items():
+        samples = list(ms * (1 + 0.003 * rng.standard_normal(200)))
+        run.save_record(Record(shape=shape, variant=variant, status="ok", ms_median=ms,
+                               ms_q1=ms, ms_q3=ms))
+        run.save_samples(shape, variant, samples)
+    return run
+
+
+@pytest.mark.parametrize("flags", [[], ["--fail-on-slowdown"], ["--json"]])
+def test_compare_of_runs_with_nothing_in_common_is_an_error(tmp_path, flags):
+    a = _timed_run(tmp_path, 0, {("32Kx1024", "v1"): 2.0})
+    b = _timed_run(tmp_path, 1, {("64Kx512", "v1"): 2.0})
+    one_line_error(invoke("compare", a.path, b.path, *flags), 2, "nothing to compare")
+
+
+def test_fail_on_slowdown_fails_one_way_only(tmp_path):
+    a = _timed_run(tmp_path, 0, {("32Kx1024", "v1"): 2.0, ("32Kx1024", "v2t"): 2.0})
+    b = _timed_run(tmp_path, 1, {("32Kx1024", "v1"): 2.0, ("32Kx1024", "v2t"): 1.7})
+    assert invoke("compare", a.path, b.path, "--fail-on-slowdown").exit_code == 0
+    res = invoke("compare", b.path, a.path, "--fail-on-slowdown")
+    one_line_error(res, 1, "slower than A", "32Kx1024 v2t")

@@ -2,10 +2,13 @@
 
 import datetime as dt
 import math
+from pathlib import Path
 
+import numpy as np
 import pytest
 
-from pa_bench.present.compare import compare_runs, format_compare, has_parity_regression, has_slowdown
+from pa_bench.present.compare import (NothingToCompare, compare_runs, format_compare,
+                                      has_parity_regression, has_slowdown)
 from pa_bench.store.records import Record
 from pa_bench.store.results import new_run_dir
 from pa_bench.measure.stats import IQR_TO_SIGMA
@@ -56,9 +59,12 @@ def test_compare_verdicts(runs):
     assert v["32Kx1024", "v1"].verdict == "same" and v["32Kx1024", "v1"].change == 0.0
     slow = v["32Kx1024", "v2t"]
     assert slow.verdict == "slower" and slow.change == pytest.approx(0.10)
-    assert slow.noise == pytest.approx(2 * math.sqrt(2) * 0.005)
+    noise = 2 * math.sqrt(2) * 0.005  # no raw samples: the interval comes from the quartiles
+    assert slow.basis == "quartiles"
+    assert slow.change_lo == pytest.approx(1.1 / (1 + noise) - 1)
+    assert slow.change_hi == pytest.approx(1.1 * (1 + noise) - 1)
     within = v["64Kx512", "v1"]
-    assert within.verdict == "same" and within.noise > abs(within.change)
+    assert within.verdict == "same" and within.change_lo < 0 < within.change_hi
     fast = v["64Kx512", "v2t"]
     assert fast.verdict == "faster" and fast.change == pytest.approx(4.0 / 4.8 - 1)
     assert fast.parity_change == "regressed" and fast.parity_a is True and fast.parity_b is False
@@ -95,17 +101,88 @@ def test_format_compare(runs):
     lines = text.splitlines()
     assert lines[0] == f"A: {a.run_id}" and lines[1] == f"B: {b.run_id}"
     header = next(l for l in lines if l.startswith("shape"))
-    assert header.split() == ["shape", "variant", "A", "ms", "B", "ms", "change", "noise", "verdict", "parity"]
+    assert header.split() == ["shape", "variant", "A", "ms", "B", "ms", "change", "95%", "interval",
+                              "verdict", "parity"]
     slow = next(l for l in lines if l.startswith("32Kx1024") and " v2t " in l)
-    assert "7.600" in slow and "8.360" in slow and "+10.0%" in slow and "±1.4%" in slow and "slower" in slow
+    assert "7.600" in slow and "8.360" in slow and "+10.0%" in slow and "[+8.5%, +11.6%] q" in slow
+    assert "slower" in slow
     reg = next(l for l in lines if l.startswith("64Kx512") and " v2t " in l)
     assert "pass -> FAIL (regressed)" in reg and "faster" in reg
-    assert lines[-1] == "1 faster, 1 slower, 2 same (B against A); 1 parity regression"
+    assert lines[-2] == "1 faster, 1 slower, 2 same (B against A); 1 parity regression"
+    assert lines[-1].startswith("q: no raw samples")
 
 
-def test_compare_empty_runs(tmp_path):
-    a, b = make(tmp_path, "a", []), make(tmp_path, "b", [], minutes=1)
+@pytest.mark.parametrize("rows_a, rows_b", [
+    ([], []),
+    ([rec("32Kx1024", "v1", 13.0)], [rec("64Kx512", "v1", 6.7)]),
+    ([rec("32Kx1024", "v1", 13.0)], [rec("32Kx1024", "v2t", 7.6)]),
+])
+def test_runs_with_no_row_in_common_are_an_error(tmp_path, rows_a, rows_b):
+    a, b = make(tmp_path, "a", rows_a), make(tmp_path, "b", rows_b, minutes=1)
     a.write_meta({}), b.write_meta({})
-    df = compare_runs(a, b)
-    assert len(df) == 0 and not has_slowdown(df)
-    assert format_compare(df).endswith("0 faster, 0 slower, 0 same (B against A)")
+    with pytest.raises(NothingToCompare, match="no shape x variant in common"):
+        compare_runs(a, b)
+
+
+# --------------------------------------------------------------------------- symmetry
+
+
+def _with_samples(tmp_path, name, samples: dict, minutes=0):
+    from pa_bench.measure.stats import summarize
+
+    records = []
+    for (shape, variant), ms in samples.items():
+        st = summarize(ms)
+        records.append(Record(shape=shape, variant=variant, status="ok", gpu="NVIDIA H200",
+                              ms_median=st.median, ms_q1=st.q1, ms_q3=st.q3,
+                              ms_rel_spread=st.rel_stdev))
+    run = make(tmp_path, name, records, minutes)
+    for (shape, variant), ms in samples.items():
+        run.save_samples(shape, variant, ms)
+    return run
+
+
+def _mirrored(ab, ba):
+    flip = {"faster": "slower", "slower": "faster", "same": "same"}
+    ba = ba.set_index(["shape", "variant"]).loc[list(zip(ab["shape"], ab["variant"]))]
+    assert [flip[v] for v in ab["verdict"]] == list(ba["verdict"])
+    # the interval of B against A is exactly the reciprocal of A against B
+    for col_ab, col_ba in (("change", "change"), ("change_lo", "change_hi"),
+                           ("change_hi", "change_lo")):
+        assert list((1 + ab[col_ab]) * (1 + ba[col_ba].to_numpy())) == pytest.approx(
+            [1.0] * len(ab), rel=1e-12)
+
+
+def test_verdicts_from_samples_are_symmetric_at_the_bound(tmp_path):
+    """Pairs made to sit at the edge of the 1 % floor: whatever is said one way is mirrored."""
+    rng = np.random.default_rng(7)
+    base = 1.0 + 0.004 * rng.standard_normal(400)
+    a, b = {}, {}
+    for i, shift in enumerate([0.0, 0.0095, 0.0100, 0.0105, 0.012, -0.0095, -0.0105, -0.05]):
+        key = (f"{i}x64", "v1")
+        a[key] = list(base * 2.0)
+        b[key] = list((base[rng.permutation(400)] + 0.004 * rng.standard_normal(400)) * 2.0
+                      * (1 + shift))
+    ra, rb = _with_samples(tmp_path, "a", a), _with_samples(tmp_path, "b", b, minutes=1)
+    ab, ba = compare_runs(ra, rb), compare_runs(rb, ra)
+    assert set(ab["basis"]) == {"samples"}
+    _mirrored(ab, ba)
+    verdicts = list(ab["verdict"])
+    assert verdicts[0] == "same" and verdicts[-1] == "faster" and "slower" in verdicts
+    assert has_slowdown(ab) == ("faster" in list(ba["verdict"]))
+
+
+RESULTS = Path(__file__).resolve().parent.parent / "results"
+BEFORE, AFTER = RESULTS / "20261130-053506-pr2092-cuda", RESULTS / "20261130-061409-pr2092-cuda"
+
+
+def test_committed_h200_runs_compare_symmetrically():
+    """The two committed H200 runs (read only): A-vs-B and B-vs-A are mirror images."""
+    ab, ba = compare_runs(BEFORE, AFTER), compare_runs(AFTER, BEFORE)
+    assert len(ab) == 20 and set(ab["basis"]) == {"samples"}
+    _mirrored(ab, ba)
+    v = {(r.shape, r.variant): r.verdict for r in ab.itertuples()}
+    # the step being compared sped up v2 and v2t by 7-16 % on every shape
+    assert all(v[s, k] == "faster" for s in ("32Kx1024", "64Kx512", "0x1536", "2.1Kx256")
+               for k in ("v2", "v2t"))
+    assert has_slowdown(ba) and not all(x == "same" for x in ab["verdict"])

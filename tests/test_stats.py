@@ -191,3 +191,50 @@ def test_verdict_falls_back_to_rel_stdev_and_reads_records():
     a = SimpleNamespace(median=10.0, q1=None, q3=None, rel_stdev=0.001)
     b = SimpleNamespace(median=11.0, q1=None, q3=None, rel_stdev=0.001)
     assert verdict(a, b)[0] == "slower"
+
+
+# --- ratio_interval / interval_verdict (from raw samples) --------------------------------
+
+
+def test_ratio_interval_is_seeded_and_exactly_mirrored():
+    rng = np.random.default_rng(11)
+    a = list(2.0 * (1 + 0.01 * rng.standard_normal(300)))
+    b = list(2.1 * (1 + 0.01 * rng.standard_normal(500)))
+    ab, ba = stats.ratio_interval(a, b), stats.ratio_interval(b, a)
+    assert ab == stats.ratio_interval(a, b)  # reproducible
+    assert (ba.log_ratio, ba.log_lo, ba.log_hi) == (-ab.log_ratio, -ab.log_hi, -ab.log_lo)
+    assert ab.lo < 1.05 < ab.hi and ab.ratio == pytest.approx(np.median(b) / np.median(a))
+    assert stats.interval_verdict(ab) == "slower" and stats.interval_verdict(ba) == "faster"
+    assert stats.ratio_interval(a, b, seed=1) != ab  # the seed matters
+
+
+def test_interval_verdict_needs_the_whole_interval_beyond_min_change():
+    iv = stats.RatioInterval(math.log(1.02), math.log(1.005), math.log(1.035))
+    assert stats.interval_verdict(iv) == "same"  # 2 % point, but 0.5 % is inside the interval
+    assert stats.interval_verdict(iv, min_change=0.001) == "slower"
+    mirror = stats.RatioInterval(-iv.log_ratio, -iv.log_hi, -iv.log_lo)
+    assert stats.interval_verdict(mirror, min_change=0.001) == "faster"
+
+
+def test_drift_inside_a_run_widens_the_interval():
+    """Block resampling: a slow drift makes the median less certain than i.i.d. noise does."""
+    rng = np.random.default_rng(5)
+    noise = 0.002 * rng.standard_normal(600)
+    flat = 1.0 + noise
+    drift = 1.0 + noise + np.linspace(-0.02, 0.02, 600)
+    width = lambda x: (lambda iv: iv.log_hi - iv.log_lo)(stats.ratio_interval(flat, x))
+    assert width(list(drift)) > 2 * width(list(flat[::-1]))
+
+
+def test_ratio_interval_rejects_empty_sides():
+    with pytest.raises(ValueError):
+        stats.ratio_interval([], [1.0])
+    with pytest.raises(ValueError):
+        stats.ratio_interval([1.0, float("nan")], [0.0])
+
+
+def test_quartile_verdict_is_symmetric_at_the_bound():
+    a, b = _stats(10.0, 0.0), _stats(10.1, 0.0)  # +1.0 % against a 1 % floor
+    assert verdict(a, b)[0] == "same" and verdict(b, a)[0] == "same"
+    a, b = _stats(10.0, 0.0), _stats(10.102, 0.0)
+    assert verdict(a, b)[0] == "slower" and verdict(b, a)[0] == "faster"

@@ -8,14 +8,20 @@ Pure functions on lists of milliseconds; no GPU, no pandas.
   of at most `max_noise`; give up at `max_seconds` of wall time or `max_samples` samples.
 - `paired_speedup(base, other)` uses interleaved samples (round k of both was taken at the same
   time), so the per-round ratio cancels drift that hits both alike.
-- `verdict(a, b)` says whether b is faster, slower or the same as a, with a noise bound built
-  from each side's robust relative spread (IQR / (1.349 * median), which is the relative
-  standard deviation for normally distributed samples).
+- `ratio_interval(a_ms, b_ms)` is a seeded block-bootstrap interval on median(b) / median(a)
+  from the raw samples; `interval_verdict` judges B against A with it. Each side's resamples
+  are seeded by the seed and that side's samples, so swapping A and B mirrors the interval
+  exactly (A-vs-B 'faster' is B-vs-A 'slower', at every bound).
+- `verdict(a, b)` is the fallback where raw samples are not stored: a noise bound built from
+  each side's robust relative spread (IQR / (1.349 * median), which is the relative standard
+  deviation for normally distributed samples), judged in log space so that it is symmetric too.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -288,17 +294,130 @@ def verdict(a: Any, b: Any, min_change: float = 0.01) -> tuple[str, float, float
     `a` and `b` are TimingStats-like (attributes or keys `median`, `q1`, `q3`, `rel_stdev`;
     a Record's `ms_median`, `ms_q1`, `ms_q3`, `ms_rel_spread` work too).
     Returns (verdict, change, noise) with change = b.median / a.median - 1 and
-    noise = max(min_change, 2 * sqrt(rs_a^2 + rs_b^2)); 'faster' if change < -noise,
-    'slower' if change > noise, else 'same'.
+    noise = max(min_change, 2 * sqrt(rs_a^2 + rs_b^2)); judged in log space, so that swapping
+    a and b mirrors the verdict: 'slower' if log(b/a) > log(1 + noise), 'faster' if
+    log(b/a) < -log(1 + noise), else 'same'.
     """
     med_a = _field(a, "median", "ms_median")
     med_b = _field(b, "median", "ms_median")
-    if med_a is None or med_b is None or not float(med_a) > 0:
+    if med_a is None or med_b is None or not float(med_a) > 0 or not float(med_b) > 0:
         raise ValueError("verdict() needs a positive median time on both sides")
     change = float(med_b) / float(med_a) - 1.0
     noise = max(float(min_change), 2.0 * math.hypot(_spread_of(a), _spread_of(b)))
-    if change > noise:
+    log_change = math.log(float(med_b)) - math.log(float(med_a))
+    if log_change > math.log1p(noise):
         return "slower", change, noise
-    if change < -noise:
+    if log_change < -math.log1p(noise):
         return "faster", change, noise
     return "same", change, noise
+
+
+#: Bootstrap resamples behind an A/B interval, and its confidence.
+BOOTSTRAP_RESAMPLES = 1000
+BOOTSTRAP_CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class RatioInterval:
+    """median(b) / median(a) and a bootstrap interval around it (B against A), kept as logs
+    so that B against A is exactly the negation of A against B."""
+
+    log_ratio: float
+    log_lo: float
+    log_hi: float
+
+    @property
+    def ratio(self) -> float:
+        return math.exp(self.log_ratio)
+
+    @property
+    def lo(self) -> float:
+        return math.exp(self.log_lo)
+
+    @property
+    def hi(self) -> float:
+        return math.exp(self.log_hi)
+
+    @property
+    def change(self) -> float:
+        return math.expm1(self.log_ratio)
+
+
+def _positive(samples_ms: Sequence[float]) -> np.ndarray:
+    arr = _clean(samples_ms)
+    return arr[arr > 0]
+
+
+def _bootstrap_medians(samples: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
+    """Medians of ``n_boot`` moving-block resamples of ``samples`` (in time order).
+
+    Blocks of about n^(1/3) consecutive samples (wrapping around the end) keep slow drift
+    inside a run in each resample, so drift widens the interval instead of hiding in it. The
+    stream is seeded by ``seed`` and by the samples themselves: a side gets the same resamples
+    whether it is A or B (and the last results are cached, so B-vs-A after A-vs-B is cheap).
+    """
+    return _bootstrap_medians_of(np.ascontiguousarray(samples, dtype=np.float64).tobytes(),
+                                 int(n_boot), int(seed))
+
+
+@functools.lru_cache(maxsize=64)
+def _bootstrap_medians_of(data: bytes, n_boot: int, seed: int) -> np.ndarray:
+    samples = np.frombuffer(data, dtype=np.float64)
+    n = samples.size
+    block = max(1, round(n ** (1 / 3)))
+    n_blocks = -(-n // block)
+    wrapped = np.concatenate([samples, samples[:block - 1]])
+    rng = np.random.default_rng([seed, zlib.crc32(data)])
+    offsets = np.arange(block, dtype=np.int32)
+    out = np.empty(n_boot)
+    for first in range(0, n_boot, 128):
+        m = min(128, n_boot - first)
+        starts = rng.integers(0, n, size=(m, n_blocks, 1), dtype=np.int32)
+        idx = (starts + offsets).reshape(m, -1)[:, :n]
+        out[first:first + m] = _row_medians(wrapped[idx])
+    out.flags.writeable = False
+    return out
+
+
+def _row_medians(x: np.ndarray) -> np.ndarray:
+    """np.median(x, axis=1) with one partition (numpy's takes two for an even row length)."""
+    h = x.shape[1] // 2
+    part = np.partition(x, h, axis=1)
+    upper = part[:, h]
+    if x.shape[1] % 2:
+        return upper
+    return (part[:, :h].max(axis=1) + upper) / 2
+
+
+def ratio_interval(a_ms: Sequence[float], b_ms: Sequence[float], *,
+                   confidence: float = BOOTSTRAP_CONFIDENCE,
+                   n_boot: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> RatioInterval:
+    """median(b) / median(a) with a seeded block-bootstrap interval at ``confidence``.
+
+    Both ends are order statistics of log(median_b*) - log(median_a*) over the resamples,
+    taken k places in from either end, so swapping a and b gives exactly (1/hi, 1/lo).
+    Raises ValueError when a side has no positive finite sample.
+    """
+    a, b = _positive(a_ms), _positive(b_ms)
+    if a.size == 0 or b.size == 0:
+        raise ValueError("ratio_interval() needs positive timing samples on both sides")
+    if not 0 < confidence < 1 or n_boot < 2:
+        raise ValueError("ratio_interval() needs 0 < confidence < 1 and n_boot >= 2")
+    logs = np.log(_bootstrap_medians(b, n_boot, seed)) - np.log(_bootstrap_medians(a, n_boot, seed))
+    logs.sort()
+    k = int(math.floor((1 - confidence) / 2 * (n_boot - 1)))
+    point = math.log(float(np.median(b))) - math.log(float(np.median(a)))
+    return RatioInterval(log_ratio=point, log_lo=float(logs[k]),
+                         log_hi=float(logs[n_boot - 1 - k]))
+
+
+def interval_verdict(interval: RatioInterval, min_change: float = 0.01) -> str:
+    """'slower' when the whole interval lies above 1 + min_change, 'faster' when it lies below
+    1 / (1 + min_change) (the mirror image in log space), else 'same': a change is called only
+    when it is both outside the noise and larger than min_change."""
+    floor = math.log1p(float(min_change))
+    if interval.log_lo > floor:
+        return "slower"
+    if interval.log_hi < -floor:
+        return "faster"
+    return "same"

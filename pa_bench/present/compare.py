@@ -1,10 +1,13 @@
 """A/B comparison of two stored runs: the change per shape x variant with a noise bound.
 
 `compare_runs(a, b)` pairs the rows of two runs by (shape, variant). Each pair's time change
-is judged by `stats.verdict` using the medians, quartiles and relative spreads in the records:
-'faster' / 'slower' (B against A) only when the change exceeds the noise bound, else 'same'.
-Parity changes (pass -> fail and back) are reported beside it. Rows found in only one run are
-kept and marked. Differences between the runs' GPUs or parameters are listed in
+is median(B) / median(A) - 1 with a 95 % interval from a seeded bootstrap of the raw samples
+stored in each run (`stats.ratio_interval`); 'faster' / 'slower' (B against A) only when the
+whole interval lies beyond +-min_change, else 'same'. Comparing B with A gives the mirror image
+of comparing A with B, row for row. Where a run has no raw samples for a row, the interval
+comes from the records' quartiles (`stats.verdict`), as symmetric. Parity changes (pass -> fail
+and back) are reported beside it. Rows found in only one run are kept and marked; two runs with
+no row in common are an error. Differences between the runs' GPUs or parameters are listed in
 `df.attrs['warnings']`, since they make a comparison of times meaningless.
 """
 
@@ -14,14 +17,20 @@ import math
 from pathlib import Path
 from typing import Any
 
+from pa_bench.errors import PaBenchError
+from pa_bench.measure import stats
 from pa_bench.store.records import STATUS_OK, Record
 from pa_bench.store.results import RunDir, open_run
-from pa_bench.measure.stats import verdict
 
 COMPARE_COLUMNS = (
-    "shape", "variant", "presence", "status_a", "status_b", "ms_a", "ms_b", "change", "noise",
-    "verdict", "parity_a", "parity_b", "parity_change", "err_a", "err_b",
+    "shape", "variant", "presence", "status_a", "status_b", "ms_a", "ms_b", "change",
+    "change_lo", "change_hi", "basis", "verdict", "parity_a", "parity_b", "parity_change",
+    "err_a", "err_b",
 )
+
+
+class NothingToCompare(PaBenchError):
+    """Two runs share no (shape, variant) row: there is nothing to judge (bad input, exit 2)."""
 
 #: Parameters that must match for times to be comparable.
 _SAME_PARAMS = ("gpu", "arch", "context", "queries", "heads_q", "heads_kv", "head_dim", "layout",
@@ -44,13 +53,30 @@ def _parity_change(a: bool | None, b: bool | None) -> str:
     return ""
 
 
-def _row(shape: str, variant: str, a: Record | None, b: Record | None, min_change: float) -> dict:
+def _judge(a: Record, b: Record, samples_a: list | None, samples_b: list | None,
+           min_change: float) -> dict:
+    """change, its interval and the verdict: from the raw samples where both runs kept them."""
+    if samples_a and samples_b:
+        try:
+            iv = stats.ratio_interval(samples_a, samples_b)
+        except ValueError:
+            iv = None
+        if iv is not None:
+            return dict(verdict=stats.interval_verdict(iv, min_change), change=iv.change,
+                        change_lo=iv.lo - 1.0, change_hi=iv.hi - 1.0, basis="samples")
+    kind, change, noise = stats.verdict(a, b, min_change=min_change)
+    return dict(verdict=kind, change=change, change_lo=(1 + change) / (1 + noise) - 1,
+                change_hi=(1 + change) * (1 + noise) - 1, basis="quartiles")
+
+
+def _row(shape: str, variant: str, a: Record | None, b: Record | None, min_change: float,
+         samples_a: dict, samples_b: dict) -> dict:
     presence = "both" if a is not None and b is not None else ("only_a" if b is None else "only_b")
     row: dict[str, Any] = {
         "shape": shape, "variant": variant, "presence": presence,
         "status_a": a.status if a else None, "status_b": b.status if b else None,
         "ms_a": a.ms_median if a else None, "ms_b": b.ms_median if b else None,
-        "change": math.nan, "noise": math.nan,
+        "change": math.nan, "change_lo": math.nan, "change_hi": math.nan, "basis": None,
         "parity_a": a.parity_pass if a else None, "parity_b": b.parity_pass if b else None,
         "err_a": a.max_abs_err if a else None, "err_b": b.max_abs_err if b else None,
     }
@@ -59,8 +85,8 @@ def _row(shape: str, variant: str, a: Record | None, b: Record | None, min_chang
     elif presence == "only_b":
         row["verdict"] = "only in B"
     elif _timed(a) and _timed(b):
-        kind, change, noise = verdict(a, b, min_change=min_change)
-        row.update(verdict=kind, change=change, noise=noise)
+        key = f"{shape}|{variant}"
+        row.update(_judge(a, b, samples_a.get(key), samples_b.get(key), min_change))
     else:
         row["verdict"] = "n/a"  # not timed (ok) on both sides
     row["parity_change"] = _parity_change(row["parity_a"], row["parity_b"])
@@ -87,10 +113,12 @@ def _warnings(ra: list[Record], rb: list[Record]) -> list[str]:
 def compare_runs(run_a: str | Path | RunDir, run_b: str | Path | RunDir, min_change: float = 0.01):
     """One row per (shape, variant) of either run (A's order, then B's new rows).
 
-    Columns: COMPARE_COLUMNS. `change` = ms_b / ms_a - 1 (negative: B is faster), `noise` the
-    bound it is judged against, `verdict` in {'faster', 'slower', 'same', 'n/a', 'only in A',
-    'only in B'}, `parity_change` in {'', 'regressed', 'fixed'}.
+    Columns: COMPARE_COLUMNS. `change` = median_b / median_a - 1 (negative: B is faster),
+    `change_lo`/`change_hi` its 95 % interval, `basis` 'samples' (bootstrap of the raw samples)
+    or 'quartiles' (no raw samples stored), `verdict` in {'faster', 'slower', 'same', 'n/a',
+    'only in A', 'only in B'}, `parity_change` in {'', 'regressed', 'fixed'}.
     attrs: run_a, run_b (run ids), warnings (list of str).
+    Raises NothingToCompare when the runs share no (shape, variant) row.
     """
     import pandas as pd  # noqa: PLC0415 - pandas only for the frame
 
@@ -98,11 +126,17 @@ def compare_runs(run_a: str | Path | RunDir, run_b: str | Path | RunDir, min_cha
     ra, rb = a.records(), b.records()
     by_a = {r.key(): r for r in ra}
     by_b = {r.key(): r for r in rb}
+    if not set(by_a) & set(by_b):
+        raise NothingToCompare(
+            f"{a.run_id} ({len(by_a)} rows) and {b.run_id} ({len(by_b)} rows) have no shape x "
+            "variant in common: nothing to compare")
+    samples_a, samples_b = a.samples(), b.samples()
     keys = list(by_a) + [k for k in by_b if k not in by_a]
-    rows = [_row(shape, variant, by_a.get((shape, variant)), by_b.get((shape, variant)), min_change)
+    rows = [_row(shape, variant, by_a.get((shape, variant)), by_b.get((shape, variant)),
+                 min_change, samples_a, samples_b)
             for shape, variant in keys]
     df = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
-    for col in ("ms_a", "ms_b", "change", "noise", "err_a", "err_b"):
+    for col in ("ms_a", "ms_b", "change", "change_lo", "change_hi", "err_a", "err_b"):
         df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
     df.attrs["run_a"] = a.run_id
     df.attrs["run_b"] = b.run_id
@@ -153,13 +187,16 @@ def format_compare(df, names: bool = True) -> str:
         lines += [f"A: {df.attrs.get('run_a', '?')}", f"B: {df.attrs.get('run_b', '?')}"]
     for w in df.attrs.get("warnings", []):
         lines.append(f"warning: {w}")
-    header = ["shape", "variant", "A ms", "B ms", "change", "noise", "verdict", "parity"]
+    header = ["shape", "variant", "A ms", "B ms", "change", "95% interval", "verdict", "parity"]
     body = []
     for row in df.to_dict(orient="records"):
+        interval = "-" if _missing(row["change_lo"]) else \
+            f"[{_pct(row['change_lo'], '+.1f')}, {_pct(row['change_hi'], '+.1f')}]"
+        if row["basis"] == "quartiles":
+            interval += " q"
         body.append([
             str(row["shape"]), str(row["variant"]), _ms(row["ms_a"]), _ms(row["ms_b"]),
-            _pct(row["change"], "+.1f"),
-            _pct(row["noise"], ".1f", prefix="±"),
+            _pct(row["change"], "+.1f"), interval,
             str(row["verdict"]),
             _parity(row["parity_a"], row["parity_b"], row["parity_change"], row["presence"]),
         ])
@@ -178,4 +215,6 @@ def format_compare(df, names: bool = True) -> str:
     if regressions:
         summary += f"; {regressions} parity regression{'s' if regressions > 1 else ''}"
     lines += ["", summary]
+    if len(df) and (df["basis"] == "quartiles").any():
+        lines.append("q: no raw samples stored for the row; interval from the quartiles")
     return "\n".join(lines)
