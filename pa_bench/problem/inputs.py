@@ -45,6 +45,8 @@ outside the table or past Nk produces NaN and fails parity.
 from __future__ import annotations
 
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,7 +57,9 @@ from pa_bench.problem.plan import Problem
 from pa_bench.problem.shapes import Shape
 
 _DATA_CODE = {"normal": 1, "realistic": 2, "npz": 3}
-_QUANT_CHUNK_ROWS = 1 << 16
+_QUANT_CHUNK_ROWS = 4096   # rows per pass: the float32 temporary stays in the CPU's cache
+#: Threads that quantise and page (NumPy releases the GIL in its loops and random fills).
+_THREADS = max(1, min(8, os.cpu_count() or 1))
 
 
 @dataclass
@@ -120,7 +124,8 @@ def quantize_per_token(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     ``scale = absmax/127`` in fp32 (an all-zero row gets scale 1) and
     ``x_i8 = clip(rint(x/scale), -127, 127)``, so ``|x - scale*x_i8| <= scale/2``.
-    Works in row chunks so that the temporaries stay small for 64K-token caches.
+    Rows are independent: blocks of rows go to threads, each working in small chunks through
+    one float32 temporary, so the work is cache-sized and the result the same bytes.
     """
     x = np.asarray(x)
     if x.ndim < 1 or x.shape[-1] == 0:
@@ -129,46 +134,92 @@ def quantize_per_token(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     flat = x.reshape(-1, d)
     out = np.empty(flat.shape, dtype=np.int8)
     scale = np.empty(flat.shape[0], dtype=np.float32)
-    for start in range(0, flat.shape[0], _QUANT_CHUNK_ROWS):
-        rows = np.asarray(flat[start:start + _QUANT_CHUNK_ROWS], dtype=np.float32)
-        s = np.max(np.abs(rows), axis=1) / np.float32(127)
-        s[s == 0] = 1
-        q = rows / s[:, None]
-        np.rint(q, out=q)
-        np.clip(q, -127, 127, out=q)
-        out[start:start + len(rows)] = q
-        scale[start:start + len(rows)] = s
+    n = flat.shape[0]
+    blocks = min(_THREADS, -(-n // _QUANT_CHUNK_ROWS))
+    bounds = [n * b // blocks for b in range(blocks + 1)] if blocks else [0, 0]
+
+    def block(b: int) -> None:
+        lo, hi = bounds[b], bounds[b + 1]
+        tmp = np.empty((min(_QUANT_CHUNK_ROWS, hi - lo), d), dtype=np.float32)
+        for start in range(lo, hi, _QUANT_CHUNK_ROWS):
+            rows = flat[start:min(start + _QUANT_CHUNK_ROWS, hi)]
+            if rows.dtype != np.float32:
+                rows = rows.astype(np.float32)
+            t = tmp[:len(rows)]
+            np.abs(rows, out=t)
+            s = np.max(t, axis=1)
+            s /= np.float32(127)
+            s[s == 0] = 1
+            np.divide(rows, s[:, None], out=t)
+            np.rint(t, out=t)
+            np.clip(t, -127, 127, out=t)
+            out[start:start + len(rows)] = t
+            scale[start:start + len(rows)] = s
+
+    _in_threads(block, range(len(bounds) - 1))
     return out.reshape(x.shape), scale.reshape(x.shape[:-1])
 
 
+def _in_threads(fn, items) -> list:
+    """``[fn(i) for i in items]``, on threads when there are several."""
+    items = list(items)
+    if len(items) <= 1:
+        return [fn(i) for i in items]
+    with ThreadPoolExecutor(min(_THREADS, len(items))) as pool:
+        return list(pool.map(fn, items))
+
+
 # --------------------------------------------------------------------------- paging
+
+
+@dataclass
+class _Pools:
+    """A page pool before the logical K/V are scattered into it: the table and the filler."""
+
+    table: np.ndarray      # int32 [needed]
+    k_pool: np.ndarray     # int8 [n_pages, Hkv, page, D], random where a kernel must not read
+    v_pool: np.ndarray
+    k_scale_pool: np.ndarray  # float32 [n_pages, Hkv, page], NaN where a kernel must not read
+    v_scale_pool: np.ndarray
+
+
+def _empty_pools(hkv: int, nk: int, d: int, page: int, rng: np.random.Generator) -> _Pools:
+    """The table and the filler of a pool of ``2*needed + 1`` pages (the only use of ``rng``)."""
+    needed = -(-nk // page)
+    n_pages = 2 * needed + 1
+    table = rng.permutation(n_pages)[:needed].astype(np.int32)
+    shape = (n_pages, hkv, page)
+    garbage = [rng.integers(-128, 128, size=shape + (d,), dtype=np.int8) for _ in range(2)]
+    nan = [np.full(shape, np.nan, dtype=np.float32) for _ in range(2)]
+    return _Pools(table, garbage[0], garbage[1], nan[0], nan[1])
+
+
+def _scatter(pool: np.ndarray, x: np.ndarray, table: np.ndarray) -> None:
+    """Logical ``x`` [Hkv, Nk, ...] into the pool pages that ``table`` names."""
+    hkv, nk = x.shape[:2]
+    page = pool.shape[2]
+    full, tail = divmod(nk, page)
+    if full:
+        body = x[:, :full * page].reshape((hkv, full, page) + x.shape[2:])
+        pool[table[:full]] = np.moveaxis(body, 1, 0)
+    if tail:
+        pool[table[full], :, :tail] = x[:, full * page:]
+
+
+def _fill_pools(pools: _Pools, k_i8: np.ndarray, v_i8: np.ndarray, k_scale: np.ndarray,
+                v_scale: np.ndarray) -> PagedKV:
+    pairs = ((pools.k_pool, k_i8), (pools.v_pool, v_i8), (pools.k_scale_pool, k_scale),
+             (pools.v_scale_pool, v_scale))
+    _in_threads(lambda pair: _scatter(pair[0], pair[1], pools.table), pairs)
+    return PagedKV(k_pool=pools.k_pool, v_pool=pools.v_pool, k_scale_pool=pools.k_scale_pool,
+                   v_scale_pool=pools.v_scale_pool, page_table=pools.table)
 
 
 def make_paged(k_i8: np.ndarray, v_i8: np.ndarray, k_scale: np.ndarray, v_scale: np.ndarray,
                page: int, rng: np.random.Generator) -> PagedKV:
     """Scatter logical K/V into a pool of ``2*needed + 1`` pages through a random page table."""
     hkv, nk, d = k_i8.shape
-    needed = -(-nk // page)
-    n_pages = 2 * needed + 1
-    table = rng.permutation(n_pages)[:needed].astype(np.int32)
-    full, tail = divmod(nk, page)
-
-    def pool_of(x: np.ndarray, garbage: bool) -> np.ndarray:
-        shape = (n_pages, hkv, page) + x.shape[2:]
-        if garbage:  # random int8 everywhere a kernel must not read
-            pool = rng.integers(-128, 128, size=shape, dtype=np.int8)
-        else:  # NaN scales there
-            pool = np.full(shape, np.nan, dtype=np.float32)
-        if full:
-            body = x[:, :full * page].reshape((hkv, full, page) + x.shape[2:])
-            pool[table[:full]] = np.moveaxis(body, 1, 0)
-        if tail:
-            pool[table[full], :, :tail] = x[:, full * page:]
-        return pool
-
-    return PagedKV(k_pool=pool_of(k_i8, True), v_pool=pool_of(v_i8, True),
-                   k_scale_pool=pool_of(k_scale, False), v_scale_pool=pool_of(v_scale, False),
-                   page_table=table)
+    return _fill_pools(_empty_pools(hkv, nk, d, page, rng), k_i8, v_i8, k_scale, v_scale)
 
 
 # --------------------------------------------------------------------------- scales
@@ -507,26 +558,35 @@ def _npz_data(problem: Problem):
 
 
 def make_inputs(problem: Problem) -> Inputs:
-    """Generate (or load) the problem's Q/K/V, quantise K/V, and page them if the layout is paged."""
+    """Generate (or load) the problem's Q/K/V, quantise K/V, and page them if the layout is paged.
+
+    The page pool's own random stream (table and filler) is drawn on a thread while Q/K/V are
+    drawn: the two streams are independent, so the bytes are those of doing one after the other.
+    """
     data_rng, page_rng = _rng_streams(problem)
-    quant = None
-    if problem.data == "npz":
-        q, k_float, v_float, quant = _npz_data(problem)
-    elif problem.data == "realistic":
-        q, k_float, v_float = _realistic_data(problem, data_rng)
-    else:
-        q, k_float, v_float = _normal_data(problem, data_rng)
-    if quant is None:
-        k_i8, k_scale = quantize_per_token(k_float)
-        v_i8, v_scale = quantize_per_token(v_float)
-    else:
-        k_i8, v_i8, k_scale, v_scale = quant
-    q16 = q.astype(np.float16)
-    if not np.all(np.isfinite(q16)):
-        raise ConfigError(f"{problem.label}: q does not fit in fp16 (|q| > 65504)")
-    paged = None
-    if problem.layout == "paged":
-        paged = make_paged(k_i8, v_i8, k_scale, v_scale, problem.page, page_rng)
+    with ThreadPoolExecutor(1) as pool_thread:
+        pools = None
+        if problem.layout == "paged":
+            pools = pool_thread.submit(_empty_pools, problem.heads_kv, problem.keys,
+                                       problem.head_dim, problem.page, page_rng)
+        quant = None
+        if problem.data == "npz":
+            q, k_float, v_float, quant = _npz_data(problem)
+        elif problem.data == "realistic":
+            q, k_float, v_float = _realistic_data(problem, data_rng)
+        else:
+            q, k_float, v_float = _normal_data(problem, data_rng)
+        if quant is None:
+            k_i8, k_scale = quantize_per_token(k_float)
+            v_i8, v_scale = quantize_per_token(v_float)
+        else:
+            k_i8, v_i8, k_scale, v_scale = quant
+        q16 = q.astype(np.float16)
+        if not np.all(np.isfinite(q16)):
+            raise ConfigError(f"{problem.label}: q does not fit in fp16 (|q| > 65504)")
+        paged = None
+        if pools is not None:
+            paged = _fill_pools(pools.result(), k_i8, v_i8, k_scale, v_scale)
     return Inputs(
         problem=problem, q=q16, k_i8=k_i8, v_i8=v_i8, k_scale=k_scale, v_scale=v_scale,
         k_float=k_float, v_float=v_float, paged=paged, p_scale=p_scale_for(v_scale),
