@@ -1,0 +1,560 @@
+// v3 — int8-KV prompt attention for Hopper (sm_90a only): a warp-specialised CTA, K/V converted
+// to fp16 once per CTA for all the query heads of a KV group, wgmma for both products.
+//
+// Tiling. A CTA owns one KV head and a block of M = 128 rows (NCWG = 2 consumer warpgroups x 64).
+//   The query heads of the KV group are packed into the rows: row R of the CTA is query position
+//   p0 + R / G of query head hkv*G + R % G (G = Hq/Hkv), so with 32/8 heads a CTA holds 32
+//   positions x 4 heads and K/V is gathered and converted once for all four. PPC = 128 / G
+//   positions per CTA (rows R >= PPC*G hold no query). Row blocks run longest-first
+//   (blockIdx.y counts down the positions), grid = (Hkv, ceil(Nq / PPC), n_seg).
+//   Keys are visited in tiles of BN = 64 from key 0 (or from the CTA's key segment, below).
+// Warp roles (384 threads, __launch_bounds__(384, 1): one CTA per SM).
+//   * Warpgroup 0, the producer (setmaxnreg.dec to 40 registers). Each thread owns fixed 16-byte
+//     chunks of every tile (prod_row/prod_chunk; a static_assert checks that every chunk of K and V
+//     is owned exactly once): it cp.async-copies its int8 K and V chunks (through the page table;
+//     zero-filled past the cache) and, in warp 0, the tile's K and V scales into a 3-deep int8
+//     staging ring (two tiles ahead), then converts its own chunks exactly to fp16 (0x6400|x+128
+//     is the f16 1024+x+128; minus 1152: pa_common.cuh) into the 128-byte-swizzled fp16 stage, and
+//     stores the scales premultiplied (k_scale*qk_scale_log2, v_scale*p_scale: the same fp32
+//     products the other kernels form). A thread reads only staging bytes it copied itself, so the
+//     producer has no barrier of its own.
+//   * Warpgroups 1 and 2, the consumers (setmaxnreg.inc to 232 registers), 64 rows each. Per tile:
+//     S[64 x 64] = Q.K^T with KSTEPS wgmma.m64n64k16 (A = Q and B = K from shared memory); the
+//     online softmax in fp32 in registers; Ot[64 x D] = P.V with 4 wgmma.m64nDk16 (A = P from
+//     registers, B = V from shared memory, transposed); then O = O*alpha + Ot.
+// Pipeline and barriers. Two fp16 stages, each with an mbarrier pair:
+//   full[s]  (128 arrivals: every producer thread, after its stores and fence.proxy.async.shared::cta,
+//            since wgmma reads shared memory through the async proxy),
+//   empty[s] (256 arrivals: every consumer thread after wgmma.wait_group 0 of the tile's P.V, i.e.
+//            once the tensor cores have finished reading the stage).
+//   Tile n uses stage n&1; its full phase is n>>1 (parity (n>>1)&1), and the producer waits for
+//   empty with parity ((n>>1)&1)^1 before refilling a stage (not for n < 2). Both consumer
+//   warpgroups wait for and release every tile, also a tile past their rows' diagonal (they skip
+//   its math), so the phase counts stay in lockstep. Q goes to shared memory once (each consumer
+//   warpgroup its 64 rows, fence.proxy.async, a named barrier of its 128 threads).
+// Shared-memory layouts and wgmma descriptors (the derivation). Every fp16 operand is stored in
+//   the canonical 128-byte-swizzle layout: a "row" of 128 bytes = 64 fp16 along the contiguous
+//   dimension; 8 rows form a 1024-byte atom in which 16-byte chunk c of row r sits at chunk
+//   c ^ (r & 7) (the hardware applies this XOR to address bits [4:6] with bits [7:9], so every
+//   region starts 1024-byte aligned and the matrix base offset field is 0). Rows are dense
+//   (row r at r*128), and a D = 128 operand is two 64-column blocks stored one after the other.
+//   Descriptor: bits 0-13 start address >> 4, 16-29 LBO >> 4, 32-45 SBO >> 4, 62-63 = 1 (128B).
+//   * Q [128 rows][D], K-major A: block b (dims 64b..) at b*128*128; row R at R*128.
+//     For k-step kk (dims 16kk..16kk+15) of consumer warpgroup w: start = Q + (kk/4)*16384 +
+//     w*64*128 + (kk%4)*32 (the 32-byte step inside the 128-byte row is how K advances inside a
+//     swizzle atom: the hardware swizzles the final address); SBO = 1024 (next 8 rows), LBO
+//     unused for swizzled K-major layouts (set to 16 bytes).
+//   * K tile [64 keys][D], K-major B of S = Q.K^T (N = keys): block b at b*8192, key row j at
+//     j*128; k-step kk: start = K + (kk/4)*8192 + (kk%4)*32; SBO = 1024; LBO unused.
+//   * V tile [64 keys][D], the same bytes as K's layout, read as the MN-major B of O = P.V
+//     (K = keys, N = dims; imm-trans-b = 1). The canonical MN-major 128B layout is
+//     ((64 n),(8 k, k-groups)) with n contiguous, k-rows 128 bytes apart, the next 8 k at SBO and
+//     the next 64-column block of n at LBO. So for k-step kk (keys 16kk..16kk+15):
+//     start = V + kk*16*128 (1024-aligned), SBO = 1024 (keys +8), LBO = 8192 (dims +64).
+//   Register fragments (PTX ISA, wgmma m64nNk16): warp w of a warpgroup holds rows 16w..16w+15;
+//   lane (g = lane/4, t = lane%4) holds accumulator element 4j+e at row g + 8*(e>>1), column
+//   8j + 2t + (e&1); the A fragment of k-step kk is {(g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..),
+//   (g+8, 2t+8..)} of columns 16kk.. — so the S accumulator columns of n8 blocks 2kk and 2kk+1
+//   become P's A fragment of k-step kk in place (as in FlashAttention-2).
+// Numerics (pa_bench.numerics.model, tile_keys = 64, the v1 arithmetic):
+//   s = S_raw * kq (fp32, kq = k_scale*qk_scale_log2); masked keys -inf; per 64-key tile
+//   m_new = max(m, rowmax), alpha = exp2(m - m_new), p = exp2(s - m_new) (ex2.approx.ftz),
+//   l = l*alpha + sum p (per-lane partial sums, added across the 4 lanes of a row at the end),
+//   P = fp16_rn(p * (v_scale*p_scale)), O = O*alpha + Ot with Ot a FRESH accumulator of the tile's
+//   4 k16 wgmma steps (scale-d = 0 on the first), added with __fadd_rn. So no tensor-core
+//   accumulator lives longer than D/16 k-steps (S) or 4 k-steps (P.V): the long-chain drift of
+//   the MMA's fp32 accumulation (SPEC section 1) cannot build up, at any context length. All fp32
+//   softmax arithmetic uses the _rn intrinsics (no contraction). Key segments (Args::seg_keys,
+//   issue #12) are honoured as in the other kernels: the CTAs of blockIdx.z = z see only keys
+//   [z*S, (z+1)*S) and write their unnormalised (O, m, l) for pa_combine.
+// Why this shape: the warp-private v2 converts every K/V fragment once per warp and issues
+//   mma.sync at a rate that caps the tensor pipe (docs/PERF_NOTES.md); here one producer
+//   warpgroup converts each tile once for 128 rows, and wgmma runs 64 x 64 x 16 per instruction
+//   from shared memory. The first version keeps each consumer warpgroup serial (S, softmax, P.V)
+//   and relies on the two consumer warpgroups to overlap each other's softmax with wgmma.
+#include "pa_common.cuh"
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "v3 needs sm_90a (wgmma, setmaxnreg): build with -arch=sm_90a / -gencode=arch=compute_90a,code=sm_90a"
+#endif
+#if PA_FORCE_TURING
+#error "v3 has no Turing path"
+#endif
+
+namespace v3 {
+using pa::u32;
+using pa::u64;
+using pa::D;
+
+constexpr int NCWG = 2;                         // consumer warpgroups
+constexpr int THREADS = 128 * (1 + NCWG);       // producer warpgroup + consumers
+constexpr int M_CTA = 64 * NCWG;                // rows of a CTA
+constexpr int BN = 64;                          // keys per tile
+constexpr int NG = D / 64;                      // 64-dim (128-byte) column blocks
+constexpr int KSTEPS = D / 16;                  // k16 steps of S = Q.K^T
+constexpr int PV_STEPS = BN / 16;               // k16 steps of O = P.V
+constexpr int S_REGS = BN / 2;                  // fp32 accumulator registers per thread: S (64 x 64)
+constexpr int O_REGS = D / 2;                   // ... and O (64 x D)
+constexpr int PRODUCER_REGS = 40;
+constexpr int CONSUMER_REGS = 232;
+static_assert(128 * PRODUCER_REGS + 128 * NCWG * CONSUMER_REGS <= 65536, "register file");
+
+constexpr int Q_BLOCK = M_CTA * 128;            // bytes of one 64-dim block of Q
+constexpr int KV_BLOCK = BN * 128;              // bytes of one 64-dim block of a K or V tile
+// fp16 stage: K tile, V tile, kq[64], vs[64]
+constexpr int F16_K = 0;
+constexpr int F16_V = NG * KV_BLOCK;
+constexpr int F16_KQ = 2 * NG * KV_BLOCK;
+constexpr int F16_VS = F16_KQ + BN * 4;
+constexpr int F16_STAGE = (F16_VS + BN * 4 + 1023) / 1024 * 1024;
+constexpr int F16_STAGES = 2;
+// int8 staging: K rows, V rows, K scales, V scales (each thread's own chunks)
+constexpr int I8_K = 0;
+constexpr int I8_V = BN * D;
+constexpr int I8_SC = 2 * BN * D;               // K scales [64], then V scales [64]
+constexpr int I8_STAGE = I8_SC + 2 * BN * 4;
+constexpr int I8_STAGES = 3;
+// the whole CTA (offsets from a 1024-aligned base)
+constexpr int SM_Q = 0;
+constexpr int SM_F16 = NG * Q_BLOCK;
+constexpr int SM_I8 = SM_F16 + F16_STAGES * F16_STAGE;
+constexpr int SM_BAR = SM_I8 + I8_STAGES * I8_STAGE;   // full[2], empty[2]: 8 bytes each
+constexpr int SM_BYTES = SM_BAR + 32;
+constexpr int SMEM_ALLOC = SM_BYTES + 1024;             // + slack to align the base to 1024
+static_assert(SM_F16 % 1024 == 0 && F16_STAGE % 1024 == 0 && F16_V % 1024 == 0, "swizzle atoms");
+static_assert(SM_I8 % 16 == 0 && I8_STAGE % 16 == 0 && SM_BAR % 8 == 0, "alignment");
+
+// Byte offset of 8-half chunk `ch` (dims 8ch..8ch+7) of row r in a 128B-swizzled operand whose
+// 64-dim blocks are `block` bytes apart.
+__host__ __device__ constexpr int sw128(int r, int ch, int block) {
+    return (ch >> 3) * block + r * 128 + (((ch & 7) ^ (r & 7)) << 4);
+}
+
+// The producer's ownership of a tile: lane (cc = lane%4, r_off = (lane/4)%2, q = lane/8) of producer
+// warp pw owns int8 chunk c = 4*(q % NG) + cc (dims 16c..16c+15) of key rows
+// prod_row(pw, lane, i), i < NI. A warp's copy instruction reads 8/NG whole key rows (coalesced),
+// and each quarter warp's fp16 stores cover rows r, r+1 (r even) x 4 chunk pairs: chunk positions
+// (2cc+h) ^ (r&7) and (2cc+h) ^ (r+1 & 7) are 8 distinct 16-byte bank groups (no conflict).
+constexpr int RW = 8 / NG;                      // key rows a producer warp covers per round
+constexpr int NI = BN / (4 * RW);               // rounds per tile (chunks of K per thread)
+__host__ __device__ constexpr int prod_row(int pw, int lane, int i) {
+    return pw * RW + 2 * ((lane >> 3) / NG) + ((lane >> 2) & 1) + 4 * RW * i;
+}
+__host__ __device__ constexpr int prod_chunk(int lane) { return 4 * ((lane >> 3) % NG) + (lane & 3); }
+__host__ __device__ constexpr bool producer_plan_ok() {
+    bool seen[BN * (D / 16)] = {};
+    for (int pw = 0; pw < 4; ++pw)
+        for (int lane = 0; lane < 32; ++lane)
+            for (int i = 0; i < NI; ++i) {
+                const int r = prod_row(pw, lane, i), c = prod_chunk(lane);
+                if (r < 0 || r >= BN || c < 0 || c >= D / 16 || seen[r * (D / 16) + c]) return false;
+                seen[r * (D / 16) + c] = true;
+            }
+    return true;
+}
+static_assert(producer_plan_ok(), "the producer must own every 16-byte chunk of a tile exactly once");
+// The fp16 stores of one quarter warp (8 lanes, one 16-byte store each, h = 0 or 1) hit 8
+// distinct bank groups.
+__host__ __device__ constexpr bool producer_stores_conflict_free() {
+    for (int pw = 0; pw < 4; ++pw)
+        for (int qw = 0; qw < 4; ++qw)
+            for (int i = 0; i < NI; ++i)
+                for (int h = 0; h < 2; ++h) {
+                    bool bank[8] = {};
+                    for (int l = 8 * qw; l < 8 * qw + 8; ++l) {
+                        const int b = (sw128(prod_row(pw, l, i), 2 * prod_chunk(l) + h, KV_BLOCK) >> 4) & 7;
+                        if (bank[b]) return false;
+                        bank[b] = true;
+                    }
+                }
+    return true;
+}
+static_assert(producer_stores_conflict_free(), "producer fp16 stores must be bank-conflict free");
+
+// ---------------------------------------------------------------- PTX wrappers (no CUDA C++ intrinsics exist)
+__device__ __forceinline__ u32 smem_u32(const void* p) { return static_cast<u32>(__cvta_generic_to_shared(p)); }
+
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+    asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+// Wait until the phase of parity `parity` of the barrier has completed (acquire, CTA scope).
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+    u32 done;
+    do {
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    } while (!done);
+}
+// Ordinary shared-memory stores before this are visible to later async-proxy (wgmma) reads.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+// 16-byte cp.async into shared memory, bypassing L1, zero-filling past `src_bytes`.
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+template <int R>
+__device__ __forceinline__ void set_max_regs_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R)); }
+template <int R>
+__device__ __forceinline__ void set_max_regs_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R)); }
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+// Pin registers at this point of the program (the compiler may not move their reads or writes
+// across it): around every wgmma chain, for its accumulators and A fragments, as the hardware
+// reads and writes them asynchronously between the issue and wgmma.wait_group.
+template <int N>
+__device__ __forceinline__ void pin(float (&x)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(x[i])::"memory");
+}
+template <int N, int M>
+__device__ __forceinline__ void pin(u32 (&x)[N][M]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+#pragma unroll
+        for (int j = 0; j < M; ++j) asm volatile("" : "+r"(x[i][j])::"memory");
+}
+
+// wgmma shared-memory matrix descriptor, 128-byte swizzle (see the opening comment).
+__device__ __forceinline__ u64 desc_sw128(u32 addr, u32 lbo, u32 sbo) {
+    return (u64)((addr >> 4) & 0x3FFFu) | ((u64)((lbo >> 4) & 0x3FFFu) << 16) | ((u64)((sbo >> 4) & 0x3FFFu) << 32) |
+           (1ull << 62);
+}
+
+// D[64 x 64] (+)= A[64 x 16] . B[16 x 64], A and B from shared memory (descriptors).
+__device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], u64 desc_a, u64 desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+// D[64 x 64] (+)= A[64 x 16] . B[16 x 64], A from registers, B from shared memory, MN-major (trans-b).
+__device__ __forceinline__ void wgmma_rs_n64_tb(float (&d)[32], const u32 (&a)[4], u64 desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
+
+// D[64 x 128] (+)= A[64 x 16] . B[16 x 128], A from registers, B from shared memory, MN-major (trans-b).
+__device__ __forceinline__ void wgmma_rs_n128_tb(float (&d)[64], const u32 (&a)[4], u64 desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
+
+
+__device__ __forceinline__ void i8x16_to_f16(uint4 x, uint4& lo, uint4& hi) {
+    pa::i8x4_to_f16x2x2(x.x, lo.x, lo.y);   // dims 0-3
+    pa::i8x4_to_f16x2x2(x.y, lo.z, lo.w);   // dims 4-7
+    pa::i8x4_to_f16x2x2(x.z, hi.x, hi.y);   // dims 8-11
+    pa::i8x4_to_f16x2x2(x.w, hi.z, hi.w);   // dims 12-15
+}
+
+// What a CTA covers: KV head, query positions [p0, p_end), key tiles [t_begin, t_end).
+struct Cta {
+    int group, ppc, hkv, p0, p_end, t_begin, t_end;
+};
+__device__ __forceinline__ Cta cta_of(const pa::Args& a) {
+    Cta c;
+    c.group = a.heads_q / a.heads_kv;
+    c.ppc = M_CTA / c.group;
+    c.hkv = blockIdx.x;
+    c.p0 = (gridDim.y - 1 - blockIdx.y) * c.ppc;           // longest first
+    c.p_end = min(c.p0 + c.ppc, a.n_q);
+    c.t_begin = 0;
+    c.t_end = (a.ctx + c.p_end + BN - 1) / BN;            // keys the CTA's last position sees
+    if (a.seg_keys) {
+        c.t_begin = blockIdx.z * (a.seg_keys / BN);
+        c.t_end = min(c.t_end, c.t_begin + a.seg_keys / BN);
+    }
+    return c;
+}
+
+// ---------------------------------------------------------------- the producer warpgroup
+__device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsigned char* sm, u32 base) {
+    const int pw = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int ch = prod_chunk(lane);
+    const int nk = a.ctx + a.n_q;
+    const int n_tiles = c.t_end - c.t_begin;
+    const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 16;
+
+    // Start the copies of tile n (of this CTA) into staging slot n % I8_STAGES: this thread's chunks.
+    auto issue = [&](int n) {
+        const int j0 = (c.t_begin + n) * BN;
+        const u32 st = base + SM_I8 + (n % I8_STAGES) * I8_STAGE;
+#pragma unroll
+        for (int i = 0; i < NI; ++i) {
+            const int r = prod_row(pw, lane, i), key = j0 + r;
+            const bool ok = key < nk;
+            const u32 row = ok ? pa::kv_row(a, c.hkv, key, pa::page_of(a, key)) : 0u;
+            const u64 off = (u64)row * D + 16 * ch;
+            cp_async16(st + I8_K + r * D + 16 * ch, a.k + off, ok ? 16 : 0);
+            cp_async16(st + I8_V + r * D + 16 * ch, a.v + off, ok ? 16 : 0);
+        }
+        if (pw == 0) {   // lanes 0-15: K scales of keys 4*lane.., lanes 16-31: V scales
+            const int kc = lane & 15, key0 = j0 + 4 * kc;
+            const int n_ok = max(0, min(4, nk - key0));
+            u32 idx = 0;
+            if (n_ok > 0) idx = pa::scale_index(a, c.hkv, key0, pa::kv_row(a, c.hkv, key0, pa::page_of(a, key0)));
+            cp_async16(st + I8_SC + (lane >> 4) * BN * 4 + 16 * kc, (lane < 16 ? a.k_scale : a.v_scale) + idx, 4 * n_ok);
+        }
+    };
+
+    issue(0);
+    cp_async_commit();
+    if (1 < n_tiles) issue(1);
+    cp_async_commit();
+    for (int n = 0; n < n_tiles; ++n) {
+        if (n + 2 < n_tiles) issue(n + 2);   // into the slot this thread converted at n-1
+        cp_async_commit();
+        cp_async_wait<2>();                  // this thread's copies of tile n have landed
+        const int s = n & 1;
+        if (n >= 2) mbar_wait(bar_empty + 8 * s, ((n >> 1) & 1) ^ 1);   // tile n-2 released stage s
+        const unsigned char* st = sm + SM_I8 + (n % I8_STAGES) * I8_STAGE;
+        unsigned char* f = sm + SM_F16 + s * F16_STAGE;
+#pragma unroll
+        for (int i = 0; i < NI; ++i) {
+            const int r = prod_row(pw, lane, i);
+            uint4 lo, hi;
+            i8x16_to_f16(*reinterpret_cast<const uint4*>(st + I8_K + r * D + 16 * ch), lo, hi);
+            *reinterpret_cast<uint4*>(f + F16_K + sw128(r, 2 * ch, KV_BLOCK)) = lo;
+            *reinterpret_cast<uint4*>(f + F16_K + sw128(r, 2 * ch + 1, KV_BLOCK)) = hi;
+            i8x16_to_f16(*reinterpret_cast<const uint4*>(st + I8_V + r * D + 16 * ch), lo, hi);
+            *reinterpret_cast<uint4*>(f + F16_V + sw128(r, 2 * ch, KV_BLOCK)) = lo;
+            *reinterpret_cast<uint4*>(f + F16_V + sw128(r, 2 * ch + 1, KV_BLOCK)) = hi;
+        }
+        if (pw == 0) {
+            const int off = (lane >> 4) * BN * 4 + 16 * (lane & 15);
+            const float mul = lane < 16 ? a.qk_scale_log2 : a.p_scale;
+            float4 x = *reinterpret_cast<const float4*>(st + I8_SC + off);
+            x.x = __fmul_rn(x.x, mul); x.y = __fmul_rn(x.y, mul); x.z = __fmul_rn(x.z, mul); x.w = __fmul_rn(x.w, mul);
+            *reinterpret_cast<float4*>(f + F16_KQ + off) = x;   // F16_VS = F16_KQ + BN*4
+        }
+        fence_proxy_async();                 // the stores above, before wgmma reads them
+        mbar_arrive(bar_full + 8 * s);
+    }
+}
+
+// ---------------------------------------------------------------- the consumer warpgroups
+template <bool MASKED>
+__device__ __forceinline__ void consumer_tile(const pa::Args& a, const unsigned char* f_ptr, u32 f, u64 dq, int j0,
+                                              const int (&lim)[2], float (&m)[2], float (&l)[2],
+                                              float (&o)[O_REGS]) {
+    const int t = threadIdx.x & 3;
+    // ---- S = Q . K^T (raw integer-valued K, fp32)
+    float s[S_REGS];
+    const u64 dk = desc_sw128(f + F16_K, 16, 1024);
+    pin(s);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; ++kk) {
+        const u32 koff = (kk >> 2) * KV_BLOCK + (kk & 3) * 32;   // same offset scheme for Q (Q_BLOCK)
+        const u32 qoff = (kk >> 2) * Q_BLOCK + (kk & 3) * 32;
+        wgmma_ss_n64(s, dq + (qoff >> 4), dk + (koff >> 4), kk > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    pin(s);
+    // ---- scale, mask, running max (element 4j+e: row g + 8*(e>>1), key j0 + 8j + 2t + (e&1))
+    const float* kq = reinterpret_cast<const float*>(f_ptr + F16_KQ);
+    const float* vs = reinterpret_cast<const float*>(f_ptr + F16_VS);
+    float mx[2] = {PA_NEG_INF, PA_NEG_INF};
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+        const float2 k2 = *reinterpret_cast<const float2*>(kq + 8 * j + 2 * t);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            float v = __fmul_rn(s[4 * j + e], (e & 1) ? k2.y : k2.x);
+            if (MASKED) v = (j0 + 8 * j + 2 * t + (e & 1) <= lim[e >> 1]) ? v : PA_NEG_INF;
+            s[4 * j + e] = v;
+            mx[e >> 1] = fmaxf(mx[e >> 1], v);
+        }
+    }
+#pragma unroll
+    for (int sh = 1; sh <= 2; sh *= 2)
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) mx[rr] = fmaxf(mx[rr], __shfl_xor_sync(0xffffffffu, mx[rr], sh));
+    float alpha[2], mref[2];
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+        const float mn = fmaxf(m[rr], mx[rr]);
+        mref[rr] = mn == PA_NEG_INF ? 0.f : mn;
+        alpha[rr] = pa::exp2_ftz(__fsub_rn(m[rr], mref[rr]));
+        m[rr] = mn;
+        l[rr] = __fmul_rn(l[rr], alpha[rr]);
+    }
+    // ---- P = fp16(p * v_scale * p_scale) as the A fragments of P.V's k-steps (n8 blocks 2kk, 2kk+1)
+    u32 pf[PV_STEPS][4];
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+        const float2 v2 = *reinterpret_cast<const float2*>(vs + 8 * j + 2 * t);
+        float p[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            p[e] = pa::exp2_ftz(__fsub_rn(s[4 * j + e], mref[e >> 1]));
+            l[e >> 1] = __fadd_rn(l[e >> 1], p[e]);
+        }
+        pf[j >> 1][2 * (j & 1) + 0] = pa::half2_as_u32(__floats2half2_rn(__fmul_rn(p[0], v2.x), __fmul_rn(p[1], v2.y)));
+        pf[j >> 1][2 * (j & 1) + 1] = pa::half2_as_u32(__floats2half2_rn(__fmul_rn(p[2], v2.x), __fmul_rn(p[3], v2.y)));
+    }
+    // ---- Ot = P . V (a fresh accumulator), then O = O * alpha + Ot
+    float ot[O_REGS];
+    const u64 dv = desc_sw128(f + F16_V, KV_BLOCK, 1024);
+    pin(pf);
+    pin(ot);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < PV_STEPS; ++kk) {
+#if PA_HEAD_DIM == 128
+        wgmma_rs_n128_tb(ot, pf[kk], dv + ((kk * 16 * 128) >> 4), kk > 0);
+#else
+        wgmma_rs_n64_tb(ot, pf[kk], dv + ((kk * 16 * 128) >> 4), kk > 0);
+#endif
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    pin(ot);
+    pin(pf);
+#pragma unroll
+    for (int i = 0; i < O_REGS; ++i) o[i] = __fadd_rn(__fmul_rn(o[i], alpha[(i >> 1) & 1]), ot[i]);
+}
+
+__device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsigned char* sm, u32 base) {
+    const int wg = (threadIdx.x >> 7) - 1, tid = threadIdx.x & 127;
+    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int rows_used = c.ppc * c.group;   // rows of the CTA that hold a query (at most M_CTA)
+    const int r0 = 64 * wg;                  // this warpgroup's first row
+    const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 16;
+
+    // ---- Q rows r0 .. r0+63 into shared memory (128B-swizzled, K-major); zero for rows without a query
+    for (int idx = tid; idx < 64 * (D / 8); idx += 128) {
+        const int R = r0 + idx / (D / 8), ch = idx % (D / 8);
+        const int pos = c.p0 + R / c.group;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (R < rows_used && pos < a.n_q) {
+            const int hq = c.hkv * c.group + R % c.group;
+            v = __ldg(reinterpret_cast<const uint4*>(a.q + ((u64)hq * a.n_q + pos) * D + 8 * ch));
+        }
+        *reinterpret_cast<uint4*>(sm + SM_Q + sw128(R, ch, Q_BLOCK)) = v;
+    }
+    fence_proxy_async();
+    named_barrier(1 + wg, 128);
+
+    // ---- this warpgroup's rows: the keys they see
+    const bool wg_rows = r0 < rows_used && c.p0 + r0 / c.group < a.n_q;
+    const int first_pos = c.p0 + r0 / c.group;
+    const int last_pos = min(c.p0 + min(r0 + 63, rows_used - 1) / c.group, a.n_q - 1);
+    int lim[2];                              // last key each of the thread's two rows sees
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+        const int R = r0 + 16 * warp + g + 8 * rr, pos = c.p0 + R / c.group;
+        lim[rr] = a.ctx + ((R < rows_used && pos < a.n_q) ? pos : last_pos);
+    }
+    // tiles [t_begin, wg_end) hold keys of these rows; those below first_masked need no mask
+    const int wg_end = wg_rows ? min(c.t_end, (a.ctx + last_pos + BN) / BN) : c.t_begin;
+    const int first_masked = (a.ctx + first_pos + 1) / BN;
+    const u64 dq = desc_sw128(base + SM_Q + r0 * 128, 16, 1024);
+
+    float o[O_REGS], m[2] = {PA_NEG_INF, PA_NEG_INF}, l[2] = {0.f, 0.f};
+#pragma unroll
+    for (int i = 0; i < O_REGS; ++i) o[i] = 0.f;
+    const int n_tiles = c.t_end - c.t_begin;
+    for (int n = 0; n < n_tiles; ++n) {
+        const int tile = c.t_begin + n, s = n & 1;
+        mbar_wait(bar_full + 8 * s, (n >> 1) & 1);
+        if (tile < wg_end) {
+            const u32 f = base + SM_F16 + s * F16_STAGE;
+            const unsigned char* f_ptr = sm + SM_F16 + s * F16_STAGE;
+            if (tile < first_masked) consumer_tile<false>(a, f_ptr, f, dq, tile * BN, lim, m, l, o);
+            else consumer_tile<true>(a, f_ptr, f, dq, tile * BN, lim, m, l, o);
+        }
+        mbar_arrive(bar_empty + 8 * s);
+    }
+    if (wg_end <= c.t_begin) return;         // no row of this warpgroup sees a key of this segment
+
+    // ---- row sums across the 4 lanes of a row, normalise, store (or the segment's state)
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+        float lt = l[rr];
+        lt = __fadd_rn(lt, __shfl_xor_sync(0xffffffffu, lt, 1));
+        lt = __fadd_rn(lt, __shfl_xor_sync(0xffffffffu, lt, 2));
+        const int R = r0 + 16 * warp + g + 8 * rr, pos = c.p0 + R / c.group;
+        if (R >= rows_used || pos >= a.n_q) continue;
+        const int hq = c.hkv * c.group + R % c.group;
+        const u64 row = (u64)hq * a.n_q + pos;
+        if (a.seg_keys) {                    // unnormalised O, and (m, l), for pa_combine
+            const u64 prow = (u64)blockIdx.z * a.heads_q * a.n_q + row;
+            float* dst = a.part + prow * D + 2 * t;
+#pragma unroll
+            for (int j = 0; j < D / 8; ++j)
+                *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[4 * j + 2 * rr], o[4 * j + 2 * rr + 1]);
+            if (t == 0)
+                reinterpret_cast<float2*>(a.part + (u64)gridDim.z * a.heads_q * a.n_q * D)[prow] = make_float2(m[rr], lt);
+            continue;
+        }
+        const float inv = 1.f / lt;
+#pragma unroll
+        for (int j = 0; j < D / 8; ++j) {
+            const float x0 = __fmul_rn(__fmul_rn(o[4 * j + 2 * rr], inv), a.inv_p_scale);
+            const float x1 = __fmul_rn(__fmul_rn(o[4 * j + 2 * rr + 1], inv), a.inv_p_scale);
+#if PA_OUT_F16
+            *reinterpret_cast<__half2*>(reinterpret_cast<__half*>(a.out) + row * D + 8 * j + 2 * t) = __floats2half2_rn(x0, x1);
+#else
+            *reinterpret_cast<float2*>(reinterpret_cast<float*>(a.out) + row * D + 8 * j + 2 * t) = make_float2(x0, x1);
+#endif
+        }
+    }
+}
+}  // namespace v3
+
+// Dynamic shared memory: v3::SMEM_ALLOC bytes (the backend raises the limit; pa_v3_smem_bytes says how many).
+extern "C" __global__ void __launch_bounds__(v3::THREADS, 1) pa_v3(PA_KERNEL_PARAMS) {
+    using namespace v3;
+    PA_MAKE_ARGS(a);
+    extern __shared__ __align__(16) unsigned char smem_raw[];   // aligned below, not assumed
+    const u32 raw = smem_u32(smem_raw);
+    const u32 base = (raw + 1023u) & ~1023u;                 // 128B-swizzle atoms need 1024-byte alignment
+    unsigned char* sm = smem_raw + (base - raw);
+    const Cta c = cta_of(a);
+    if (c.t_begin >= c.t_end) return;                        // no key of this segment for these rows
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (int s = 0; s < F16_STAGES; ++s) {
+            mbar_init(base + SM_BAR + 8 * s, 128);                   // full: the producer's threads
+            mbar_init(base + SM_BAR + 16 + 8 * s, 128 * NCWG);      // empty: the consumers' threads
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (threadIdx.x < 128) {
+        set_max_regs_dec<PRODUCER_REGS>();
+        producer(a, c, sm, base);
+    } else {
+        set_max_regs_inc<CONSUMER_REGS>();
+        consumer(a, c, sm, base);
+    }
+}
+
+// The dynamic shared memory pa_v3 needs (a kernel the backend may query; launched with one thread).
+extern "C" __global__ void pa_v3_smem_bytes(int* out) { *out = v3::SMEM_ALLOC; }
