@@ -16,7 +16,14 @@
 //   * the per-warp math: Q fragments, S = Q.K^T, online softmax in fp32 (exp2, scales folded),
 //     P.V with the V scales folded into P, and the final normalisation and store;
 //   * for v2/v2t: the warp prologue/epilogue, and split keys (both warps of a CTA on one task,
-//     each on half of its keys, their softmax states merged at the end: merge_split).
+//     each on half of its keys, their softmax states merged at the end: merge_split);
+//   * key segments (every variant, contexts above pa_bench.numerics.model.SEGMENT_KEYS): the
+//     CTAs of grid.z = z run the online softmax over keys [z*S, (z+1)*S) only, from a fresh state,
+//     and write their unnormalised (O, m, l) to a workspace; pa_combine (below) merges the
+//     segments of every row in order. mma.sync's fp32 accumulation is not round-to-nearest (it
+//     drifts toward zero by ~1e-7 of the value per MMA), so no accumulator may live for a whole
+//     1M-key context; a segment bounds every P.V chain to S/16 slices, and gives chunks with few
+//     query rows n_seg times more CTAs.
 //
 // Tiles per warp. A warp owns TILES m16 query tiles (16 rows of one query head each) that see the
 // same keys; every K/V fragment it converts from int8 feeds TILES MMAs. The conversion costs as
@@ -110,6 +117,11 @@ struct Args {
                                   // of one KV group at the same rows; 0 = two 16-row blocks of one head
     int split_keys;               // v2/v2t: 0, or the key (a multiple of 16, at most ctx) at which the
                                   // keys of a CTA's one warp task are split between its two warps
+    float* part;                  // with segments: the workspace, [n_seg][Hq][Nq][D] unnormalised O,
+                                  // then [n_seg][Hq][Nq] float2 (m, l); n_seg = gridDim.z
+    int seg_keys;                 // 0 (no segments: gridDim.z == 1), or the keys per segment (a multiple
+                                  // of 64); the CTAs of blockIdx.z = z see keys [z*S, (z+1)*S) only.
+                                  // Never together with split_keys.
 };
 
 // v2/v2t: the query head and first row of each tile warp `warp` of this CTA owns; false if the
@@ -623,7 +635,57 @@ __device__ __forceinline__ void warp_step(const Args& a, const unsigned char* sl
     }
 }
 
-// Row sums across the four lanes of a row, normalisation, store (every tile of the warp).
+// N consecutive output values of one row, from element `off` of the output, as fp32 or fp16.
+template <int N>
+__device__ __forceinline__ void store_out(void* out, u64 off, const float (&vals)[N]) {
+#if PA_OUT_F16
+    __half* dst = reinterpret_cast<__half*>(out) + off;
+    if constexpr (N % 8 == 0) {
+#pragma unroll
+        for (int i = 0; i < N; i += 8) {
+            uint4 w;
+            w.x = half2_as_u32(__floats2half2_rn(vals[i + 0], vals[i + 1]));
+            w.y = half2_as_u32(__floats2half2_rn(vals[i + 2], vals[i + 3]));
+            w.z = half2_as_u32(__floats2half2_rn(vals[i + 4], vals[i + 5]));
+            w.w = half2_as_u32(__floats2half2_rn(vals[i + 6], vals[i + 7]));
+            *reinterpret_cast<uint4*>(dst + i) = w;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < N; i += 2)
+            *reinterpret_cast<__half2*>(dst + i) = __floats2half2_rn(vals[i], vals[i + 1]);
+    }
+#else
+    float* dst = reinterpret_cast<float*>(out) + off;
+    if constexpr (N % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < N; i += 4)
+            *reinterpret_cast<float4*>(dst + i) = make_float4(vals[i], vals[i + 1], vals[i + 2], vals[i + 3]);
+    } else {
+#pragma unroll
+        for (int i = 0; i < N; i += 2) *reinterpret_cast<float2*>(dst + i) = make_float2(vals[i], vals[i + 1]);
+    }
+#endif
+}
+
+// With segments: one row's unnormalised O (the lane's 2*NT dims from 2*NT*t) and, from lane t = 0,
+// its (m, l) into the workspace of segment blockIdx.z (see Args::part). The workspace's row index
+// is 32-bit (n_seg*Hq*Nq rows of D+2 floats: 2^32 of them would be 2 TB); 32-bit arithmetic here
+// kept v2's register count where it was.
+template <int N>
+__device__ __forceinline__ void store_segment(const Args& a, int t, int hq, int row, float m, float l,
+                                              const float (&vals)[N]) {
+    const u32 prow = (blockIdx.z * (u32)a.heads_q + (u32)hq) * (u32)a.n_q + (u32)row;
+    float* dst = a.part + (u64)prow * D + N * t;
+#pragma unroll
+    for (int i = 0; i < N; i += 4)
+        *reinterpret_cast<float4*>(dst + i) = make_float4(vals[i], vals[i + 1], vals[i + 2], vals[i + 3]);
+    if (t == 0) reinterpret_cast<float2*>(a.part + (u64)(gridDim.z * (u32)a.heads_q * (u32)a.n_q) * D)[prow] = make_float2(m, l);
+}
+
+// Row sums across the four lanes of a row, then (every tile of the warp) normalisation and store;
+// with segments, the segment's unnormalised state goes to the workspace instead (pa_combine
+// normalises).
 template <int NTL>
 __device__ __forceinline__ void warp_finish(const Args& a, int lane, WarpState<NTL>& st) {
     const int g = lane >> 2, t = lane & 3;
@@ -634,33 +696,22 @@ __device__ __forceinline__ void warp_finish(const Args& a, int lane, WarpState<N
         float l = st.l[tl][rr];
         l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 1));
         l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 2));
-        const float inv = 1.f / l;
         const int row = st.row0[tl] + g + 8 * rr;
         if (row >= a.n_q) continue;
         float vals[2 * NT];
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
-            vals[j] = __fmul_rn(__fmul_rn(st.o[tl][j][2 * rr + 0], inv), a.inv_p_scale);        // dim NT*2t + j
-            vals[NT + j] = __fmul_rn(__fmul_rn(st.o[tl][j][2 * rr + 1], inv), a.inv_p_scale);   // dim NT*(2t+1) + j
+            vals[j] = st.o[tl][j][2 * rr + 0];        // dim NT*2t + j
+            vals[NT + j] = st.o[tl][j][2 * rr + 1];   // dim NT*(2t+1) + j
         }
-        const u64 off = ((u64)st.hq[tl] * a.n_q + row) * D + 2 * NT * t;
-#if PA_OUT_F16
-        __half* dst = reinterpret_cast<__half*>(a.out) + off;
-#pragma unroll
-        for (int i = 0; i < 2 * NT; i += 8) {
-            uint4 w;
-            w.x = half2_as_u32(__floats2half2_rn(vals[i + 0], vals[i + 1]));
-            w.y = half2_as_u32(__floats2half2_rn(vals[i + 2], vals[i + 3]));
-            w.z = half2_as_u32(__floats2half2_rn(vals[i + 4], vals[i + 5]));
-            w.w = half2_as_u32(__floats2half2_rn(vals[i + 6], vals[i + 7]));
-            *reinterpret_cast<uint4*>(dst + i) = w;
+        if (a.seg_keys) {
+            store_segment(a, t, st.hq[tl], row, st.m[tl][rr], l, vals);
+            continue;
         }
-#else
-        float* dst = reinterpret_cast<float*>(a.out) + off;
+        const float inv = 1.f / l;
 #pragma unroll
-        for (int i = 0; i < 2 * NT; i += 4)
-            *reinterpret_cast<float4*>(dst + i) = make_float4(vals[i], vals[i + 1], vals[i + 2], vals[i + 3]);
-#endif
+        for (int i = 0; i < 2 * NT; ++i) vals[i] = __fmul_rn(__fmul_rn(vals[i], inv), a.inv_p_scale);
+        store_out(a.out, ((u64)st.hq[tl] * a.n_q + row) * D + 2 * NT * t, vals);
     }
 }
 
@@ -684,20 +735,24 @@ struct PipelinedSmem {
 // A warp's KV head and slices: it computes slices [begin, end), of which those below n_open need
 // no mask. Without split keys a warp takes all of its task's slices; with them, the CTA's two
 // warps share one task, warp 0 taking slices [0, split) and warp 1 [split, n): split_keys is at
-// most ctx, so warp 0's slices are never masked.
+// most ctx, so warp 0's slices are never masked. With segments the warp takes the slices of its
+// CTA's segment, [z*S/16, min((z+1)*S/16, n)) for z = blockIdx.z.
 struct WarpKeys {
     int hkv, begin, n_open, end;
 };
-// The prologue: the warp's tiles, Q fragments and keys; false if the warp has no tiles.
+// The prologue: the warp's tiles, Q fragments and keys; false if the warp has no tiles, or no key
+// in its segment (its rows then see none of the segment's keys: pa_combine skips the segment).
 __device__ __forceinline__ bool pipelined_warp_begin(const Args& a, int warp, int lane, PipelinedSmem& sm,
                                                      WarpState<TILES>& st, WarpKeys& keys) {
     if (!warp_tiles(a, warp, st.hq, st.row0)) return false;
-    keys.hkv = st.hq[0] / (a.heads_q / a.heads_kv);
-    warp_init(a, lane, st, sm.q_frags[warp]);
     const int n_slices = (keys_needed(a, st.row0[TILES - 1], ROWS_PER_TILE) + SLICE_KEYS - 1) / SLICE_KEYS;
     const int split = a.split_keys / SLICE_KEYS;
-    keys.begin = split && warp == 1 ? split : 0;
-    keys.end = split && warp == 0 ? split : n_slices;
+    const int seg = a.seg_keys / SLICE_KEYS;            // 0 without segments (and then blockIdx.z == 0)
+    keys.begin = split && warp == 1 ? split : blockIdx.z * seg;
+    keys.end = split && warp == 0 ? split : (seg ? min(n_slices, keys.begin + seg) : n_slices);
+    if (keys.begin >= keys.end) return false;
+    keys.hkv = st.hq[0] / (a.heads_q / a.heads_kv);
+    warp_init(a, lane, st, sm.q_frags[warp]);
     keys.n_open = min(unmasked_slices(a, st.row0[0]), keys.end);
     return true;
 }
@@ -777,8 +832,64 @@ __device__ __forceinline__ void pipelined_warp_end(const Args& a, int warp, int 
     const __half *q, const signed char *k, const signed char *v, const float *k_scale,       \
         const float *v_scale, const int *page_table, void *out, int n_q, int ctx, int heads_q, \
         int heads_kv, int page_shift, float qk_scale_log2, float p_scale, float inv_p_scale, \
-        int scale_stride, int pair_heads, int split_keys
+        int scale_stride, int pair_heads, int split_keys, float *part, int seg_keys
 #define PA_MAKE_ARGS(a)                                                                       \
     pa::Args a = {q, k, v, k_scale, v_scale, page_table, out, n_q, ctx, heads_q, heads_kv, \
                   page_shift, qk_scale_log2, p_scale, inv_p_scale, scale_stride, pair_heads, \
-                  split_keys}
+                  split_keys, part, seg_keys}
+
+// ---------------------------------------------------------------- the segment combine
+// pa_combine merges the key segments of every row (launched after the main kernel when it ran with
+// seg_keys != 0). It lives here, not in a module of its own, so that every variant's module
+// carries it compiled with the same PA_HEAD_DIM and PA_OUT_F16 as the kernel whose workspace it
+// reads, and the backend needs no further build. A warp merges one row of one query head; lane L
+// owns dims [CW*L, CW*L + CW). Per row, over the segments z the row sees (z*S <= ctx + row: the
+// CTAs of later segments skipped the row, so their workspace is never read), in order:
+//   m = max_z m_z;  msafe = (m == -inf ? 0 : m);  a_z = exp2(m_z - msafe)  (0 for m_z = -inf)
+//   l = l + l_z*a_z;  O = O + O_z*a_z  (from l = 0, O = 0; fp32, _rn)
+//   out = O * (1/l) * inv_p_scale  -> fp32 or fp16, as warp_finish stores it.
+// With one segment this is warp_finish's arithmetic exactly (a_0 = 1, 0 + x = x). Deterministic:
+// a fixed order, no atomics.
+namespace pa {
+constexpr int COMBINE_WARPS = 4;   // rows per CTA
+constexpr int CW = D / 32;         // dims per lane
+}  // namespace pa
+
+extern "C" __global__ void __launch_bounds__(32 * pa::COMBINE_WARPS)
+    pa_combine(const float* part, void* out, int n_q, int ctx, int heads_q, int n_seg, int seg_keys,
+               float inv_p_scale) {
+    using namespace pa;
+    const int lane = threadIdx.x & 31;
+    const u64 rows = (u64)heads_q * n_q;
+    const u64 r = (u64)blockIdx.x * COMBINE_WARPS + (threadIdx.x >> 5);   // row index in [Hq][Nq]
+    if (r >= rows) return;
+    const int row = (int)(r % (u64)n_q);
+    const int segs = min(n_seg, (ctx + row) / seg_keys + 1);
+    const float2* ml = reinterpret_cast<const float2*>(part + (u64)n_seg * rows * D);
+    float m = PA_NEG_INF;
+    for (int z = 0; z < segs; ++z) m = fmaxf(m, ml[z * rows + r].x);
+    const float msafe = m == PA_NEG_INF ? 0.f : m;
+    float l = 0.f, o[CW];
+#pragma unroll
+    for (int e = 0; e < CW; ++e) o[e] = 0.f;
+    for (int z = 0; z < segs; ++z) {
+        const float2 mlz = ml[z * rows + r];
+        const float az = exp2_ftz(__fsub_rn(mlz.x, msafe));   // exp2(-inf) = 0
+        l = __fadd_rn(l, __fmul_rn(mlz.y, az));
+        const float* oz = part + (z * rows + r) * D + CW * lane;
+        float x[CW];
+#if PA_HEAD_DIM == 128
+        const float4 v = *reinterpret_cast<const float4*>(oz);
+        x[0] = v.x; x[1] = v.y; x[2] = v.z; x[3] = v.w;
+#else
+        const float2 v = *reinterpret_cast<const float2*>(oz);
+        x[0] = v.x; x[1] = v.y;
+#endif
+#pragma unroll
+        for (int e = 0; e < CW; ++e) o[e] = __fadd_rn(o[e], __fmul_rn(x[e], az));
+    }
+    const float inv = 1.f / l;
+#pragma unroll
+    for (int e = 0; e < CW; ++e) o[e] = __fmul_rn(__fmul_rn(o[e], inv), inv_p_scale);
+    store_out(out, r * D + CW * lane, o);
+}

@@ -10,6 +10,11 @@
 //   Split keys (short chunks on long contexts, pa_bench.model.split_keys): both warps of a CTA
 //   own the same tiles; warp 0 takes the keys before split_keys, warp 1 the rest, and at the end
 //   warp 0 merges warp 1's softmax state (pa_common.cuh, merge_split).
+//   Segments (contexts above 64K keys, pa_bench.numerics.model.segment_keys; never together with
+//   split keys): grid.z = n_seg, and a warp of grid.z = z takes only the slices of keys
+//   [z*S, (z+1)*S), from a fresh softmax state, storing its unnormalised (O, m, l) in the
+//   workspace; a second launch, pa_combine (pa_common.cuh), merges each row's segments in order
+//   and stores the output. A warp whose rows see no key of its segment returns at once.
 // Pipeline: each warp owns two shared-memory stages (a slice each: int8 K rows, int8 V rows,
 //   K scales, V scales). While it computes slice i from one stage it has cp.async copies of
 //   slice i+1 (K, V and the next slice's scales) in flight into the other; it waits for them
@@ -25,7 +30,8 @@
 //   it both makes every lane's copies of slice i+1 visible to the whole warp and guarantees that
 //   nobody still reads stage i&1, which the next copy refills. A warp with no tiles returns at
 //   once; nothing waits for it. With split keys, two __syncthreads() after the loop hand warp 1's
-//   state to warp 0 through the (then unused) shared memory.
+//   state to warp 0 through the (then unused) shared memory. Segments add no barrier: the
+//   combine is a separate launch, ordered after this one by the stream.
 // Shared memory: 2 warps x (2 stages x (32*D + 128) B + TILES x 16 x D x 2 B of Q) = 33 KB at
 //   D=128 with two tiles.
 // Needs cp.async: sm_80 or newer, m16n8k16 MMAs. There is no Turing path (that is v2t).

@@ -3,7 +3,9 @@
 // Tiling: as v2. A warp owns TILES m16 query tiles that see the same keys (two query heads of a
 //   KV group at the same 16 rows, or 32 rows of one head) and walks those keys 16 at a time (one
 //   slice), on its own; each converted K/V fragment feeds one MMA per tile. A CTA is 2 warps; with
-//   split keys both warps own the same tiles and split their keys, as in v2.
+//   split keys both warps own the same tiles and split their keys, as in v2. Segments (contexts
+//   above 64K keys) as in v2: grid.z = n_seg, a warp takes only its segment's slices from a fresh
+//   state and stores (O, m, l) in the workspace; pa_combine (pa_common.cuh) merges them.
 // Pipeline: as v2, but the next slice travels through registers. Before computing slice i the
 //   warp issues ordinary 16-byte global loads of slice i+1 into registers (D/32 uint4 of K and
 //   D/32 of V per lane — 4 + 4 at D=128 — plus one of scales on lanes 0-7); they are in flight
@@ -17,7 +19,8 @@
 //   known to be whole, so its loads carry no end-of-cache test.
 // Barriers: only __syncwarp() inside the loop: one per slice, after the store into the other
 //   stage; it both publishes slice i+1 to the warp and guarantees nobody still reads stage i&1
-//   when slice i+2 is stored into it. A warp with no tiles returns at once. Split keys: as v2.
+//   when slice i+2 is stored into it. A warp with no tiles (or no key in its segment) returns at
+//   once. Split keys and segments: as v2.
 // Shared memory: as v2, 33 KB at D=128 with two tiles (Turing allows 64 KB).
 // MMA: m16n8k16 on sm_80+, m16n8k8 pairs on sm_75 and with PA_FORCE_TURING.
 #include "pa_common.cuh"
