@@ -719,7 +719,8 @@ def _resolve_runs(runs: tuple[str, ...], results_root: str, n: int) -> list:
 @click.option("--results", "results_root", type=click.Path(file_okay=False),
               default=DEFAULT_RESULTS, show_default=True, help="Where runs are looked up.")
 @click.option("--no-plots", is_flag=True, help="Do not draw the PNG plots.")
-@click.option("--json", "as_json", is_flag=True, help="Print the written paths as JSON.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the written paths (report and PNG plots) as JSON.")
 @_no_interrupt_traceback
 def report(runs, output, results_root, no_plots, as_json):
     """Markdown report of stored runs (default: the newest under results/); no GPU needed.
@@ -734,7 +735,8 @@ def report(runs, output, results_root, no_plots, as_json):
     written = []
     for run in found:
         path = report_mod.write_report(run, output, plots=not no_plots)
-        written.append({"run": str(run.path), "report": str(path)})
+        written.append({"run": str(run.path), "report": str(path),
+                        "plots": [str(p) for p in report_mod.linked_plots(path)]})
         if not as_json:
             click.echo(Path(path).read_text(encoding="utf-8"))
         _note(f"wrote {path}")

@@ -23,6 +23,10 @@ class RunNotFound(PaBenchError):
     """A run named on the command line (report, compare, --resume) is missing or not a run."""
 
 
+class EmptyRun(PaBenchError):
+    """A run holds no finished row (records.csv missing or header-only): nothing to report."""
+
+
 class ResultsNotWritable(PaBenchError):
     """``--results`` cannot hold a new run directory (not creatable, not writable)."""
 

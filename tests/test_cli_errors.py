@@ -25,7 +25,7 @@ def one_line_error(result, code: int, *needles: str) -> str:
     lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("error: ")
-    assert "internal error" not in lines[0] and "interrupted" not in lines[0]
+    assert not lines[0].startswith("error: internal error")
     for needle in needles:
         assert needle in lines[0], lines[0]
     return lines[0]
@@ -183,6 +183,12 @@ def test_sigterm_stops_a_run_as_ctrl_c_does(tmp_path):
     assert err.strip().splitlines() == [f"terminated (SIGTERM): finished rows kept in {run_dir}; "
                                         f"resume with --resume {run_dir}"]
     assert json.loads((run_dir / "meta.json").read_text())["status"] == "interrupted"
+    # the report says which planned row is missing, and does not claim everything ran
+    res = invoke("report", run_dir, "--no-plots")
+    assert res.exit_code == 0, res.output
+    assert "**Incomplete run**: the run was interrupted" in res.stdout
+    assert "- 64Kx2048 v1: missing: the run stopped before this row" in res.stdout
+    assert "every planned shape x variant ran" not in res.stdout
 
 
 # --------------------------------------------------------------------------- kernels
@@ -243,3 +249,32 @@ def test_fail_on_slowdown_fails_one_way_only(tmp_path):
     assert invoke("compare", a.path, b.path, "--fail-on-slowdown").exit_code == 0
     res = invoke("compare", b.path, a.path, "--fail-on-slowdown")
     one_line_error(res, 1, "slower than A", "32Kx1024 v2t")
+
+
+# --------------------------------------------------------------------------- report
+
+
+@pytest.mark.parametrize("header_only", [False, True])
+def test_report_of_a_run_without_rows_is_an_error(tmp_path, header_only):
+    from pa_bench.store.results import new_run_dir
+
+    run = new_run_dir(tmp_path, "x", "numpy")
+    run.write_meta({"status": "interrupted"})
+    if header_only:
+        run.write_records([])
+    res = invoke("report", run.path)
+    one_line_error(res, 2, "nothing to report", "header" if header_only else "missing",
+                   "interrupted")
+
+
+def test_report_json_lists_the_plots(tmp_path):
+    pytest.importorskip("matplotlib")
+    import json
+
+    run = _timed_run(tmp_path, 0, {("32Kx1024", "v1"): 2.0, ("64Kx512", "v1"): 2.5})
+    res = invoke("report", run.path, "--json")
+    assert res.exit_code == 0, res.output
+    (entry,) = json.loads(res.stdout)
+    assert entry["report"] == str(run.path / "report.md")
+    assert entry["plots"] == [str(run.path / "ms_per_chunk.png")]
+    assert all(Path(p).is_file() for p in entry["plots"])

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from pa_bench.errors import EmptyRun
 from pa_bench.store.records import Record
 from pa_bench.present.report import build_report, fmt_err, fmt_ms, write_report
 from pa_bench.store.results import new_run_dir
@@ -121,11 +122,77 @@ def test_parity_only_run_and_failures(tmp_path):
     assert "| v1 | – | – |" in md  # no timing: empty cells, no crash
 
 
-def test_report_without_meta_or_records(tmp_path):
+@pytest.mark.parametrize("header_only", [False, True])
+def test_a_run_without_rows_is_an_error(tmp_path, header_only):
     run = new_run_dir(tmp_path, "x", "numpy", WHEN)
-    run.write_meta({})
+    run.write_meta({**META, "status": "interrupted"})
+    if header_only:
+        run.write_records([])
+        assert run.records_path.read_text().startswith("config,")
+    with pytest.raises(EmptyRun) as info:
+        build_report(run.path, plots=False)
+    msg = str(info.value)
+    assert ("has only its header" if header_only else "is missing") in msg
+    assert "interrupted" in msg and "\n" not in msg
+
+
+def _plan(shapes, variants, **meta):
+    return {**META, "config": {**META["config"], "shapes": shapes, "variants": variants}, **meta}
+
+
+@pytest.mark.parametrize("status, words", [
+    ("interrupted", ["the run was interrupted", "pa-bench run --resume"]),
+    ("running", ["still says `running`: the run was killed", "pa-bench run --resume"]),
+])
+def test_an_unfinished_run_names_its_missing_rows(tmp_path, status, words):
+    run = make_run(tmp_path)  # 2 shapes x 4 variants in records.csv
+    run.write_meta(_plan(["32Kx1024", {"shape": "0x1536", "label": "1.5K"}, "2.1Kx256"],
+                         ["v1", "v2", "v2t", "torch-sdpa"], status=status, mode="run"))
     md = build_report(run.path, plots=False)
-    assert "This run has no records yet." in md and "carries no reference figures" in md
+    head = md.split("## Parameters")[0]
+    assert "**Incomplete run**" in head and "8 of 12 planned shape x variant rows" in head
+    for w in words:
+        assert w in head
+    for v in ("v1", "v2", "v2t", "torch-sdpa"):
+        assert f"- 2.1Kx256 {v}: missing: the run stopped before this row" in md
+    assert "every planned shape x variant ran" not in md
+    assert "0x1536 v1: missing" not in md  # a labelled shape is matched by its numbers
+
+
+def test_a_complete_run_says_nothing_is_missing(tmp_path):
+    run = make_run(tmp_path)
+    run.write_meta(_plan(["32Kx1024", {"shape": "0x1536", "label": "1.5K"}],
+                         ["v1", "v2", "v2t", "torch-sdpa"], status="complete"))
+    md = build_report(run.path, plots=False)
+    assert "Incomplete run" not in md and "missing:" not in md
+    assert "- 32Kx1024 (32768 x 1024) torch-sdpa: skipped: PyTorch is not installed" in md
+
+
+def test_figures_for_shapes_the_run_lacks_are_not_called_absent(tmp_path):
+    run = make_run(tmp_path)
+    meta = _plan(["32Kx1024", "0x1536", "64Kx512"], ["v1", "v2t"], status="interrupted")
+    meta["config"]["reference"] = {"source": "PR 2092", "figures": {
+        "64Kx512": {"v1": {"ms": 6.7, "err": None}, "v2t": {"ms": 4.8, "err": 4.9e-6}}}}
+    run.write_meta(meta)
+    records = run.records()
+    for r in records:  # the figures are the config's, for a shape the run never reached
+        r.ref_ms = r.ref_err = None
+    run.write_records(records)
+    md = build_report(run.path, plots=False)
+    assert "carries no reference figures" not in md
+    assert "The config carries the PR's figures for 64Kx512, but this run has no rows" in md
+
+
+def test_an_untimed_run_claims_no_timing_parameters(tmp_path):
+    run = make_run(tmp_path, timed=False)
+    for r in (records := run.records()):
+        r.ms_median = None
+        r.backend = "numpy"
+    run.write_records(records)
+    md = build_report(run.path, plots=False)
+    timing_row = next(line for line in md.splitlines() if line.startswith("| timing |"))
+    assert "nothing was timed in this run (the numpy backend does not time)" in timing_row
+    assert "warm-up" not in md and "L2 flushed" not in md
 
 
 def test_plots_skipped_without_matplotlib(tmp_path, monkeypatch):

@@ -6,7 +6,9 @@ No GPU, no config import: everything the report prints comes from the run direct
 Sections: title; the run's parameters and environment; the parameters the PR left unstated and
 what this run chose; one table per shape (every variant's time, speed-up over v1 with its
 spread, throughput, errors, parity, status); the PR's figures beside ours; skipped and failed
-rows with reasons; throttled samples; plots.
+rows with reasons, and the planned rows an interrupted or killed run never reached (from the
+plan in meta.json against records.csv); throttled samples; plots. A run with no row at all is
+an error (:class:`~pa_bench.errors.EmptyRun`), not an empty report.
 
 meta.json keys read (top level, or inside any dict-valued top-level entry such as
 `environment` or `backend`): gpu, arch, sm_count, sm_clock_max_mhz, driver, cuda_driver,
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pa_bench import variants as registry
+from pa_bench.errors import EmptyRun
 from pa_bench.store.records import STATUS_OK, Record
 from pa_bench.store.results import REPORT_FILE, RunDir, open_run
 
@@ -233,7 +236,11 @@ def _parameters(records: list[Record], meta: Mapping[str, Any]) -> list[str]:
     if nominal is not None:
         clock_text += f" (nominal {float(nominal):.0f} MHz)" if clocks else f"{float(nominal):.0f} MHz nominal"
     gpu_text = f"{gpu or DASH} ({arch or DASH}" + (f", {sm_count} SMs)" if sm_count else ")")
-    if timing:
+    if not any(r.ms_median is not None for r in records):  # claim no settings for no samples
+        timing_text = "nothing was timed in this run" + (
+            " (a parity run)" if meta.get("mode") == "parity" else
+            " (the numpy backend does not time)" if "numpy" in _unique(records, "backend") else "")
+    elif timing:
         mode = "hot (back-to-back launches)" if timing.get("hot") else "cold (L2 flushed before each launch)"
         timing_text = (
             f"{mode}; {timing.get('warmup', DASH)} warm-up launches; until rel. stdev <= "
@@ -399,6 +406,9 @@ def _pr_section(records: list[Record], meta: Mapping[str, Any]) -> list[str]:
             fmt_speedup(*ours_sp), err,
         ])
     out = ["## Beside the PR's figures", ""]
+    if not rows and figures:
+        return out + [f"The config carries the PR's figures for {', '.join(map(str, figures))}, "
+                      "but this run has no rows of those shapes."]
     if not rows:
         return out + ["This run's config carries no reference figures."]
     if source:
@@ -418,14 +428,65 @@ def _pr_section(records: list[Record], meta: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _problems(records: list[Record]) -> list[str]:
-    out = ["## Skipped and failed", ""]
+def _problems(records: list[Record], missing: list[tuple[str, str]]) -> list[str]:
+    out = ["## Skipped, failed and missing", ""]
     bad = [r for r in records if r.status != STATUS_OK]
-    if not bad:
-        return out + ["None: every shape x variant ran."]
+    if not bad and not missing:
+        return out + ["None: every planned shape x variant ran."]
     for r in bad:
         out.append(f"- {shape_title(r.shape, [r])} {r.variant}: {r.status}: {r.reason or 'no reason recorded'}")
+    for shape, variant in missing:
+        out.append(f"- {shape} {variant}: missing: the run stopped before this row")
     return out
+
+
+def planned_rows(meta: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(shape, variant) of every row the run's config planned, keyed as records.csv keys them
+    (a labelled shape by its exact numbers); [] when meta.json holds no plan."""
+    cfg = _config(meta)
+    shapes, variants = cfg.get("shapes"), cfg.get("variants")
+    if not isinstance(shapes, list) or not isinstance(variants, list):
+        return []
+    keys = []
+    for s in shapes:
+        written = s.get("shape") if isinstance(s, Mapping) else s
+        if written is not None:
+            keys += [(str(written), str(v)) for v in variants]
+    return keys
+
+
+def missing_rows(records: list[Record], meta: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Planned rows that records.csv does not hold (an interrupted or killed run)."""
+    have = {r.key() for r in records}
+    return [k for k in planned_rows(meta) if k not in have]
+
+
+def _status_note(meta: Mapping[str, Any]) -> str:
+    status = meta.get("status")
+    if status == "interrupted":
+        return "the run was interrupted (meta.json status `interrupted`)"
+    if status == "running":
+        return "meta.json still says `running`: the run was killed, or is still running"
+    return f"meta.json status `{status}`" if status else "meta.json records no status"
+
+
+def _completeness(run: RunDir, records: list[Record], meta: Mapping[str, Any]) -> list[str]:
+    """A warning at the top of an incomplete run's report: how many planned rows it holds."""
+    status, missing, planned = meta.get("status"), missing_rows(records, meta), planned_rows(meta)
+    if status == "complete" and not missing:
+        return []
+    if status is None and not missing and not planned:
+        return []  # a hand-made run without meta: nothing to say
+    text = f"**Incomplete run**: {_status_note(meta)}; "
+    if planned:
+        text += (f"{len(planned) - len(missing)} of {len(planned)} planned shape x variant rows "
+                 f"are in records.csv, {len(missing)} missing (listed under *Skipped, failed and "
+                 "missing*).")
+    else:
+        text += "meta.json holds no plan, so the missing rows cannot be named."
+    if status in ("interrupted", "running"):
+        text += f" Carry it on with `pa-bench {meta.get('mode') or 'run'} --resume {run.path}`."
+    return ["## Incomplete run", "", text]
 
 
 def _throttling(records: list[Record]) -> list[str]:
@@ -558,6 +619,9 @@ def build_report(run_path: str | Path | RunDir, out_dir: str | Path | None = Non
     run = _as_run(run_path)
     records = run.records()
     meta = run.read_meta()
+    if not records:
+        how = "has only its header" if run.records_path.exists() else "is missing"
+        raise EmptyRun(f"{run.path}: nothing to report: records.csv {how}; {_status_note(meta)}")
     cfg = _config(meta)
     out_dir = Path(out_dir) if out_dir is not None else run.path
     prefix = "" if out_dir.resolve() == run.path.resolve() else f"{run.run_id}-"
@@ -569,18 +633,19 @@ def build_report(run_path: str | Path | RunDir, out_dir: str | Path | None = Non
     if cfg.get("description"):
         lines += ["", str(cfg["description"]).strip()]
     lines += [""]
+    incomplete = _completeness(run, records, meta)
+    if incomplete:
+        lines += incomplete + [""]
     lines += _parameters(records, meta) + [""]
     lines += _unstated(records, meta) + [""]
     lines += ["## Results per shape", ""]
-    if not records:
-        lines += ["This run has no records yet.", ""]
     for shape in _shapes(records):
         lines += _shape_section(shape, [r for r in records if r.shape == shape]) + [""]
     peer = _peer_note(records, meta)
     if peer and records:
         lines += peer + [""]
     lines += _pr_section(records, meta) + [""]
-    lines += _problems(records) + [""]
+    lines += _problems(records, missing_rows(records, meta)) + [""]
     throttle = _throttling(records)
     if throttle:
         lines += throttle + [""]
@@ -597,3 +662,12 @@ def write_report(run_path: str | Path | RunDir, out_path: str | Path | None = No
     text = build_report(run, out_dir=out.parent, plots=plots)
     out.write_text(text, encoding="utf-8")
     return out
+
+
+def linked_plots(report_path: str | Path) -> list[Path]:
+    """The PNG files a written report links (they sit beside it)."""
+    import re
+
+    path = Path(report_path)
+    names = re.findall(r"!\[[^\]]*\]\(([^)\s]+\.png)\)", path.read_text(encoding="utf-8"))
+    return [path.parent / n for n in dict.fromkeys(names) if (path.parent / n).is_file()]
