@@ -43,6 +43,23 @@ BLOCK_N = 64
 MIN_ROWS_PER_HEAD = 16
 
 
+# Row reductions are tl.reduce with the combine functions tl.max and tl.sum use. Reaching them
+# directly, rather than through tl.max/tl.sum, keeps the kernel runnable in Triton's interpreter
+# even where Triton itself was imported without TRITON_INTERPRET (its own @jit helpers are then
+# compiled-only, this module's are interpreted), and the interpreter reduces them with NumPy.
+# Likewise tl.full instead of tl.zeros.
+_maximum = getattr(tl.standard, "_elementwise_max", None)
+_add = getattr(tl.standard, "_sum_combine", None)
+if _maximum is None or _add is None:  # pragma: no cover - a Triton without these names
+    @triton.jit
+    def _maximum(a, b):
+        return tl.maximum(a, b)
+
+    @triton.jit
+    def _add(a, b):
+        return a + b
+
+
 @triton.jit
 def _tiles(acc, l_i, m_i, q, K, V, KS, VS, TABLE, kvh, heads_kv, page_shift, kv_stride, scale_stride,
            nk, limit, lo, hi, qk_scale_log2, p_scale,
@@ -67,11 +84,11 @@ def _tiles(acc, l_i, m_i, q, K, V, KS, VS, TABLE, kvh, heads_kv, page_shift, kv_
         s = s * (ks * qk_scale_log2)[None, :]
         if MASKED:
             s = tl.where(j[None, :] <= limit[:, None], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_new = tl.maximum(m_i, tl.reduce(s, 1, _maximum))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)   # a row with no key yet: p = 0
         alpha = tl.exp2(m_i - m_use)
         p = tl.exp2(s - m_use[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
+        l_i = l_i * alpha + tl.reduce(p, 1, _add)
         vs = tl.load(VS + srow, mask=in_kv, other=0.0)
         p16 = (p * (vs * p_scale)[None, :]).to(tl.float16)
         v = tl.load(V + kv_off, mask=in_kv[:, None], other=0).to(tl.float16)
@@ -85,9 +102,9 @@ def _segment(q, K, V, KS, VS, TABLE, kvh, heads_kv, page_shift, kv_stride, scale
              lo, hi, full_end, qk_scale_log2, p_scale,
              D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PAGED: tl.constexpr):
     """Keys [lo, hi) from a fresh state: tiles every row sees whole first, then masked ones."""
-    acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    acc = tl.full([BLOCK_M, D], 0.0, tl.float32)
+    l_i = tl.full([BLOCK_M], 0.0, tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     mid = tl.minimum(tl.maximum(full_end, lo), hi)
     acc, l_i, m_i = _tiles(acc, l_i, m_i, q, K, V, KS, VS, TABLE, kvh, heads_kv, page_shift, kv_stride,
                            scale_stride, nk, limit, lo, mid, qk_scale_log2, p_scale,
@@ -124,9 +141,9 @@ def pa_triton(Q, K, V, KS, VS, TABLE, OUT,
     full_end = (ctx + row0 + 1) // BLOCK_N * BLOCK_N    # tiles below it: every row sees all keys
 
     if SEGMENTED:
-        acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
-        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+        acc = tl.full([BLOCK_M, D], 0.0, tl.float32)
+        l_i = tl.full([BLOCK_M], 0.0, tl.float32)
+        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         for lo in range(0, hi_key, seg_keys):
             hi = tl.minimum(lo + seg_keys, hi_key)
             acc_z, l_z, m_z = _segment(q, K, V, KS, VS, TABLE, kvh, heads_kv, page_shift, kv_stride,
@@ -173,13 +190,13 @@ CANDIDATES = (
 
 
 def default_config(head_dim: int, group: int, queries: int, heads_q: int, sm_count: int | None = None) -> Config:
-    """The configuration for a problem: 128 rows per program unless that leaves fewer than two
-    programs per SM (then 64, so a short chunk still fills the GPU)."""
+    """The configuration for a problem: 128 rows per program unless that leaves SMs idle (fewer
+    programs than SMs: then 64 rows, so a short chunk still fills the GPU)."""
     warps = 8 if head_dim == 128 else 4
     if sm_count:
         hp = heads_packed(group, 128)
         programs = (heads_q // hp) * -(-queries // (128 // hp))
-        if programs < 2 * sm_count:
+        if programs < sm_count:
             return Config(64, 4, 3)
     return Config(128, warps, 3)
 
