@@ -1,4 +1,5 @@
-"""SPEC section 6's records.csv columns, written out independently of pa_bench.store.records."""
+"""The records.csv columns other tools may rely on (the README's "Output columns"), written out
+independently of pa_bench.store.records."""
 
 SPEC_COLUMNS = (
     "config shape context queries heads_q heads_kv head_dim layout page data "

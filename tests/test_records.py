@@ -1,4 +1,4 @@
-"""The tidy record: SPEC column names, exact CSV round trip, DataFrame conversion."""
+"""The tidy record: the documented column names, exact CSV round trip, DataFrame conversion."""
 
 import io
 import math

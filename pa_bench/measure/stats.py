@@ -158,7 +158,7 @@ def should_stop(
     """nvbench's cold-measurement stopping rule.
 
     Limits come from keyword arguments, else from attributes of `settings` (e.g. a
-    `TimingSettings`), else the SPEC defaults (0.5 s, 15 s, 0.5 %, 10, 10000).
+    `TimingSettings`), else the defaults (0.5 s, 15 s, 0.5 %, 10, 10000).
     `elapsed_gpu_s` is the GPU time of the samples so far (None: the sum of `samples_ms`).
 
     Returns (stop, reason): reason is 'noise' (converged), 'max_samples' or 'timeout' when
