@@ -32,8 +32,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from pa_bench import variants as registry
+from pa_bench.errors import PaBenchError
+from pa_bench.measure.outcome import TimingOutcome
+from pa_bench.numerics.judge import judge, twin_note
+from pa_bench.resume import check_resume, shape_work
 from pa_bench.store import results as R
-from pa_bench.errors import PaBenchError, RunError
 from pa_bench.store.records import STATUS_FAILED, STATUS_OK, STATUS_SKIPPED, Record
 
 MODE_PARITY = "parity"
@@ -156,8 +159,11 @@ def _run(
     describe = backend.describe()
     if resume_run is not None:
         run = R.open_run(resume_run, root=results_root)
-        previous = _check_resume(run, config, backend)
-        run.update_meta(resumes=run.read_meta().get("resumes", []) + [
+        stored = run.read_meta()
+        sample_rows = check_resume(str(resume_run), stored, mode=mode, config=plan.config.to_dict(),
+                                   backend=backend.name, sample_rows=sample_rows)
+        previous = {r.key(): r for r in run.records()}
+        run.update_meta(resumes=stored.get("resumes", []) + [
             {"command": command, "started": R.now_utc_iso()}], status="running")
     else:
         run = R.new_run_dir(results_root, config.name, backend.name)
@@ -232,20 +238,6 @@ def _meta(mode: str, config, backend, describe: dict, command: list[str],
     }
 
 
-def _check_resume(run: R.RunDir, config, backend) -> dict:
-    """The resumed run's records by key, after checking it was made with this config/backend."""
-    meta = run.read_meta()
-    made_with = (meta.get("config") or {}).get("name")
-    if made_with is not None and made_with != config.name:
-        raise RunError(f"cannot resume {run.path}: it was made with config {made_with!r}, "
-                       f"not {config.name!r}; pass the same config")
-    made_on = (meta.get("backend") or {}).get("backend")
-    if made_on is not None and made_on != backend.name:
-        raise RunError(f"cannot resume {run.path}: it was made on the {made_on} backend; "
-                       f"resume it with --backend {made_on}")
-    return {r.key(): r for r in run.records()}
-
-
 # --------------------------------------------------------------------------- one shape
 
 
@@ -293,14 +285,6 @@ class _Row:
         return rec
 
 
-def _parity_done(rec: Record | None, reason: str | None) -> bool:
-    return reason is not None or (rec is not None and rec.parity_pass is not None)
-
-
-def _timing_done(rec: Record | None, reason: str | None) -> bool:
-    return reason is not None or (rec is not None and rec.ms_median is not None)
-
-
 def _run_shape(job: _Job, problem, variants: list[str]) -> None:
     backend = job.backend
     key = shape_string(problem.shape)
@@ -316,31 +300,20 @@ def _run_shape(job: _Job, problem, variants: list[str]) -> None:
         rows[v] = row
 
     # Rows a resumed run already finished are kept as they are.
-    todo_parity, todo_timing, kept = [], [], set()
-    for v, row in rows.items():
-        prev = job.previous.get((key, v))
-        if (prev is not None and prev.status == STATUS_OK
-                and (not job.parity or _parity_done(prev, row.parity_reason))
-                and (not job.timing or _timing_done(prev, row.timing_reason))):
-            kept.add(v)
-            job.progress.advance()
-            continue
-        if job.parity and row.parity_reason is None:
-            todo_parity.append(v)
-        if job.timing and row.timing_reason is None:
-            todo_timing.append(v)
-        if v not in todo_parity and v not in todo_timing:  # nothing it can run: skipped
-            job.run.save_record(row.finish())
-            job.progress.advance()
-    if todo_timing:  # re-time every timable variant together (interleaved, paired speed-ups)
-        todo_timing = [v for v in variants if rows[v].timing_reason is None]
-    active = list(dict.fromkeys(todo_parity + todo_timing))
+    work = shape_work(variants, parity=job.parity, timing=job.timing,
+                      parity_reasons={v: r.parity_reason for v, r in rows.items()},
+                      timing_reasons={v: r.timing_reason for v, r in rows.items()},
+                      previous={v: p for v in variants if (p := job.previous.get((key, v))) is not None})
+    for v in work.kept:
+        job.progress.advance()
+    for v in work.skipped:  # nothing it can run
+        job.run.save_record(rows[v].finish())
+        job.progress.advance()
+    todo_parity, todo_timing, active = list(work.parity), list(work.timing), list(work.active)
     if not active:
         return
-    # Each row counts one progress step, after its last phase.
-    job.last_phase = {v: (MODE_TIME if v in todo_timing else MODE_PARITY)
-                      for v in active if v not in kept}
-    job.kept = kept
+    job.last_phase = work.last_phase(MODE_PARITY, MODE_TIME)  # each row counts one progress step
+    job.kept = set(work.kept)
 
     try:
         from pa_bench.problem.inputs import make_inputs
@@ -445,7 +418,6 @@ def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
                         phase=MODE_PARITY)
     quant_err = None if ref_float is None else float(np.max(np.abs(np.asarray(ref_float) - ref)))
     del ref_float
-    floor = float(metrics.parity_floor(ref))
     model_pos = _model_positions(job, problem, all_rows, problem.seed)
     model_rows = all_rows if model_pos is None else all_rows[model_pos]
     ref_model = ref if model_pos is None else ref[:, model_pos]
@@ -476,30 +448,16 @@ def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
             outputs[v] = (ko, out)
             if not recorded:
                 continue
-            m = metrics.error_metrics(out, ref)
-            k_err = float(m["max_abs_err"])
-            me = model_err(v, out)
-            judged = k_err  # the kernel's error on the rows the model ran on
-            if model_pos is not None:
-                judged = float(metrics.error_metrics(out[:, model_pos], ref_model)["max_abs_err"])
-                row.notes.append(f"parity judged on the {len(model_pos)} of {len(all_rows)} "
-                                 f"rows the numerics model ran on")
-            ok, why = metrics.judge_parity(judged, me, floor, int(m["nan_inf"]),
-                                           bool(ko.canary_ok))
-            record.max_abs_err = k_err
-            record.rel_l2_err = _f(m.get("rel_l2_err"))
-            record.nmse = _f(m.get("nmse"))
-            record.cosine = _f(m.get("cosine"))
-            record.nan_inf = int(m["nan_inf"])
-            record.canary_ok = bool(ko.canary_ok)
-            record.model_max_abs_err = me
-            record.err_ratio = metrics.err_ratio(judged, me)
-            record.parity_pass = bool(ok)
+            verdict = judge(out, ref, model_err(v, out), bool(ko.canary_ok), model_pos)
+            pm = verdict.metrics
+            record.max_abs_err, record.rel_l2_err, record.nmse = pm.max_abs_err, pm.rel_l2_err, pm.nmse
+            record.cosine, record.nan_inf, record.canary_ok = pm.cosine, pm.nan_inf, bool(ko.canary_ok)
+            record.model_max_abs_err, record.err_ratio = pm.model_max_abs_err, pm.err_ratio
+            record.parity_pass = pm.parity_pass
             record.sampled_rows = None if sel is None else len(sel)
             record.quant_max_abs_err = quant_err
             record.deterministic = ko.deterministic
-            if not ok:
-                row.notes.append(f"parity: {why}" if why else "parity failed")
+            row.notes += verdict.notes
             row.ran = True
         except KeyboardInterrupt:
             raise
@@ -542,21 +500,15 @@ def _fill_diffs(job: _Job, prepared, rows: dict[str, _Row], outputs: dict, v: st
     rec.diff_vs_v1 = _diff(job, prepared, outputs, v, "v1")
     rec.diff_vs_v2 = _diff(job, prepared, outputs, v, "v2")
     twin = registry.get(v).bitwise_twin if registry.find(v) else None
-    if twin is not None and twin in outputs:
-        _check_bitwise(rows[v], twin, outputs[v][0], outputs[twin][0], _diff(job, prepared, outputs, v, twin))
-
-
-def _check_bitwise(row: _Row, twin: str, ko, ko_twin, diff: float | None) -> None:
-    """A variant with a bitwise twin (v2t: v2) must match it bit for bit (same MMA path)."""
-    rec = row.record
-    if ko.full_hash is not None and ko_twin.full_hash is not None:
-        same = ko.full_hash == ko_twin.full_hash
-    else:
-        same = diff == 0.0
-    if not same and rec.parity_pass is not None:
+    if twin is None or twin not in outputs or rec.parity_pass is None:
+        return
+    ko, ko_twin = outputs[v][0], outputs[twin][0]  # v2t must match v2 bit for bit (same MMA path)
+    diff = _diff(job, prepared, outputs, v, twin)
+    same = ko.full_hash == ko_twin.full_hash if ko.full_hash and ko_twin.full_hash else diff == 0.0
+    note = twin_note(v, twin, same, diff)
+    if note:
         rec.parity_pass = False
-        row.notes.append(f"parity: {rec.variant} is not bitwise identical to {twin} on the same MMA path "
-                         f"(max difference {diff if diff is not None else float('nan'):.3g})")
+        rows[v].notes.append(note)
 
 
 def _refresh_partner_diffs(job: _Job, prepared, rows, outputs, v: str, todo: list[str]) -> None:
@@ -604,28 +556,29 @@ def _timing_phase(job: _Job, problem, prepared, rows: dict[str, _Row], todo: lis
 
     key = shape_string(problem.shape)
     try:
-        results = job.backend.time(prepared, list(todo), job.config.timing)
+        results = {v: TimingOutcome.of(r) for v, r in job.backend.time(prepared, list(todo), job.config.timing).items()}
     except KeyboardInterrupt:
         raise
     except PaBenchError as exc:
-        results = {v: _one_line(exc) for v in todo}
+        results = {v: TimingOutcome(skipped=_one_line(exc)) for v in todo}
     except Exception as exc:
-        results = {v: _TimingFailure(_failure(exc)) for v in todo}
+        results = {v: TimingOutcome(failed=_failure(exc)) for v in todo}
     base = results.get(registry.BASELINE)
-    base_samples = None if isinstance(base, (str, _TimingFailure)) or base is None else base.samples_ms
+    base_samples = base.result.samples_ms if base is not None and base.timed else None
     for v in todo:
         row, rec = rows[v], rows[v].record
-        res = results.get(v, "not timed by the backend")
-        if v in job.kept and isinstance(res, (str, _TimingFailure)):
+        outcome = results.get(v) or TimingOutcome.of(None)
+        if v in job.kept and not outcome.timed:
             continue  # re-timing a finished row failed: keep the row it had
         if v not in parity_todo and (prev := job.previous.get((key, v))) is not None:
             _copy_parity(prev, rec, row)  # a resumed row keeps its parity columns
-        if isinstance(res, _TimingFailure):
+        if outcome.failed:
             row.failed = True
-            row.notes.append(f"timing: {res.reason}")
-        elif isinstance(res, str):
-            row.notes.append(f"timing: {res}")
+            row.notes.append(f"timing: {outcome.failed}")
+        elif outcome.skipped:
+            row.notes.append(f"timing: {outcome.skipped}")
         else:
+            res = outcome.result
             try:
                 _fill_timing(rec, res, problem, base_samples if v != registry.BASELINE else None, stats)
                 job.run.save_samples(key, v, res.samples_ms, res.clocks_mhz)
@@ -634,11 +587,6 @@ def _timing_phase(job: _Job, problem, prepared, rows: dict[str, _Row], todo: lis
                 row.failed = True
                 row.notes.append("timing: " + _failure(exc))
         _save(job, row, MODE_TIME)
-
-
-@dataclass
-class _TimingFailure:
-    reason: str
 
 
 def _copy_parity(prev: Record, rec: Record, row: _Row) -> None:
@@ -671,10 +619,6 @@ def _fill_timing(rec: Record, res, problem, base_samples, stats) -> None:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _f(x) -> float | None:
-    return None if x is None else float(x)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -205,6 +205,26 @@ def test_resume_alone_reuses_the_runs_config(invoke, tmp_path):
     assert result.exit_code == 0, result.output
 
 
+def test_resume_takes_the_runs_settings_and_refuses_others(invoke, tmp_path):
+    """#14 defect 3: --resume alone keeps the run's sampled rows; a conflicting option is one line, exit 2."""
+    assert invoke("parity", "--config", SMOKE, "--backend", "numpy", "--shapes", "256x64,0x96",
+                  "--variant", "v1", "--sample-rows", "16", "--results", tmp_path).exit_code == 0
+    (run_dir,) = run_dirs(tmp_path)
+    records = run_dir / "records.csv"
+    records.write_text("\n".join(ln for ln in records.read_text().splitlines() if ",0x96," not in ln) + "\n")
+    result = invoke("parity", "--backend", "numpy", "--results", tmp_path, "--resume", run_dir.name)
+    assert result.exit_code == 0, result.output
+    rows = [ln.split(",") for ln in records.read_text().splitlines()]
+    col = rows[0].index("sampled_rows")
+    assert [r[col] for r in rows[1:]] == ["16", "16"]
+    bad = invoke("parity", "--backend", "numpy", "--results", tmp_path, "--resume", run_dir.name,
+                 "--heads", "4/2", "--head-dim", "128")
+    assert bad.exit_code == 2
+    assert bad.output.strip().splitlines() == [
+        f"error: cannot resume {run_dir.name}: head_dim is 128 here but 64 in the run; leave the option out "
+        "to resume with the run's settings"]
+
+
 def test_interrupt_says_where_rows_are_kept(invoke, tmp_path, monkeypatch):
     calls = []
     original = runner._run_shape

@@ -141,3 +141,10 @@ def test_cuda_problem_names_cupy_when_it_is_absent():
         assert "CuPy" in backends.cuda_problem()
     else:  # pragma: no cover - only on a machine with CuPy
         pytest.skip("CuPy is installed here")
+
+
+def test_numpy_backend_is_a_backend():
+    from pa_bench.backends.base import Backend
+
+    assert isinstance(NumpyBackend(), Backend)
+    assert NumpyBackend().max_diff(None, "v1", "v2") is None

@@ -11,6 +11,7 @@ import pytest
 from pa_bench import runner
 from pa_bench.problem.config import DEFAULT_CONFIG, load_config
 from pa_bench.errors import PaBenchError, RunError
+from pa_bench.resume import ResumeConflict
 from pa_bench.numerics.model import split_keys
 from pa_bench.backends.numpy import NumpyBackend
 from pa_bench.store.records import COLUMNS
@@ -227,8 +228,44 @@ def test_interrupt_keeps_finished_rows_and_resume_carries_on(smoke, tmp_path):
 def test_resume_with_another_config_is_refused(smoke, tmp_path):
     path = runner.run_parity(tiny(smoke, "256x64"), NumpyBackend(), results_root=tmp_path)
     other = load_config(DEFAULT_CONFIG)
-    with pytest.raises(RunError, match="made with config 'smoke'"):
+    with pytest.raises(ResumeConflict, match="name is 'pr2092' here but 'smoke' in the run") as info:
         runner.run_parity(other, NumpyBackend(), results_root=tmp_path, resume_run=path)
+    assert info.value.exit_code == 2
+
+
+def test_resume_keeps_the_runs_settings_and_refuses_other_ones(smoke, tmp_path):
+    """Defect 3 of #14: a resume takes the stored sampled rows and refuses a different layout."""
+    cfg = tiny(smoke, "256x64,1023x113", ["v1"])
+    path = runner.run_parity(cfg, NumpyBackend(), results_root=tmp_path, sample_rows=16)
+    run = open_run(path)
+    run.write_records([r for r in run.records() if r.shape == "256x64"])
+    runner.run_parity(cfg, NumpyBackend(), results_root=tmp_path, resume_run=path)
+    assert {r.sampled_rows for r in open_run(path).records()} == {16}
+    with pytest.raises(ResumeConflict, match="--sample-rows is 8 here but 16 in the run"):
+        runner.run_parity(cfg, NumpyBackend(), results_root=tmp_path, resume_run=path, sample_rows=8)
+    with pytest.raises(ResumeConflict, match="head_dim is 128 here but 64 in the run"):
+        runner.run_parity(cfg.with_overrides(head_dim=128), NumpyBackend(), results_root=tmp_path,
+                          resume_run=path)
+    with pytest.raises(ResumeConflict, match="the command is 'run' here but 'parity'"):
+        runner.run_all(cfg, NumpyBackend(), results_root=tmp_path, resume_run=path)
+    with pytest.raises(ResumeConflict, match="the backend is cuda here but numpy"):
+        runner.run_parity(cfg, FakeGpu(), results_root=tmp_path, resume_run=path)
+
+
+def test_shape_work_is_a_pure_resume_plan():
+    from pa_bench.resume import shape_work
+    from pa_bench.store.records import Record
+
+    done = Record(shape="s", variant="v1", status="ok", parity_pass=True, ms_median=1.0)
+    half = Record(shape="s", variant="v2", status="ok", parity_pass=True)  # not timed yet
+    work = shape_work(["v1", "v2", "v2t", "torch-sdpa"], parity=True, timing=True,
+                      parity_reasons={"torch-sdpa": "peers are timing-only"},
+                      timing_reasons={"v2t": "no GPU"}, previous={"v1": done, "v2": half})
+    assert work.kept == ("v1",)
+    assert work.parity == ("v2", "v2t")
+    assert work.timing == ("v1", "v2", "torch-sdpa")  # every timable variant, timed together
+    assert work.skipped == ()
+    assert work.last_phase("parity", "time") == {"v2": "time", "v2t": "parity", "torch-sdpa": "time"}
 
 
 def test_save_outputs_writes_npy_per_shape(smoke, tmp_path):

@@ -23,8 +23,10 @@ def toy():
 
 
 def test_table_order_and_kinds():
-    assert registry.names()[:5] == ("v1", "v2", "v2t", "torch-sdpa", "torch-sdpa+dequant")
+    pr = ("v1", "v2", "v2t", "torch-sdpa", "torch-sdpa+dequant")
+    assert [n for n in registry.names() if n in pr] == list(pr)  # others may sit between them
     assert registry.names("kernel")[:3] == ("v1", "v2", "v2t")
+    assert not set(pr[3:]) & set(registry.names("kernel"))
     assert set(registry.names(registry.PEER)) >= {"torch-sdpa", "torch-sdpa+dequant"}
     assert registry.in_order(["mine", "torch-sdpa", "v2t", "v1", "v2t"]) == ["v1", "v2t", "torch-sdpa", "mine"]
     assert registry.get("v2t").bitwise_twin == "v2"

@@ -324,6 +324,13 @@ def load_config(path: str | Path = DEFAULT_CONFIG) -> Config:
     return _build(raw, where=shown, base_dir=p.resolve().parent, path=shown)
 
 
+def config_from_dict(raw: Mapping[str, Any], where: str, path: str | None = None) -> Config:
+    """A validated config from plain data (``Config.to_dict()``, as a run's meta.json stores it)."""
+    if not isinstance(raw, Mapping) or not raw:
+        raise ConfigError(f"{where}: no config stored")
+    return _build(dict(raw), where=where, base_dir=Path.cwd(), path=path)
+
+
 # --------------------------------------------------------------------------- validation
 
 
@@ -602,5 +609,5 @@ def _reference(c: _Checker, value: Any, shapes: tuple[Shape, ...],
 
 __all__ = [
     "Config", "TimingSettings", "ParitySettings", "Reference", "RefFigure", "FigureTable",
-    "load_config", "DEFAULT_CONFIG", "CONFIG_DIR", "LAYOUTS", "DATA_KINDS", "OUT_DTYPES", "HEAD_DIMS",
+    "load_config", "config_from_dict", "DEFAULT_CONFIG", "CONFIG_DIR", "LAYOUTS", "DATA_KINDS", "OUT_DTYPES", "HEAD_DIMS",
 ]
