@@ -397,9 +397,8 @@ def load_run_config(config_path: str | None, *, resume: str | None, results_root
     variant_list = _validate_variants(variants)
     heads_q, heads_kv = _parse_heads(heads)
     if config_path is None and resume is not None:
-        config = _resumed_config(resume, results_root)  # the run's own settings (#14 defect 3)
-    else:
-        config = load_config(config_path or DEFAULT_CONFIG)
+        config_path = _resumed_config_path(resume, results_root)
+    config = load_config(config_path or DEFAULT_CONFIG)
     overrides: dict[str, Any] = dict(layout=layout, page=page, heads_q=heads_q, heads_kv=heads_kv,
                                      head_dim=head_dim, seed=seed, force_turing=force_turing,
                                      hot=hot, max_seconds=max_seconds)
@@ -426,16 +425,13 @@ def load_run_config(config_path: str | None, *, resume: str | None, results_root
     return config
 
 
-def _resumed_config(resume: str, results_root: str):
-    """The config a resumed run was made with, as its meta.json stores it (so --resume alone
-    carries on with the same settings, even where the YAML file has changed since)."""
-    from pa_bench.problem.config import config_from_dict
+def _resumed_config_path(resume: str, results_root: str) -> str | None:
+    """The config file a resumed run was made with (so --resume alone reruns the same config)."""
     from pa_bench.store.results import open_run
 
-    run = open_run(resume, root=results_root)
-    meta = run.read_meta()
-    return config_from_dict(meta.get("config") or {}, where=f"{run.path}/meta.json",
-                            path=meta.get("config_path"))
+    meta = open_run(resume, root=results_root).read_meta()
+    path = meta.get("config_path")
+    return path if path and Path(path).is_file() else None
 
 
 def build_backend(name: str, config, *, needs_timing: bool = False):
@@ -821,6 +817,83 @@ def env(as_json):
         _print_json(d)
     else:
         click.echo(envinfo.format_environment(d))
+
+
+# --------------------------------------------------------------------------- prompt (issue #16)
+
+
+@cli.command()
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="Prompt config YAML (default: configs/prompt98k.yaml).")
+@click.option("--tokens", metavar="N", help="Prompt length: 98K (K = 1024) or a number; beats the config.")
+@click.option("--chunk", metavar="N", help="Tokens per chunk (the last chunk takes what is left).")
+@click.option("--measure", metavar="N|all",
+              help="Chunks to time (at least); the others are interpolated along context.")
+@click.option("--variant", "variants", metavar="LIST", help="Comma list of variants.")
+@click.option("--backend", type=click.Choice(["auto", "cuda", "numpy"]), default="auto",
+              show_default=True, help="numpy: parity only, timing rows skipped with the reason.")
+@click.option("--layout", type=click.Choice(["paged", "contiguous"]), help="KV cache layout.")
+@click.option("--page", type=int, help="Keys per page (power of two >= 16).")
+@click.option("--heads", metavar="HQ/HKV", help="Query heads / KV heads, e.g. 32/8.")
+@click.option("--head-dim", type=int, help="Head dimension (64 or 128).")
+@click.option("--data", type=click.Choice(["normal", "realistic"]), help="Generated data kind.")
+@click.option("--seed", type=int, help="Seed of the generated data and sampled rows.")
+@click.option("--force-turing", is_flag=True, default=None,
+              help="Run v1/v2t on the sm_75 path (m16n8k8 MMAs) on any GPU.")
+@click.option("--results", "results_root", type=click.Path(file_okay=False),
+              default=DEFAULT_RESULTS, show_default=True, help="Where run directories go.")
+@click.option("--json", "as_json", is_flag=True, help="Print the prompt's totals and records as JSON.")
+@sample_rows_option
+@timing_options
+@_no_interrupt_traceback
+def prompt(config_path, tokens, chunk, measure, variants, backend, layout, page, heads, head_dim,
+           data, seed, force_turing, results_root, as_json, sample_rows, hot, max_seconds):
+    """Attention of a whole prompt read in chunks: total time, tok/s, speed-up vs v1.
+
+    Times some chunks (the others interpolated along context, the interpolation's error
+    reported) and checks parity on the first, middle and last chunks. Default config:
+    configs/prompt98k.yaml (the PR's 98K-token prompt in 1024-token chunks).
+    """
+    from pa_bench import prompt as prompt_mod
+    from pa_bench.present import prompt_report
+    from pa_bench.store.results import open_run
+
+    heads_q, heads_kv = _parse_heads(heads)
+    pc = prompt_mod.load_prompt_config(
+        config_path, tokens=tokens, chunk=chunk, measure=measure,
+        variants=_validate_variants(variants), layout=layout, page=page, heads_q=heads_q,
+        heads_kv=heads_kv, head_dim=head_dim, data=data, seed=seed, force_turing=force_turing,
+        hot=hot, max_seconds=max_seconds)
+    be = build_backend(backend, pc.config)
+    progress = RichProgress()
+    try:
+        path = prompt_mod.run_prompt(pc, be, results_root=results_root,
+                                     sample_rows=_parse_sample_rows(sample_rows),
+                                     progress=progress, command=_command_line())
+    finally:
+        progress.stop()
+    run = open_run(path)
+    summary = run.read_meta().get("prompt") or {}
+    if as_json:
+        records = run.records()
+        _print_json({"run": str(path), "prompt": summary,
+                     "records": [r.to_dict() for r in records]})
+    else:
+        records = _show_run("parity", path, pc.config, False)
+        console = _stdout_console()
+        for line in prompt_report.describe(summary):
+            console.print(line, markup=False)
+        console.print(_table(f"prompt read: {summary.get('tokens')} tokens, attention only",
+                             prompt_report.HEADER, prompt_report.totals_rows(summary)))
+        beside = prompt_report.beside_pr(summary, be.describe().get("gpu"))
+        if beside:
+            console.print(_table("beside the PR's prompt read",
+                                 ["who", "what", "v1 tok/s", "v2T tok/s", "v2T gain"], beside))
+            console.print(prompt_report.ENGINE_NOTE, markup=False)
+    failed = [t["variant"] for t in summary.get("totals") or [] if t.get("failed")]
+    _verdict("parity", path, records)
+    if failed:
+        raise CliFailure("timing failed on a chunk for " + ", ".join(failed) + " (see prompt.csv)")
 
 
 __all__ = ["cli", "main"]

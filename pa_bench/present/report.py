@@ -26,6 +26,7 @@ from typing import Any
 
 from pa_bench import variants as registry
 from pa_bench.errors import EmptyRun
+from pa_bench.present.prompt_report import prompt_section
 from pa_bench.store.records import STATUS_OK, Record
 from pa_bench.store.results import REPORT_FILE, RunDir, open_run
 
@@ -638,6 +639,7 @@ def build_report(run_path: str | Path | RunDir, out_dir: str | Path | None = Non
         lines += incomplete + [""]
     lines += _parameters(records, meta) + [""]
     lines += _unstated(records, meta) + [""]
+    lines += prompt_section(run.path, meta, gpu, out_dir, prefix, plots)  # [] unless a prompt run
     lines += ["## Results per shape", ""]
     for shape in _shapes(records):
         lines += _shape_section(shape, [r for r in records if r.shape == shape]) + [""]
