@@ -397,8 +397,9 @@ def load_run_config(config_path: str | None, *, resume: str | None, results_root
     variant_list = _validate_variants(variants)
     heads_q, heads_kv = _parse_heads(heads)
     if config_path is None and resume is not None:
-        config_path = _resumed_config_path(resume, results_root)
-    config = load_config(config_path or DEFAULT_CONFIG)
+        config = _resumed_config(resume, results_root)  # the run's own settings (#14 defect 3)
+    else:
+        config = load_config(config_path or DEFAULT_CONFIG)
     overrides: dict[str, Any] = dict(layout=layout, page=page, heads_q=heads_q, heads_kv=heads_kv,
                                      head_dim=head_dim, seed=seed, force_turing=force_turing,
                                      hot=hot, max_seconds=max_seconds)
@@ -425,13 +426,16 @@ def load_run_config(config_path: str | None, *, resume: str | None, results_root
     return config
 
 
-def _resumed_config_path(resume: str, results_root: str) -> str | None:
-    """The config file a resumed run was made with (so --resume alone reruns the same config)."""
+def _resumed_config(resume: str, results_root: str):
+    """The config a resumed run was made with, as its meta.json stores it (so --resume alone
+    carries on with the same settings, even where the YAML file has changed since)."""
+    from pa_bench.problem.config import config_from_dict
     from pa_bench.store.results import open_run
 
-    meta = open_run(resume, root=results_root).read_meta()
-    path = meta.get("config_path")
-    return path if path and Path(path).is_file() else None
+    run = open_run(resume, root=results_root)
+    meta = run.read_meta()
+    return config_from_dict(meta.get("config") or {}, where=f"{run.path}/meta.json",
+                            path=meta.get("config_path"))
 
 
 def build_backend(name: str, config, *, needs_timing: bool = False):
