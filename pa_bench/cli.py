@@ -206,28 +206,76 @@ def _note(message: str) -> None:
 
 
 class RichProgress:
-    """The runner's progress sink: a rich bar on stderr (only when stderr is a terminal)."""
+    """The runner's progress sink on stderr: a rich bar naming the shape, its phase and the
+    phase's seconds when stderr is a terminal; otherwise (a log file, CI) one line whenever a
+    phase has run HEARTBEAT_S seconds, and every HEARTBEAT_S after, so no minute is silent."""
+
+    HEARTBEAT_S = 30.0
 
     def __init__(self) -> None:
+        import threading
+
         self.console = _stderr_console()
         self.bar = None
         self.task = None
+        self._base = ""
+        self._shape = ""
+        self._phase: tuple[str, float] | None = None  # (name, monotonic start)
+        self._lock = threading.Lock()
+        self._timer = None
 
     def start(self, total: int, description: str) -> None:
+        self._base = description
         if not self.console.is_terminal:
             return
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                    TimeElapsedColumn)
 
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TimeElapsedColumn(), console=self.console, transient=True)
+        self.bar = Progress(TextColumn("{task.description}"), _PhaseColumn(self), BarColumn(),
+                            MofNCompleteColumn(), TimeElapsedColumn(), console=self.console,
+                            transient=True)
         self.bar.start()
         self.task = self.bar.add_task(description, total=total)
-        self._base = description
 
     def update(self, description: str) -> None:
+        self._shape = description
         if self.bar is not None:
             self.bar.update(self.task, description=f"{self._base}: {description}")
+
+    def phase(self, name: str) -> None:
+        import time
+
+        with self._lock:
+            self._phase = (name, time.monotonic())
+        if self.bar is None and not self.console.is_terminal:
+            self._schedule(self.HEARTBEAT_S)
+
+    def phase_text(self) -> str:
+        """``reference 37s``: the phase now running and how long it has run."""
+        import time
+
+        with self._lock:
+            if self._phase is None:
+                return ""
+            name, since = self._phase
+        return f"{name} {time.monotonic() - since:.0f}s"
+
+    def heartbeat(self) -> None:
+        """One line on stderr: the shape and the phase still running (the timer calls it)."""
+        text = self.phase_text()
+        if text:
+            _note(f"{self._base}: {self._shape}: {text}")
+            self._schedule(self.HEARTBEAT_S)
+
+    def _schedule(self, seconds: float) -> None:
+        import threading
+
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = threading.Timer(seconds, self.heartbeat)
+            self._timer.daemon = True
+            self._timer.start()
 
     def advance(self, n: int = 1) -> None:
         if self.bar is not None:
@@ -240,9 +288,32 @@ class RichProgress:
             _note(message)
 
     def stop(self) -> None:
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self._phase = None
         if self.bar is not None:
             self.bar.stop()
             self.bar = None
+
+
+class _PhaseColumn:
+    """A rich progress column: the phase now running and its seconds (redrawn live)."""
+
+    def __init__(self, progress: RichProgress) -> None:
+        self.progress = progress
+        self.max_refresh = None
+
+    def __call__(self, task):
+        from rich.text import Text
+
+        return Text(self.progress.phase_text(), style="cyan")
+
+    def get_table_column(self):
+        from rich.table import Column
+
+        return Column(no_wrap=True, min_width=14)
 
 
 def _print_json(data: Any) -> None:

@@ -35,6 +35,7 @@ from pa_bench import variants as registry
 from pa_bench.errors import PaBenchError
 from pa_bench.measure.outcome import TimingOutcome
 from pa_bench.numerics.judge import judge, twin_note
+from pa_bench.phases import PhaseClock
 from pa_bench.resume import check_resume, shape_work
 from pa_bench.store import results as R
 from pa_bench.store.records import STATUS_FAILED, STATUS_OK, STATUS_SKIPPED, Record
@@ -57,6 +58,7 @@ class Progress(Protocol):
     def start(self, total: int, description: str) -> None: ...
     def update(self, description: str) -> None: ...
     def advance(self, n: int = 1) -> None: ...
+    def phase(self, name: str) -> None: ...  # the work now running (pa_bench.phases.PHASES)
     def log(self, message: str) -> None: ...
     def stop(self) -> None: ...
 
@@ -71,6 +73,9 @@ class NullProgress:
         pass
 
     def advance(self, n: int = 1) -> None:
+        pass
+
+    def phase(self, name: str) -> None:
         pass
 
     def log(self, message: str) -> None:
@@ -121,6 +126,7 @@ class _Job:
     previous: dict = field(default_factory=dict)  # (shape, variant) -> Record from a resumed run
     last_phase: dict = field(default_factory=dict)  # variant -> the phase that finishes its row
     kept: set = field(default_factory=set)  # finished rows of a resumed run (only re-timed)
+    phases: PhaseClock = field(default_factory=PhaseClock)  # seconds per phase: meta.json
 
     @property
     def parity(self) -> bool:
@@ -172,6 +178,7 @@ def _run(
     job = _Job(mode, config, backend, run, progress, sample_rows,
                Path(save_outputs) if save_outputs is not None else None, describe, previous)
 
+    job.phases = PhaseClock(progress)
     progress.start(len(plan), f"{mode} {config.name} on {backend.name}")
     try:
         for problem in plan.problems:
@@ -180,14 +187,20 @@ def _run(
     except KeyboardInterrupt:
         progress.stop()
         run.update_meta(status="interrupted", finished=R.now_utc_iso(),
-                        wall_seconds=round(time.time() - started, 3), backend_meta=backend.meta())
+                        wall_seconds=round(time.time() - started, 3),
+                        phase_seconds=job.phases.rounded(), backend_meta=backend.meta())
         raise RunInterrupted(run.path) from None
-    progress.stop()
     # backend_meta again: the builds and launches are known only once the kernels have run
     run.update_meta(status="complete", finished=R.now_utc_iso(),
-                    wall_seconds=round(time.time() - started, 3), backend_meta=backend.meta())
-    if write_report:
-        _write_report(run, progress)
+                    wall_seconds=round(time.time() - started, 3),
+                    phase_seconds=job.phases.rounded(), backend_meta=backend.meta())
+    if write_report:  # after every record is saved; shown as the last phase
+        with job.phases.phase("report"):
+            # plots only where a run times and checks (matplotlib's first import is slow)
+            _write_report(run, progress, plots=mode == MODE_ALL)
+        run.update_meta(wall_seconds=round(time.time() - started, 3),
+                        phase_seconds=job.phases.rounded())
+    progress.stop()
     return run.path
 
 
@@ -202,11 +215,11 @@ def _sort_records(run: R.RunDir, plan) -> None:
         run.write_records(ordered)
 
 
-def _write_report(run: R.RunDir, progress: Progress) -> None:
+def _write_report(run: R.RunDir, progress: Progress, plots: bool = True) -> None:
     from pa_bench.present import report
 
     try:
-        report.write_report(run.path)
+        report.write_report(run.path, plots=plots)
     except Exception as exc:  # the rows are saved; a report problem must not lose the run
         progress.log(f"note: report.md not written ({_one_line(exc)}); "
                      f"rebuild it with: pa-bench report {run.path}")
@@ -318,8 +331,9 @@ def _run_shape(job: _Job, problem, variants: list[str]) -> None:
     try:
         from pa_bench.problem.inputs import make_inputs
 
-        inputs = make_inputs(problem)
-        prepared = backend.prepare(inputs)
+        with job.phases.phase("inputs"):
+            inputs = make_inputs(problem)
+            prepared = backend.prepare(inputs)
     except PaBenchError as exc:  # e.g. "will not fit", a bad .npz: skip the shape's rows
         return _give_up(job, rows, active, _one_line(exc), failed=False)
     except Exception as exc:
@@ -409,8 +423,9 @@ def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
     sel = _rows_for(job, problem.queries, problem.seed)
     all_rows = np.arange(problem.queries) if sel is None else sel
     try:
-        ref = np.asarray(backend.reference(inputs, sel, quantised=True), dtype=np.float64)
-        ref_float = backend.reference(inputs, sel, quantised=False)
+        with job.phases.phase("reference"):
+            ref = np.asarray(backend.reference(inputs, sel, quantised=True), dtype=np.float64)
+            ref_float = backend.reference(inputs, sel, quantised=False)
     except PaBenchError as exc:
         return _give_up(job, rows, todo, _one_line(exc), failed=False, phase=MODE_PARITY)
     except Exception as exc:
@@ -430,7 +445,8 @@ def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
             if backend.name == "numpy" and kernel_out is not None:
                 out = kernel_out  # the numpy backend's output is the model's
             else:
-                out = model_attention(inputs, key[0], model_rows, split_keys=key[1])
+                with job.phases.phase("model"):
+                    out = model_attention(inputs, key[0], model_rows, split_keys=key[1])
             model_errs[key] = float(metrics.error_metrics(out, ref_model)["max_abs_err"])
         return model_errs[key]
 
@@ -443,7 +459,8 @@ def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
         row, record = rows[v], rows[v].record
         recorded = v in todo
         try:
-            ko = backend.compute(prepared, v, sel, check_determinism=cfg.parity.determinism)
+            with job.phases.phase("kernels"):
+                ko = backend.compute(prepared, v, sel, check_determinism=cfg.parity.determinism)
             out = np.asarray(ko.out)
             outputs[v] = (ko, out)
             if not recorded:
@@ -556,7 +573,9 @@ def _timing_phase(job: _Job, problem, prepared, rows: dict[str, _Row], todo: lis
 
     key = shape_string(problem.shape)
     try:
-        results = {v: TimingOutcome.of(r) for v, r in job.backend.time(prepared, list(todo), job.config.timing).items()}
+        with job.phases.phase("timing"):
+            timed = job.backend.time(prepared, list(todo), job.config.timing)
+        results = {v: TimingOutcome.of(r) for v, r in timed.items()}
     except KeyboardInterrupt:
         raise
     except PaBenchError as exc:

@@ -1,0 +1,163 @@
+"""Phases of a run: timed (meta.json's wall_seconds and phase_seconds) and shown as progress."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pa_bench import runner
+from pa_bench.backends.numpy import NumpyBackend
+from pa_bench.measure.timing import TimingResult
+from pa_bench.phases import PHASES, PhaseClock
+from pa_bench.problem.config import DEFAULT_CONFIG, load_config
+from pa_bench.problem.plan import make_plan
+
+SMOKE = DEFAULT_CONFIG.parent / "smoke.yaml"
+REPO = Path(__file__).resolve().parents[1]
+
+
+class Recorder:
+    """A progress sink that keeps every call."""
+
+    def __init__(self):
+        self.calls: list[tuple[str, object]] = []
+
+    def start(self, total, description):
+        self.calls.append(("start", total))
+
+    def update(self, description):
+        self.calls.append(("update", description))
+
+    def advance(self, n=1):
+        self.calls.append(("advance", n))
+
+    def phase(self, name):
+        self.calls.append(("phase", name))
+
+    def log(self, message):
+        self.calls.append(("log", message))
+
+    def stop(self):
+        self.calls.append(("stop", None))
+
+    def phases(self) -> list[str]:
+        return [arg for call, arg in self.calls if call == "phase"]
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_phase_clock_sums_exclusive_seconds_and_tells_the_progress():
+    clock, seen = FakeClock(), Recorder()
+    phases = PhaseClock(seen, clock=clock)
+    for _ in range(2):                      # two shapes: seconds are summed
+        with phases.phase("inputs"):
+            clock.now += 1.0
+        with phases.phase("kernels"):
+            clock.now += 2.0
+            with phases.phase("model"):     # nested: pauses the outer phase
+                clock.now += 4.0
+            clock.now += 0.5
+    assert phases.seconds == {"inputs": 2.0, "kernels": 5.0, "model": 8.0}
+    assert list(phases.rounded()) == ["inputs", "model", "kernels"]  # PHASES order
+    assert seen.phases() == ["inputs", "kernels", "model", "kernels"] * 2
+    assert phases.current is None
+    with pytest.raises(ValueError, match="unknown phase 'compile'"):
+        with phases.phase("compile"):
+            pass
+
+
+def _smoke(shapes="256x64", variants=("v1", "v2t")):
+    return make_plan(load_config(SMOKE), shapes=shapes, variants=list(variants)).config
+
+
+def test_a_numpy_run_records_wall_and_phase_seconds(tmp_path):
+    seen = Recorder()
+    path = runner.run_all(_smoke("256x64,0x96"), NumpyBackend(), results_root=tmp_path,
+                          progress=seen)
+    meta = json.loads((path / "meta.json").read_text())
+    phases = meta["phase_seconds"]
+    # numpy: the "kernels" are the model itself, and nothing is timed
+    assert set(phases) == {"inputs", "reference", "kernels", "report"}
+    assert all(s >= 0 for s in phases.values())
+    assert 0 < sum(phases.values()) <= meta["wall_seconds"]
+    # each shape shows its phases in order, after its name; the report comes last
+    names = seen.phases()
+    assert names == ["inputs", "reference", "kernels", "kernels"] * 2 + ["report"]
+    shape_updates = [i for i, (call, _) in enumerate(seen.calls) if call == "update"]
+    first_phase = [i for i, (call, _) in enumerate(seen.calls) if call == "phase"][0]
+    assert shape_updates[0] < first_phase
+    assert seen.calls[-1] == ("stop", None)
+
+
+class TimedNumpy(NumpyBackend):
+    """The numpy model posing as a GPU backend (the model then runs apart) with fixed samples."""
+
+    name = "cuda"
+
+    def describe(self):
+        return {"backend": "cuda", "gpu": "Fake GPU", "arch": "sm_90", "mma": "m16n8k16"}
+
+    def unsupported_timing(self, variant, problem):
+        return None
+
+    def time(self, prepared, variants, settings):
+        return {v: TimingResult(samples_ms=[1.0 + 0.01 * (k % 3) for k in range(12)],
+                                clocks_mhz=[1980.0] * 12, nominal_mhz=1980.0,
+                                throttled=[False] * 12, stop_reason="noise", hot=False)
+                for v in variants}
+
+
+def test_every_phase_is_recorded_beside_a_gpu_backend(tmp_path):
+    seen = Recorder()
+    path = runner.run_all(_smoke(), TimedNumpy(), results_root=tmp_path, progress=seen)
+    meta = json.loads((path / "meta.json").read_text())
+    assert set(meta["phase_seconds"]) == set(PHASES)
+    assert set(seen.phases()) == set(PHASES)
+    assert seen.phases()[:2] == ["inputs", "reference"] and seen.phases()[-2:] == ["timing", "report"]
+
+
+def test_time_and_parity_write_reports_without_matplotlib(tmp_path):
+    """matplotlib's first import builds its font cache (~13 s on a fresh machine): only
+    'pa-bench run' and 'pa-bench report' draw plots."""
+    script = f"""
+import sys
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from test_phases import TimedNumpy, _smoke
+from pa_bench import runner
+for fn in (runner.run_timing, runner.run_parity):
+    print(fn(_smoke(), TimedNumpy(), results_root={str(tmp_path)!r}))
+print("matplotlib" in sys.modules)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=REPO, check=True)
+    *paths, imported = proc.stdout.split()
+    assert imported == "False", proc.stdout
+    timed = (Path(paths[0]) / "report.md").read_text()
+    assert f"`pa-bench report {paths[0]}` draws them" in timed
+    assert not list(Path(paths[0]).glob("*.png"))
+
+
+def test_the_cli_progress_names_the_shape_and_phase_in_a_log(capsys):
+    from pa_bench.cli import RichProgress
+
+    progress = RichProgress()  # stderr is not a terminal here: heartbeat lines, no bar
+    progress.start(2, "parity long on cuda")
+    progress.update("4000Kx64 (4096000x64)")
+    assert capsys.readouterr().err == ""  # nothing until a phase has run HEARTBEAT_S
+    progress.phase("reference")
+    assert progress.phase_text().startswith("reference ")
+    progress.heartbeat()  # what the timer calls once the phase has run HEARTBEAT_S
+    progress.stop()
+    err = capsys.readouterr().err
+    assert err.startswith("parity long on cuda: 4000Kx64 (4096000x64): reference ")
+    assert progress.phase_text() == "" and progress._timer is None
