@@ -163,7 +163,7 @@ def prompt_section(run_path: str | Path, meta: Mapping[str, Any], gpu: str | Non
     prompt = meta.get("prompt")
     if not isinstance(prompt, Mapping):
         return []
-    out = ["## Prompt read", ""] + describe(prompt) + [""]
+    out = ["## Prompt read", ""] + [f"- {line}" for line in describe(prompt)] + [""]
     rows = totals_rows(prompt)
     out += _md_table(HEADER, rows, ALIGN) if rows else ["No totals recorded (interrupted run?)."]
     pr = beside_pr(prompt, gpu)
