@@ -47,6 +47,9 @@ MODE_ALL = "run"
 #: Score elements (query heads x rows x visible keys) the CPU numerics model may take per
 #: shape beside a GPU backend before it runs on sampled rows (about a minute on 2 cores).
 MODEL_WORK_BUDGET = 1 << 31
+#: The same beside a backend that runs the model itself on the GPU (``backend.model``): every
+#: sampled row of configs/long.yaml (1M keys x 16 rows x 32 heads is 2^29) and more.
+GPU_MODEL_WORK_BUDGET = 1 << 34
 
 
 # --------------------------------------------------------------------------- progress
@@ -408,9 +411,10 @@ def _model_positions(job: _Job, problem, compared: np.ndarray, seed: int) -> np.
     if job.backend.name == "numpy":
         return None  # the kernel is the model: it already ran on every compared row
     work = problem.heads_q * int(np.sum(problem.context + compared + 1))
-    if work <= MODEL_WORK_BUDGET:
+    budget = GPU_MODEL_WORK_BUDGET if hasattr(job.backend, "model") else MODEL_WORK_BUDGET
+    if work <= budget:
         return None
-    n = max(2, int(len(compared) * MODEL_WORK_BUDGET / work))
+    n = max(2, int(len(compared) * budget / work))
     return sample_rows(len(compared), n, seed)
 
 
@@ -444,6 +448,9 @@ def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
         if key not in model_errs:
             if backend.name == "numpy" and kernel_out is not None:
                 out = kernel_out  # the numpy backend's output is the model's
+            elif hasattr(backend, "model"):  # the backend runs the model itself (cuda: on the GPU)
+                with job.phases.phase("model"):
+                    out = backend.model(inputs, key[0], model_rows, split_keys=key[1])
             else:
                 with job.phases.phase("model"):
                     out = model_attention(inputs, key[0], model_rows, split_keys=key[1])
@@ -464,6 +471,11 @@ def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
             out = np.asarray(ko.out)
             outputs[v] = (ko, out)
             if not recorded:
+                continue
+            if registry.is_peer(v):         # informational: a peer has no numerics model
+                _fill_peer_errors(record, out, ref, ko, sel)
+                row.ran = True
+                _save(job, row, MODE_PARITY)
                 continue
             verdict = judge(out, ref, model_err(v, out), bool(ko.canary_ok), model_pos)
             pm = verdict.metrics
@@ -492,6 +504,18 @@ def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
         _refresh_partner_diffs(job, prepared, rows, outputs, v, todo)
     if job.save_outputs is not None:
         _save_outputs(job, problem, sel, ref, outputs)
+
+
+def _fill_peer_errors(record: Record, out: np.ndarray, ref: np.ndarray, ko, sel) -> None:
+    """A peer's error columns against the same FP64 reference on the same rows; no verdict."""
+    from pa_bench.numerics import metrics
+
+    m = metrics.error_metrics(out, ref)
+    record.max_abs_err, record.rel_l2_err, record.nmse = m["max_abs_err"], m["rel_l2_err"], m["nmse"]
+    record.cosine, record.nan_inf = m["cosine"], m["nan_inf"]
+    record.sampled_rows = None if sel is None else len(sel)
+    record.deterministic = ko.deterministic
+    record.parity_pass = None
 
 
 def _diff(job: _Job, prepared, outputs: dict, a: str, b: str) -> float | None:
@@ -630,6 +654,9 @@ def _fill_timing(rec: Record, res, problem, base_samples, stats) -> None:
     clocks = [float(c) for c in (res.clocks_mhz or []) if c is not None and math.isfinite(float(c))]
     rec.sm_clock_mhz = float(np.median(clocks)) if clocks else None
     rec.throttled = int(sum(bool(t) for t in (res.throttled or [])))
+    rec.stop_reason = getattr(res, "stop_reason", None) or None
+    rec.clock_source = getattr(res, "clock_source", None)
+    rec.host_bound = getattr(res, "host_bound", None)
     if rec.variant == registry.BASELINE:
         rec.speedup_vs_v1, rec.speedup_lo, rec.speedup_hi = 1.0, 1.0, 1.0
     elif base_samples:

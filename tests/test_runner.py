@@ -95,7 +95,8 @@ class FakeGpu(NumpyBackend):
             samples = [base + 0.01 * ((k * 7) % 5) for k in range(20)]
             out[v] = TimingResult(samples_ms=samples, clocks_mhz=[1980.0] * 19 + [1000.0],
                                   nominal_mhz=1980.0, throttled=[False] * 19 + [True],
-                                  stop_reason="noise", hot=False)
+                                  stop_reason="noise" if v != "v2" else "timeout", hot=False,
+                                  clock_source="nvml", host_bound=v == "v1", late_samples=int(v == "v1"))
         return out
 
 
@@ -171,6 +172,9 @@ def test_timing_is_merged_into_the_parity_record(smoke, tmp_path):
     assert v2t.speedup_vs_v1 == pytest.approx(2.02 / 1.62, rel=0.02)
     assert v2t.speedup_lo <= v2t.speedup_vs_v1 <= v2t.speedup_hi
     assert v1.speedup_vs_v1 == 1.0
+    # why sampling stopped, the clock's source and the host-bound flag reach records.csv
+    assert (v2t.stop_reason, v2t.clock_source, v2t.host_bound) == ("noise", "nvml", False)
+    assert recs[("256x64", "v2")].stop_reason == "timeout" and v1.host_bound is True
     problem_flops = 4 * 64 * 4 * sum(256 + i + 1 for i in range(64))
     assert v2t.tflops == pytest.approx(problem_flops / (v2t.ms_median * 1e-3) / 1e12)
     samples = open_run(path).samples()

@@ -59,6 +59,9 @@ class Record:
     kv_gbps: float | None = None
     sm_clock_mhz: float | None = None  # median SM clock during the samples
     throttled: int | None = None  # number of throttled samples
+    stop_reason: str | None = None  # why sampling stopped: noise, timeout or max_samples
+    clock_source: str | None = None  # where sm_clock_mhz came from: nvml or nvidia-smi
+    host_bound: bool | None = None  # some sample's hold timed out before the host had enqueued it
     # parity
     max_abs_err: float | None = None
     rel_l2_err: float | None = None
