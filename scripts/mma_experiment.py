@@ -8,7 +8,7 @@
    (v1 one chain; v2 one chain or two split halves) and for the segmented ones.
 
     python scripts/mma_experiment.py probe
-    python scripts/mma_experiment.py attention --contexts 64K,256K,1M --data normal
+    python scripts/mma_experiment.py attention --contexts 64K,256K,1024K --data normal [--gpu]
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def probe(extra_bits_list=(0, 1, 2, 3)) -> None:
             pk = np.full((len(eb), 16), prods[k])
             c = np.stack([M.block_fma(c[i:i + 1], pk[i:i + 1], extra_bits=int(e))[0]
                           for i, e in enumerate(eb)])
-            fresh = fresh + M.block_fma(np.zeros(1, np.float32), pk[:1])
+            fresh = fresh + M.block_fma(np.zeros(1, np.float32), np.full((1, 16), prods[k]))
             if k + 1 in checks:
                 ex = exact[k]
                 rows[k + 1] = ([(float(x) - ex) / abs(ex) for x in c], (float(fresh[0]) - ex) / abs(ex))
@@ -56,8 +56,8 @@ def probe(extra_bits_list=(0, 1, 2, 3)) -> None:
                   + (f"{pub:+.1e}" if pub else "") + " |")
 
 
-def attention(contexts, data, queries, rows_n, heads) -> None:
-    from pa_bench.numerics.model import SEGMENT_KEYS, model_attention, split_point
+def attention(contexts, data, queries, rows_n, heads, gpu=False) -> None:
+    from pa_bench.numerics.model import SEGMENT_KEYS, model_arrays, model_attention, split_point
     from pa_bench.numerics.reference import reference_attention, sample_rows
     from pa_bench.problem.inputs import make_inputs
     from pa_bench.problem.plan import Problem
@@ -74,6 +74,10 @@ def attention(contexts, data, queries, rows_n, heads) -> None:
         rows = sample_rows(queries, rows_n, 0)
         ref = reference_attention(inp.q, inp.k_i8, inp.v_i8, pb.context, pb.softmax_scale, rows=rows,
                                   k_scale=inp.k_scale, v_scale=inp.v_scale)
+        arrays = inp
+        if gpu:  # the same bits as on the CPU (tests/gpu/test_model_gpu.py), much faster
+            import cupy
+            arrays = model_arrays(inp, cupy)
         seg = SEGMENT_KEYS if pb.context > SEGMENT_KEYS else 0
         cases = [("v1, one chain", 64, 0, 0), ("v2, one chain", 16, 0, 0),
                  ("v2, split halves", 16, split_point(pb.context), 0)]
@@ -83,7 +87,8 @@ def attention(contexts, data, queries, rows_n, heads) -> None:
             errs = []
             for mode in ("rn", "emulated"):
                 t0 = time.time()
-                out = model_attention(inp, tile, rows, split_keys=split, segment_keys=sg, mma=mode)
+                out = model_attention(arrays, tile, rows, split_keys=split, segment_keys=sg, mma=mode)
+                out = out.get() if gpu else out
                 errs.append(float(np.abs(out.astype(np.float64) - ref).max()))
                 secs = time.time() - t0
             print(f"| {ctx_label}x{queries} | {name} | {errs[0]:.3g} | {errs[1]:.3g} | "
@@ -93,17 +98,18 @@ def attention(contexts, data, queries, rows_n, heads) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("what", choices=["probe", "attention"])
-    ap.add_argument("--contexts", default="64K,256K,1M")
+    ap.add_argument("--contexts", default="64K,256K,1024K")
     ap.add_argument("--data", default="normal")
     ap.add_argument("--queries", type=int, default=64)
     ap.add_argument("--rows", type=int, default=4)
     ap.add_argument("--heads", default="2/1")
+    ap.add_argument("--gpu", action="store_true", help="run the model with CuPy")
     args = ap.parse_args()
     if args.what == "probe":
         probe()
     else:
         hq, hkv = (int(x) for x in args.heads.split("/"))
-        attention(args.contexts.split(","), args.data, args.queries, args.rows, (hq, hkv))
+        attention(args.contexts.split(","), args.data, args.queries, args.rows, (hq, hkv), args.gpu)
 
 
 if __name__ == "__main__":

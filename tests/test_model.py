@@ -7,7 +7,10 @@ import pytest
 
 from pa_bench.problem.inputs import make_inputs
 from pa_bench import variants as registry
-from pa_bench.numerics.model import model_attention, tile_keys, round_fp16, split_keys, split_point
+from pa_bench.numerics import mma as mma_mod
+from pa_bench.numerics import model as model_mod
+from pa_bench.numerics.model import (SEGMENT_KEYS, exp2_ftz, key_parts, model_arrays, model_attention,
+                                     round_fp16, segment_keys, split_keys, split_point, tile_keys)
 from pa_bench.problem.plan import Problem
 from pa_bench.numerics.reference import reference_attention, sample_rows
 from pa_bench.problem.shapes import parse_shape
@@ -25,74 +28,170 @@ def reference(inp, rows=None):
                                k_scale=inp.k_scale, v_scale=inp.v_scale)
 
 
-def naive_model(inp, tile, rows, split=0):
-    """DESIGN.md's per-tile arithmetic, one row and one tile at a time, in float32 scalars; with
-    ``split``, keys [0, split) and [split, ...) run separately and are merged at the end."""
+def naive_model(inp, tile, rows, split=0, segment=0, mma="rn"):
+    """DESIGN.md's per-tile arithmetic, one row and one tile at a time: S exact then rounded to
+    fp32, exp2 to the nearest fp32 (flushed below 2^-126), l summed per lane (lane t: keys
+    4t..4t+3 of each 16-key slice) and P.V added per 16-key slice (``mma``). With ``split`` keys
+    [0, split) and [split, ...) run separately and merge per lane; with ``segment`` each block of
+    ``segment`` keys runs separately and the rows' sums merge in order."""
     f32 = np.float32
     hq, nq, d = inp.q.shape
     hkv, nk, _ = inp.k_i8.shape
     ctx = nk - nq
 
+    def exp2(x):
+        return f32(0) if x < -126 else f32(np.exp2(np.float64(x)))
+
     def run(h, g, i, k0, k1):
-        m, l, acc = f32(-np.inf), f32(0), np.zeros(d, dtype=f32)
-        for t0 in range(k0, k1, tile):  # tiles from k0 up to the row's last key
-            keys = [j for j in range(t0, min(t0 + tile, k1)) if j <= ctx + i]
-            s = [f32(np.dot(inp.q[h, i].astype(f32), inp.k_i8[g, j].astype(f32)))
-                 * (inp.k_scale[g, j] * f32(inp.qk_scale_log2)) for j in keys]
+        m, lanes, acc = f32(-np.inf), np.zeros(4, f32), np.zeros(d, dtype=f32)
+        for t0 in range(k0, k1, tile):
+            keys = range(t0, t0 + tile)
+            s = [f32(np.dot(inp.q[h, i].astype(np.float64), inp.k_i8[g, j].astype(np.float64)))
+                 * (inp.k_scale[g, j] * f32(inp.qk_scale_log2)) if j < k1 and j <= ctx + i else f32(-np.inf)
+                 for j in keys]
             m_new = max(m, max(s))
-            alpha = f32(0) if m == -np.inf else f32(np.exp2(f32(m - m_new)))
-            p = [f32(np.exp2(f32(sj - m_new))) for sj in s]
-            l = f32(l * alpha + f32(math.fsum(p)))
+            msafe = f32(0) if m_new == -np.inf else m_new
+            alpha = exp2(f32(m - msafe))
+            p = [exp2(f32(sj - msafe)) for sj in s]
+            lanes = lanes * alpha
+            for n in range(0, tile, 16):
+                for t in range(4):
+                    for j in range(4):
+                        lanes[t] = f32(lanes[t] + p[n + 4 * t + j])
             acc = acc * alpha
-            for j, pj in zip(keys, p):
-                big_p = f32(np.float16(pj * (inp.v_scale[g, j] * f32(inp.p_scale))))
-                acc = acc + big_p * inp.v_i8[g, j].astype(f32)
+            for n in range(0, tile, 16):
+                ks = [j for j in keys[n:n + 16]]
+                big_p = np.array([f32(np.float16(p[j - t0] * (inp.v_scale[g, j] * f32(inp.p_scale))))
+                                  if j < nk else f32(0) for j in ks], dtype=f32)
+                v = np.stack([inp.v_i8[g, min(j, nk - 1)] for j in ks]).astype(f32)
+                if mma == "rn":
+                    acc = acc + (np.float64(big_p) @ np.float64(v)).astype(f32)
+                else:
+                    acc = mma_mod.mma_accumulate(acc[None], big_p[None], v)[0]
             m = m_new
-        return m, l, acc
+        return m, lanes, acc
+
+    def lane_sum(x):
+        return f32(f32(x[0] + x[1]) + f32(x[2] + x[3]))
 
     out = np.zeros((hq, len(rows), d), dtype=f32)
     for h in range(hq):
         g = h // (hq // hkv)
         for r, i in enumerate(rows):
-            if split:
-                (m0, l0, acc0), (m1, l1, acc1) = run(h, g, i, 0, split), run(h, g, i, split, ctx + i + 1)
-                m = max(m0, m1)
-                a0, a1 = f32(np.exp2(f32(m0 - m))), f32(np.exp2(f32(m1 - m)))
-                l, acc = f32(l0 * a0 + l1 * a1), acc0 * a0 + acc1 * a1
+            end = ctx + i + 1
+            if segment:
+                parts = [run(h, g, i, k0, min(k0 + segment, end)) for k0 in range(0, end, segment)]
+            elif split:
+                parts = [run(h, g, i, 0, split), run(h, g, i, split, end)]
             else:
-                m, l, acc = run(h, g, i, 0, ctx + i + 1)
+                parts = [run(h, g, i, 0, end)]
+            if len(parts) == 1:
+                l, acc = lane_sum(parts[0][1]), parts[0][2]
+            else:
+                m = max(pz[0] for pz in parts)
+                l, acc = (f32(0) if segment else np.zeros(4, f32)), np.zeros(d, f32)
+                for mz, lz, accz in parts:
+                    az = exp2(f32(mz - m))
+                    l = l + (lane_sum(lz) * az if segment else lz * az)
+                    acc = acc + accz * az
+                l = l if segment else lane_sum(l)
             out[h, r] = acc * (f32(1) / l) * f32(1 / inp.p_scale)
     return out
 
 
 def test_tile_sizes():
-    assert {v: tile_keys(v) for v in registry.names("kernel")} == {"v1": 64, "v2": 16, "v2t": 16}
+    assert {v: tile_keys(v) for v in ("v1", "v2", "v2t")} == {"v1": 64, "v2": 16, "v2t": 16}
 
 
+@pytest.mark.parametrize("mma", ["rn", "emulated"])
 @pytest.mark.parametrize("tile", [16, 64])
-def test_model_follows_the_per_tile_arithmetic(tile):
+def test_model_follows_the_per_tile_arithmetic(tile, mma):
     inp = inputs_for("40x13", hq=2, hkv=1)
     rows = np.array([0, 5, 12])
-    expected = naive_model(inp, tile, rows)
-    got = model_attention(inp, tile, rows)
+    got = model_attention(inp, tile, rows, mma=mma)
     assert got.dtype == np.float32 and got.shape == (2, 3, 64)
-    # Only the order of fp32 sums differs (and, rarely, an fp16 rounding that it flips).
-    np.testing.assert_allclose(got, expected, rtol=0, atol=2e-6 * np.abs(expected).max())
-    assert np.mean(got == expected) > 0.5
+    np.testing.assert_array_equal(got, naive_model(inp, tile, rows, mma=mma))
 
 
 @pytest.mark.parametrize("split", [16, 48, 80])
-def test_split_keys_follow_the_per_row_merge(split):
+def test_split_keys_follow_the_per_lane_merge(split):
     inp = inputs_for("97x13", hq=2, hkv=1)
     rows = np.array([0, 6, 12])
-    expected = naive_model(inp, 16, rows, split=split)
-    got = model_attention(inp, 16, rows, split_keys=split)
-    tol = 2e-6 * np.abs(expected).max()
-    np.testing.assert_allclose(got, expected, rtol=0, atol=tol)
-    # The tolerance tells a split from no split: the fp16 roundings of P move with the running
-    # max, so the unsplit arithmetic lands further away (at the fp16 rounding level).
-    whole = naive_model(inp, 16, rows)
-    assert tol < np.abs(whole - expected).max() < 1e-3 * np.abs(expected).max()
+    expected = naive_model(inp, 16, rows, split=split, mma="emulated")
+    np.testing.assert_array_equal(model_attention(inp, 16, rows, split_keys=split, mma="emulated"), expected)
+    # a split is not the same arithmetic: the fp16 roundings of P move with the running max
+    whole = naive_model(inp, 16, rows, mma="emulated")
+    assert 0 < np.abs(whole - expected).max() < 1e-3 * np.abs(expected).max()
+
+
+@pytest.mark.parametrize("tile, segment", [(16, 64), (64, 64), (16, 128)])
+def test_segments_follow_the_in_order_merge(tile, segment):
+    inp = inputs_for("200x13", hq=2, hkv=1)
+    rows = np.array([0, 7, 12])
+    expected = naive_model(inp, tile, rows, segment=segment, mma="emulated")
+    got = model_attention(inp, tile, rows, segment_keys=segment, mma="emulated")
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_segments_follow_the_shared_rule(monkeypatch):
+    assert segment_keys(65536) == 0 and segment_keys(65537) == SEGMENT_KEYS == 65536
+    assert split_keys("v2", 256, 65537, 32) == 0            # no two-warp split with segments
+    assert key_parts(200, segment=64) == [(0, 64), (64, 128), (128, 192), (192, 200)]
+    assert key_parts(200, split=96) == [(0, 96), (96, 200)] and key_parts(200) == [(0, 200)]
+    inp = inputs_for("200x13", hq=2, hkv=1)
+    plain = model_attention(inp, 16)
+    monkeypatch.setattr(model_mod, "SEGMENT_KEYS", 64)      # the default follows segment_keys()
+    np.testing.assert_array_equal(model_attention(inp, 16), model_attention(inp, 16, segment_keys=64))
+    assert not np.array_equal(model_attention(inp, 16), plain)
+    with pytest.raises(ValueError, match="exclude"):
+        model_attention(inp, 16, split_keys=64)
+
+
+class ReorderedNumpy:
+    """NumPy with what may differ on a GPU done differently: matmul and sum add in another order."""
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+    @staticmethod
+    def matmul(a, b):
+        h = a.shape[-1] // 2
+        return np.matmul(a[..., h:], b[..., h:, :]) + np.matmul(a[..., :h], b[..., :h, :])
+
+    @staticmethod
+    def sum(x, axis=None, **kw):
+        return np.flip(x, axis=axis).cumsum(axis=axis).take(-1, axis=axis)
+
+
+@pytest.mark.parametrize("mma, mma_k", [("emulated", 16), ("emulated", 8), ("rn", 16)])
+@pytest.mark.parametrize("data", ["normal", "realistic"])
+def test_the_array_module_path_gives_the_same_bits_in_any_summation_order(mma, mma_k, data):
+    # What CuPy runs (tests/gpu/test_model_gpu.py compares it on the device): every step is
+    # exact or one IEEE rounding, so another order of the sums changes no bit.
+    inp = inputs_for("300x40", data=data, hq=4, hkv=2)
+    rows = np.array([0, 17, 39])
+    twin = model_arrays(inp, ReorderedNumpy())
+    for tile, split, seg in ((16, 0, 0), (64, 0, 128), (16, 160, 0)):
+        got = model_attention(twin, tile, rows, split_keys=split, segment_keys=seg, mma=mma, mma_k=mma_k)
+        want = model_attention(inp, tile, rows, split_keys=split, segment_keys=seg, mma=mma, mma_k=mma_k)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_the_turing_path_chains_two_k8_mmas_per_slice():
+    inp = inputs_for("300x40", data="normal", hq=2, hkv=1)
+    k16, k8 = model_attention(inp, 16), model_attention(inp, 16, mma_k=8)
+    assert 0 < np.abs(k16 - k8).max() < 1e-5 * np.abs(k16).max()
+
+
+def test_exp2_ftz_is_exp2_to_the_nearest_float32_and_flushes_below_2_to_the_minus_126():
+    rng = np.random.default_rng(3)
+    x = np.concatenate([-rng.random(20000) * 130, -rng.random(20000), [0.0, -1.0, -126.0, -125.99]])
+    x = x.astype(np.float32)
+    got = exp2_ftz(x)
+    want = np.exp2(x.astype(np.float64)).astype(np.float32)
+    want[x < -126] = 0
+    assert np.mean(got == want) > 0.9999 and np.all(np.abs(got - want) <= np.spacing(want))
+    assert exp2_ftz(np.array([-np.inf, -126.5, -200], np.float32)).tolist() == [0, 0, 0]
 
 
 @pytest.mark.parametrize("data", ["normal", "realistic"])

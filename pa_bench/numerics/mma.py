@@ -37,15 +37,18 @@ def round_toward_zero_f32(s, xp=np):
     return xp.where(over, xp.nextafter(r, xp.float32(0)), r)
 
 
-def block_fma(c, prods, xp=np, extra_bits: int = EXTRA_BITS):
+def block_fma(c, prods, xp=np, extra_bits: int = EXTRA_BITS, axis: int = -1):
     """One MMA's accumulation: float32 ``c`` [...] plus the exact float64 products ``prods``
-    [..., k] (last axis: the products of one output element) -> float32 [...]."""
+    (``axis``: the products of one output element; the other axes as ``c``'s) -> float32 [...].
+    ``prods`` is overwritten."""
     c64 = c.astype(xp.float64)
-    big = xp.maximum(xp.max(xp.abs(prods), axis=-1), xp.abs(c64))
+    big = xp.maximum(xp.max(xp.abs(prods), axis=axis), xp.abs(c64))
     _, e = xp.frexp(big)               # big = m * 2^e, m in [0.5, 1): largest exponent E = e - 1
-    # q = 2^(E - 23 - extra_bits); a zero ``big`` (all terms zero) gives a harmless tiny q
+    # 1/q = 2^(23 + extra_bits - E); all terms zero (big = 0) gives a harmless e = 0
     inv_q = xp.ldexp(xp.ones_like(big), 24 + extra_bits - e)
-    n = xp.sum(xp.trunc(prods * inv_q[..., None]), axis=-1) + xp.trunc(c64 * inv_q)
+    xp.multiply(prods, xp.expand_dims(inv_q, axis), out=prods)
+    xp.trunc(prods, out=prods)
+    n = xp.sum(prods, axis=axis) + xp.trunc(c64 * inv_q)
     return round_toward_zero_f32(n / inv_q, xp)
 
 
@@ -56,11 +59,11 @@ def mma_accumulate(acc, p16, v, xp=np, k_group: int = MMA_K, extra_bits: int = E
     ``k_group`` products per MMA: 16 (m16n8k16, one MMA) or 8 (Turing's m16n8k8, two MMAs
     in a chain, keys 0-7 then 8-15)."""
     keys = p16.shape[-1]
+    pt = xp.swapaxes(p16, -1, -2).astype(xp.float64)[..., :, :, None]     # [..., 16, R, 1]
+    vt = v.astype(xp.float64)[..., :, None, :]                           # [..., 16, 1, D]
     for k0 in range(0, keys, k_group):
-        pk = p16[..., k0:k0 + k_group].astype(xp.float64)
-        vk = v[..., k0:k0 + k_group, :].astype(xp.float64)
-        prods = pk[..., :, None, :] * xp.swapaxes(vk, -1, -2)[..., None, :, :]   # [..., R, D, k]
-        acc = block_fma(acc, prods, xp, extra_bits)
+        prods = pt[..., k0:k0 + k_group, :, :] * vt[..., k0:k0 + k_group, :, :]   # [..., k, R, D]
+        acc = block_fma(acc, prods, xp, extra_bits, axis=-3)
     return acc
 
 

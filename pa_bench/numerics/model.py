@@ -1,28 +1,35 @@
-"""A NumPy model of the kernels' arithmetic: the error the *algorithm* is expected to have.
+"""A model of the kernels' arithmetic, for NumPy or CuPy arrays: the error the *algorithm* has.
 
-It follows DESIGN.md "The arithmetic every kernel does" step by step, in fp32, tile by tile::
+It follows DESIGN.md "The arithmetic every kernel does" step by step, in fp32, tile by tile, and
+docs/NUMERICS.md section 3 to the last rounding::
 
-    s_raw[j] = sum_d q[i,d] * k_i8[j,d]                 (fp32 accumulation of exact products)
+    s_raw[j] = sum_d q[i,d] * k_i8[j,d]                 (exact, then one rounding to fp32)
     s[j]     = s_raw[j] * (k_scale[j] * qk_scale_log2)  (fp32; invalid keys: -inf)
     per tile:  m_new = max(m, max_j s[j]);  alpha = exp2(m - m_new)   (0 while m == -inf)
-               p[j]  = exp2(s[j] - m_new)
-               l     = l*alpha + sum_j p[j]                            (from unrounded p)
+               p[j]  = exp2(s[j] - m_new)               (results below 2^-126 flushed to 0)
+               l     = l*alpha + p[j] ...               (per lane, in the kernels' order)
                P[j]  = fp16_rn(p[j] * (v_scale[j] * p_scale))
-               acc   = acc*alpha + sum_j float(P[j]) * v_i8[j,:]
+               acc   = acc*alpha, then per 16-key slice acc = MMA(acc, P . V)
     out[i,:] = acc * (1/l) * (1/p_scale)  -> out_dtype
 
-With split keys (v2/v2t on long contexts, see :func:`split_keys`) keys ``[0, split)`` and
-``[split, end)`` run the steps above separately, from the same start, and are merged per row::
+The MMA's accumulation is emulated (``mma="emulated"``, pa_bench.numerics.mma: it truncates, and
+a long chain drifts toward zero) or ideal (``mma="rn"``). Key parts run the steps separately, each
+from a fresh state, and merge per row in fp32 in part order::
 
-    m = max(m0, m1);  a_i = exp2(m_i - m);  l = l0*a0 + l1*a1;  acc = acc0*a0 + acc1*a1
+    m = max_z m_z;  a_z = exp2(m_z - m);  l = sum_z l_z*a_z;  acc = sum_z acc_z*a_z
 
-Only the order of the fp32 sums inside a dot product differs from a kernel's MMAs (rounding
-level). It is vectorised over heads and rows and loops over key tiles only, computing the
-scores of a block of tiles with one matmul; tiles past the last key any selected row can see
-are not visited. This is also the output of the ``numpy`` backend.
+The parts are the two halves of v2/v2t's split keys (:func:`split_keys`), or the key segments of
+SEGMENT_KEYS keys that every kernel runs on long contexts (:func:`segment_keys`). Every step is
+exact or one IEEE rounding in a fixed order, so NumPy and CuPy give the same bits. It is
+vectorised over heads and rows and loops over key tiles; tiles past the last key any selected row
+can see are not visited. This is also the output of the ``numpy`` backend.
 """
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -75,111 +82,239 @@ def split_keys(variant: str, queries: int, context: int, heads_q: int) -> int:
     return split_point(context)
 
 
-_FP16_MIN_NORMAL = np.float32(2.0**-14)
-_BLOCK_BYTES = 32 << 20  # fp32 scores per block of tiles (all heads, all rows)
+# The model's P.V accumulation: "emulated" mirrors mma.sync's truncating block FMA
+# (pa_bench.numerics.mma, calibrated on the H200), "rn" is the ideal (each 16-key slice's exact
+# sum added with one round-to-nearest). See docs/NUMERICS.md for the evidence behind the default.
+MMA_MODES = ("emulated", "rn")
+DEFAULT_MMA = "emulated"
+
+_FP16_MIN_NORMAL = 2.0**-14
+_BLOCK_BYTES = 32 << 20   # fp32 scores per block of keys (all heads, all rows of a row chunk)
 _MAX_BLOCK_KEYS = 2048
+_MAX_STACKED_ROWS = 1024  # rows (x query heads of a KV group) per pass: bounds the MMA emulation's
+                          # [Hkv, rows, D, 16] float64 products; rows are independent, so the
+                          # chunking changes no bit
+_SLICE = 16               # keys per MMA (k of m16n8k16), the kernels' slice
+_LANES = 4                # lanes sharing a row of an m16 tile: lane t holds keys 4t..4t+3 of a slice
+_EXP2_COEF = tuple(1.0 / math.factorial(k) for k in range(14))  # e^y, |y| <= ln2/2: error < 1e-17
 
 
-def round_fp16(x: np.ndarray) -> np.ndarray:
+def round_fp16(x, xp=np):
     """``x.astype(float16).astype(float32)`` for finite ``0 <= x < 65520``, several times faster.
 
     Normal range: round-to-nearest-even of the float32 mantissa to 10 bits on the bit pattern.
     Subnormal range (x < 2^-14): ``(x + 0.5) - 0.5`` rounds to a multiple of 2^-24, fp16's
     subnormal step, because float32's step in [0.5, 1) is 2^-24 (round to nearest even too).
     """
-    bits = x.view(np.uint32)
-    normal = ((bits + np.uint32(0x0FFF) + ((bits >> np.uint32(13)) & np.uint32(1)))
-              & np.uint32(0xFFFFE000)).view(np.float32)
-    small = (x + np.float32(0.5)) - np.float32(0.5)
-    return np.where(x < _FP16_MIN_NORMAL, small, normal)
+    u32 = xp.uint32
+    bits = x.view(u32)
+    normal = ((bits + u32(0x0FFF) + ((bits >> u32(13)) & u32(1))) & u32(0xFFFFE000)).view(xp.float32)
+    small = (x + xp.float32(0.5)) - xp.float32(0.5)
+    return xp.where(x < xp.float32(_FP16_MIN_NORMAL), small, normal)
 
 
-def model_attention(inputs: Inputs, tile_keys: int, rows: np.ndarray | None = None,
-                    split_keys: int = 0) -> np.ndarray:
-    """The kernels' arithmetic on ``inputs`` with ``tile_keys`` keys per tile: float32 [Hq, R, D].
+def exp2_ftz(x, xp=np):
+    """``2^x`` of float32 ``x <= 0`` as float32, results below 2^-126 flushed to zero (as the
+    kernels' ``ex2.approx.ftz``; -inf gives 0). Computed with IEEE float64 adds and multiplies
+    only (a range reduction and a degree-13 polynomial), so NumPy and CuPy give the same bits;
+    the result is float64-accurate before its one rounding to float32."""
+    x64 = xp.maximum(x.astype(xp.float64), -200.0)      # -inf -> -200 (flushed below)
+    n = xp.floor(x64 + 0.5)
+    y = (x64 - n) * math.log(2.0)                       # |y| <= ln2/2
+    r = xp.full_like(y, _EXP2_COEF[-1])
+    for c in _EXP2_COEF[-2::-1]:
+        r = r * y + c
+    r = xp.ldexp(r, n.astype(xp.int32)).astype(xp.float32)
+    return xp.where(x < xp.float32(-126), xp.float32(0), r)
+
+
+@dataclass
+class ModelArrays:
+    """What the model reads, on one array module ``xp`` (numpy or cupy): the logical int8 K/V,
+    Q, and the per-key multipliers the kernels form in fp32."""
+
+    xp: Any
+    q: Any          # float16 [Hq, Nq, D]
+    k_i8: Any       # int8 [Hkv, Nk, D]
+    v_i8: Any
+    k_mult: Any     # float32 [Hkv, Nk]: k_scale * float32(qk_scale_log2)
+    v_mult: Any     # float32 [Hkv, Nk]: v_scale * float32(p_scale)
+    p_scale: float
+    out_dtype: str
+
+    @property
+    def context(self) -> int:
+        return int(self.k_i8.shape[1] - self.q.shape[1])
+
+
+def model_arrays(inputs: Inputs, xp=np) -> ModelArrays:
+    """``inputs``' arrays for the model on ``xp`` (the multipliers are formed on the host, so
+    every array module starts from the same bits)."""
+    f32 = np.float32
+    k_mult = (inputs.k_scale * f32(inputs.qk_scale_log2)).astype(f32)
+    v_mult = (inputs.v_scale * f32(inputs.p_scale)).astype(f32)
+    up = xp.asarray
+    return ModelArrays(xp, up(inputs.q), up(inputs.k_i8), up(inputs.v_i8), up(k_mult), up(v_mult),
+                       float(inputs.p_scale), inputs.problem.out_dtype)
+
+
+def key_parts(n_visit: int, split: int = 0, segment: int = 0) -> list[tuple[int, int]]:
+    """The key ranges that run the online softmax separately, in merge order: segments
+    ``[z*S, min((z+1)*S, n_visit))``, or the two halves of a split, or one range."""
+    if segment:
+        return [(k0, min(k0 + segment, n_visit)) for k0 in range(0, n_visit, segment)]
+    if split:
+        return [(0, split), (split, n_visit)]
+    return [(0, n_visit)]
+
+
+def model_attention(inputs: Inputs | ModelArrays, tile_keys: int, rows=None, split_keys: int = 0, *,
+                    segment_keys: int | None = None, mma: str = DEFAULT_MMA, mma_k: int = _SLICE):
+    """The kernels' arithmetic with ``tile_keys`` keys per tile: float32 [Hq, R, D] on the
+    inputs' array module (numpy for :class:`Inputs`; give :func:`model_arrays` for cupy).
 
     ``rows``: sorted query-row indices (None: all rows). ``split_keys``: 0, or the key (a multiple
-    of ``tile_keys``, at most the context) at which the keys are split in two halves that are
-    merged at the end. With ``out_dtype: float16`` the result is rounded through fp16 (and
-    returned as float32).
+    of ``tile_keys``, at most the context) at which the keys are split in two halves merged at the
+    end. ``segment_keys``: keys per segment (None: :func:`segment_keys` of the context; 0: none).
+    ``mma``: how P.V accumulates (MMA_MODES); ``mma_k``: products per MMA (16; 8 for the Turing
+    path's m16n8k8 pairs). With ``out_dtype: float16`` the result is rounded through fp16.
     """
+    a = inputs if isinstance(inputs, ModelArrays) else model_arrays(inputs)
+    xp = a.xp
     tile = int(tile_keys)
-    if tile < 1:
-        raise ValueError(f"tile_keys must be positive, got {tile_keys}")
-    f32 = np.float32
-    q16 = inputs.q
-    hq, nq, d = q16.shape
-    hkv, nk, _ = inputs.k_i8.shape
-    ctx = nk - nq
+    if tile < _SLICE or tile % _SLICE:
+        raise ValueError(f"tile_keys must be a positive multiple of {_SLICE}, got {tile_keys}")
+    if mma not in MMA_MODES:
+        raise ValueError(f"mma must be one of {MMA_MODES}, got {mma!r}")
+    if mma_k not in (8, 16):
+        raise ValueError(f"mma_k must be 8 or 16, got {mma_k}")
+    hq, nq, d = a.q.shape
+    hkv = a.k_i8.shape[0]
+    ctx = a.context
     split = int(split_keys)
     if split < 0 or split > ctx or split % tile:
         raise ValueError(f"split_keys must be a multiple of {tile} in [0, {ctx}], got {split_keys}")
+    seg = globals()["segment_keys"](ctx) if segment_keys is None else int(segment_keys)
+    if seg < 0 or seg % 64:
+        raise ValueError(f"segment_keys must be a non-negative multiple of 64, got {segment_keys}")
+    if seg and split:
+        raise ValueError("split_keys and segment_keys exclude each other (split_keys is 0 with segments)")
     group = hq // hkv
     rows = np.arange(nq, dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
-    n_rows = len(rows)
-    if n_rows == 0:
-        return np.zeros((hq, 0, d), dtype=f32)
+    out = xp.zeros((hq, len(rows), d), dtype=xp.float32)
+    step = max(1, _MAX_STACKED_ROWS // group)
+    for r0 in range(0, len(rows), step):
+        part = rows[r0:r0 + step]
+        out[:, r0:r0 + len(part)] = _model_rows(a, tile, part, split, seg, mma, mma_k)
+    if a.out_dtype == "float16":
+        out = out.astype(xp.float16).astype(xp.float32)
+    return out
 
+
+def _model_rows(a: ModelArrays, tile: int, rows: np.ndarray, split: int, seg: int, mma: str, mma_k: int):
+    """model_attention for one chunk of rows: float32 [Hq, R, D] (before the output dtype)."""
+    xp, f32 = a.xp, a.xp.float32
+    hq, _, d = a.q.shape
+    hkv = a.k_i8.shape[0]
+    group, n_rows, ctx = hq // hkv, len(rows), a.context
     # Rows of one KV head's query heads stacked: index gi*R + r for query head g*group + gi.
-    qf = q16[:, rows, :].astype(f32).reshape(hkv, group * n_rows, d)
-    limit = np.tile(ctx + rows, group)  # last visible key of each stacked row
+    qf = a.q[:, xp.asarray(rows), :].astype(xp.float64).reshape(hkv, group * n_rows, d)
+    limit = xp.asarray(np.tile(ctx + rows, group))  # last visible key of each stacked row
     n_visit = int(ctx + rows.max() + 1)
-    with np.errstate(invalid="ignore", over="ignore", under="ignore"):
-        if split == 0:
-            m, l, acc = _online_softmax(inputs, qf, limit, tile, 0, n_visit)
-        else:
-            m, l, acc = _online_softmax(inputs, qf, limit, tile, 0, split)
-            m1, l1, acc1 = _online_softmax(inputs, qf, limit, tile, split, n_visit)
-            mn = np.maximum(m, m1)
-            msafe = np.where(mn == -np.inf, f32(0), mn)
-            a0, a1 = np.exp2(m - msafe), np.exp2(m1 - msafe)
-            l = l * a0 + l1 * a1
-            acc = acc * a0[:, :, None] + acc1 * a1[:, :, None]
-    out = acc * (f32(1) / l)[:, :, None] * f32(1.0 / inputs.p_scale)
-    out = out.reshape(hq, n_rows, d)
-    if inputs.problem.out_dtype == "float16":
-        out = out.astype(np.float16)
-    return out.astype(f32, copy=False)
+    parts = [_online_softmax(a, qf, limit, tile, k0, k1, mma, mma_k)
+             for k0, k1 in key_parts(n_visit, split, seg)]
+    if len(parts) == 1:
+        _, l, acc = parts[0]
+        l = _lane_sum(l)
+    else:
+        # Per row, in part order from zero: l += l_z*a_z, acc += acc_z*a_z (fp32, each product
+        # rounded, then the sum). Split halves merge per lane (one CTA, before the lanes' sums),
+        # segments after them (the combine kernel reads each segment's row sum).
+        per_lane = not seg
+        m = parts[0][0]
+        for mz, _, _ in parts[1:]:
+            m = xp.maximum(m, mz)
+        msafe = xp.where(m == -xp.inf, f32(0), m)
+        l = xp.zeros_like(parts[0][1] if per_lane else m)
+        acc = xp.zeros_like(parts[0][2])
+        for mz, lz, accz in parts:
+            az = exp2_ftz(mz - msafe, xp)
+            l = l + (lz * az[:, :, None] if per_lane else _lane_sum(lz) * az)
+            acc = acc + accz * az[:, :, None]
+        if per_lane:
+            l = _lane_sum(l)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = acc * (f32(1) / l)[:, :, None] * f32(1.0 / a.p_scale)
+    return out.reshape(hq, n_rows, d)
 
 
-def _online_softmax(inputs: Inputs, qf: np.ndarray, limit: np.ndarray, tile: int, k0: int, k1: int):
-    """Online softmax of the stacked rows ``qf`` [Hkv, G*R, D] over keys [k0, k1) in tiles of
-    ``tile`` keys from k0: the state (m, l, acc) in fp32. ``limit``: each row's last visible key."""
-    f32 = np.float32
+def _lane_sum(l):
+    """A row's sum from its four lanes' parts, in the shuffles' order: (l0 + l1) + (l2 + l3)."""
+    return (l[..., 0] + l[..., 1]) + (l[..., 2] + l[..., 3])
+
+
+def _online_softmax(a: ModelArrays, qf, limit, tile: int, k0: int, k1: int, mma: str, mma_k: int):
+    """Online softmax of the stacked rows ``qf`` [Hkv, G*R, D] (float64) over keys [k0, k1) in
+    tiles of ``tile`` keys from k0: the state (m, l per lane [.., 4], acc) in fp32.
+    ``limit``: each row's last visible key."""
+    from pa_bench.numerics import mma as M
+
+    xp = a.xp
+    f32, f64 = xp.float32, xp.float64
     hkv, gr, d = qf.shape
-    k_mult = (inputs.k_scale[:, k0:k1] * f32(inputs.qk_scale_log2)).astype(f32)
-    v_mult = (inputs.v_scale[:, k0:k1] * f32(inputs.p_scale)).astype(f32)
+    m = xp.full((hkv, gr), -xp.inf, dtype=f32)
+    l = xp.zeros((hkv, gr, _LANES), dtype=f32)
+    acc = xp.zeros((hkv, gr, d), dtype=f32)
 
-    m = np.full((hkv, gr), -np.inf, dtype=f32)
-    l = np.zeros((hkv, gr), dtype=f32)
-    acc = np.zeros((hkv, gr, d), dtype=f32)
-
-    block = _MAX_BLOCK_KEYS // tile * tile or tile
-    block = max(tile, min(block, _BLOCK_BYTES // (4 * hkv * gr) // tile * tile))
+    block = max(tile, min(_MAX_BLOCK_KEYS, _BLOCK_BYTES // (4 * hkv * gr)) // tile * tile)
     min_limit = int(limit.min())
     for b0 in range(k0, k1, block):
         b1 = min(b0 + block, k1)
-        kb = inputs.k_i8[:, b0:b1, :].astype(f32)
-        s = np.matmul(qf, kb.transpose(0, 2, 1))  # s_raw [hkv, gr, keys]
-        s *= k_mult[:, None, b0 - k0:b1 - k0]
+        nb = b1 - b0
+        nt = -(-nb // tile)
+        # S = Q.K^T: exact in float64 (|q| < 2^15 on a 2^-24 grid times int8, D <= 256), so its
+        # one rounding to fp32 does not depend on the summation order.
+        kb = a.k_i8[:, b0:b1, :].astype(f64)
+        s = xp.matmul(qf, kb.transpose(0, 2, 1)).astype(f32) * a.k_mult[:, None, b0:b1]
         if b1 - 1 > min_limit:  # the causal edge crosses this block
-            masked = np.arange(b0, b1)[None, :] > limit[:, None]
-            s[:, masked] = -np.inf
-        vb = inputs.v_i8[:, b0:b1, :].astype(f32)
-        for t0 in range(0, b1 - b0, tile):
-            st = s[:, :, t0:t0 + tile]
-            m_new = np.maximum(m, st.max(axis=2))
-            alpha = np.exp2(m - m_new)  # exp2(-inf) = 0 on the first tile
-            alpha[m_new == -np.inf] = 1  # (a row with no valid key yet: nothing to rescale)
-            p = np.exp2(st - m_new[:, :, None])
-            l = l * alpha + p.sum(axis=2, dtype=f32)
-            big_p = round_fp16(p * v_mult[:, None, b0 - k0 + t0:b0 - k0 + t0 + tile])
-            if not (alpha == 1).all():  # acc * 1 is exact: skip it when no row rescales
-                acc *= alpha[:, :, None]
-            acc += np.matmul(big_p, vb[:, t0:t0 + tile, :])
-            m = m_new
+            s = xp.where(xp.arange(b0, b1)[None, None, :] > limit[None, :, None], f32(-xp.inf), s)
+        if nt * tile != nb:  # a last partial tile (the end of a part): pad with invalid keys
+            s = xp.concatenate([s, xp.full((hkv, gr, nt * tile - nb), -xp.inf, dtype=f32)], axis=2)
+        s = s.reshape(hkv, gr, nt, tile)
+        # running max after each tile, the rescale factors and p, for the whole block at once
+        run = xp.concatenate([m[:, :, None], s.max(axis=3)], axis=2)
+        for t in range(1, nt + 1):
+            run[:, :, t] = xp.maximum(run[:, :, t - 1], run[:, :, t])
+        m_new = run[:, :, 1:]
+        msafe = xp.where(m_new == -xp.inf, f32(0), m_new)
+        alpha = exp2_ftz(run[:, :, :-1] - msafe, xp)                  # [hkv, gr, nt]
+        p = exp2_ftz(s - msafe[:, :, :, None], xp)                    # [hkv, gr, nt, tile]
+        vm = a.v_mult[:, b0:b1]
+        if nt * tile != nb:
+            vm = xp.concatenate([vm, xp.zeros((hkv, nt * tile - nb), dtype=f32)], axis=1)
+        big_p = round_fp16(p * vm.reshape(hkv, 1, nt, tile), xp)
+        # per lane: l = l*alpha, then + p of keys 4t..4t+3 of each slice in order
+        pl = p.reshape(hkv, gr, nt, tile // _SLICE, _LANES, _SLICE // _LANES)
+        vb = a.v_i8[:, b0:b1, :]
+        if nt * tile != nb:
+            vb = xp.concatenate([vb, xp.zeros((hkv, nt * tile - nb, d), dtype=vb.dtype)], axis=1)
+        for t in range(nt):
+            l = l * alpha[:, :, t, None]
+            for n in range(tile // _SLICE):
+                for j in range(_SLICE // _LANES):
+                    l = l + pl[:, :, t, n, :, j]
+            acc = acc * alpha[:, :, t, None]
+            for n in range(tile // _SLICE):
+                c0 = t * tile + n * _SLICE
+                ps, vs = big_p[:, :, t, n * _SLICE:(n + 1) * _SLICE], vb[:, c0:c0 + _SLICE, :]
+                if mma == "emulated":
+                    acc = M.mma_accumulate(acc, ps, vs, xp, k_group=mma_k)
+                else:
+                    acc = M.rn_accumulate(acc, ps, vs, xp)
+        m = run[:, :, -1]
     return m, l, acc
 
 
-__all__ = ["model_attention", "tile_keys", "split_keys", "split_point", "SEGMENT_KEYS",
-           "segment_keys"]
+__all__ = ["model_attention", "model_arrays", "ModelArrays", "key_parts", "tile_keys", "split_keys",
+           "split_point", "SEGMENT_KEYS", "segment_keys", "MMA_MODES", "DEFAULT_MMA", "round_fp16",
+           "exp2_ftz"]

@@ -1,0 +1,76 @@
+"""The numerics model and the FP64 reference on the GPU (`pytest -m gpu`): the CuPy model gives
+the same bits as the NumPy model (every step is exact or one IEEE rounding, so the order of the
+GPU's sums cannot move a bit), and the CuPy reference agrees with NumPy's to float64 rounding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pa_bench.numerics.model import model_arrays, model_attention, split_point
+from pa_bench.numerics.reference import reference_attention, sample_rows
+from pa_bench.problem.inputs import make_inputs
+from pa_bench.problem.plan import Problem
+from pa_bench.problem.shapes import parse_shape
+
+pytestmark = pytest.mark.gpu
+
+cp = pytest.importorskip("cupy")
+try:
+    HAVE_GPU = cp.cuda.runtime.getDeviceCount() > 0
+except Exception:  # pragma: no cover
+    HAVE_GPU = False
+if not HAVE_GPU:  # pragma: no cover
+    pytest.skip("no GPU visible to CuPy", allow_module_level=True)
+
+
+def inputs(shape, data, hq=8, hkv=2, d=128, out_dtype="float32"):
+    pb = Problem(parse_shape(shape), heads_q=hq, heads_kv=hkv, head_dim=d, data=data, seed=3,
+                 layout="contiguous", out_dtype=out_dtype)
+    return make_inputs(pb)
+
+
+@pytest.mark.parametrize("mma, mma_k", [("emulated", 16), ("emulated", 8), ("rn", 16)])
+@pytest.mark.parametrize("data", ["normal", "realistic"])
+@pytest.mark.parametrize("tile, split, segment", [(16, 0, 0), (64, 0, 0), (16, "half", 0),
+                                                  (64, 0, 1024), (16, 0, 1024)])
+def test_gpu_model_gives_the_cpu_models_bits(data, tile, split, segment, mma, mma_k):
+    inp = inputs("4Kx96", data)
+    rows = sample_rows(96, 12, 0)
+    split = split_point(inp.problem.context) if split == "half" else split
+    kw = dict(split_keys=split, segment_keys=segment, mma=mma, mma_k=mma_k)
+    cpu = model_attention(inp, tile, rows, **kw)
+    gpu = model_attention(model_arrays(inp, cp), tile, rows, **kw)
+    np.testing.assert_array_equal(cp.asnumpy(gpu), cpu)
+
+
+def test_gpu_model_gives_the_cpu_models_bits_on_a_long_context_with_fp16_output():
+    inp = inputs("70Kx32", "realistic", hq=4, hkv=1, out_dtype="float16")   # two segments
+    rows = np.array([0, 31])
+    cpu = model_attention(inp, 16, rows)
+    np.testing.assert_array_equal(cp.asnumpy(model_attention(model_arrays(inp, cp), 16, rows)), cpu)
+
+
+def test_cuda_backend_model_is_the_gpu_model():
+    from pa_bench.backends.cuda import CudaBackend
+
+    be = CudaBackend()
+    inp = inputs("2.1Kx256", "realistic", hq=32, hkv=8)
+    rows = sample_rows(256, 16, 0)
+    split = be.split_keys("v2", inp.problem)
+    got = be.model(inp, 16, rows, split_keys=split)
+    np.testing.assert_array_equal(got, model_attention(inp, 16, rows, split_keys=split))
+
+
+@pytest.mark.parametrize("data", ["normal", "realistic"])
+def test_gpu_reference_agrees_with_numpy(data):
+    inp = inputs("4Kx96", data)
+    pb = inp.problem
+    rows = sample_rows(96, 12, 0)
+    args = (pb.context, pb.softmax_scale)
+    cpu = reference_attention(inp.q, inp.k_i8, inp.v_i8, *args, rows=rows,
+                              k_scale=inp.k_scale, v_scale=inp.v_scale)
+    gpu = reference_attention(cp.asarray(inp.q), cp.asarray(inp.k_i8), cp.asarray(inp.v_i8), *args,
+                              rows=rows, xp=cp, k_scale=cp.asarray(inp.k_scale),
+                              v_scale=cp.asarray(inp.v_scale))
+    np.testing.assert_allclose(cp.asnumpy(gpu), cpu, rtol=0, atol=1e-12 * np.abs(cpu).max())
