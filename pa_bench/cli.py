@@ -637,7 +637,7 @@ def _parity_rows(records, common: list[str] = ()) -> list[list[str]]:
 
 PARITY_COLUMNS = ["shape", "variant", "status", "max err vs FP64", "model err", "ratio", "parity",
                   "quant err", "diff v1", "diff v2", "determ.", "rows", "PR err", "reason"]
-TIME_COLUMNS = ["shape", "variant", "status", "ms median", "ms q1-q3", "spread", "samples",
+TIME_COLUMNS = ["shape", "variant", "status", "ms median", "ms q1-q3", "spread", "samples", "stop",
                 "TFLOP/s", "KV GB/s", "SM MHz", "throttled", "vs v1", "PR ms", "reason"]
 
 
@@ -651,11 +651,20 @@ def _time_rows(records, common: list[str] = ()) -> list[list[str]]:
             speed += f" [{r.speedup_lo:.2f}-{r.speedup_hi:.2f}]"
         out.append([
             _shape_cell(r), r.variant, r.status, _fmt(r.ms_median, "ms"), quart,
-            _fmt(r.ms_rel_spread, "pct"), _fmt(r.samples), _fmt(r.tflops, "1"),
+            _fmt(r.ms_rel_spread, "pct"), _fmt(r.samples), _stop_cell(r), _fmt(r.tflops, "1"),
             _fmt(r.kv_gbps, "0"), _fmt(r.sm_clock_mhz, "0"), _fmt(r.throttled), speed,
             _fmt(r.ref_ms, "ms"), _reason(r, timing_common),
         ])
     return out
+
+
+def _stop_cell(r) -> str:
+    """Why sampling stopped; a row that stopped short of the noise limit is marked '!'; a row
+    whose hold timed out (host time may be in it) says 'host-bound'."""
+    if r.stop_reason is None:
+        return "-"
+    cell = r.stop_reason if r.stop_reason == "noise" else f"{r.stop_reason}!"
+    return cell + (" host-bound" if r.host_bound else "")
 
 
 def _show_run(mode: str, run_path: Path, config, as_json: bool) -> list:

@@ -234,3 +234,24 @@ def test_plots_written_and_linked(tmp_path):
 def test_no_plot_for_parity_only(tmp_path):
     md = build_report(make_run(tmp_path, timed=False).path)
     assert "No timing data in this run: nothing to plot." in md
+
+
+def test_rows_that_stopped_short_of_the_noise_limit_and_peers_are_marked(tmp_path):
+    run = new_run_dir(tmp_path / "results", "pr2092", "cuda", WHEN)
+    run.write_meta(META)
+    base = dict(COMMON, shape="32Kx1024", context=32768, queries=1024)
+    timed = dict(ms_q1=1.9, ms_q3=2.1, ms_min=1.8, ms_max=2.3, samples=50)
+    run.save_record(Record(**base, variant="v1", ms_median=2.0, ms_rel_spread=0.012, stop_reason="timeout",
+                           host_bound=True, max_abs_err=3e-6, model_max_abs_err=3e-6, err_ratio=1.0,
+                           parity_pass=True, **timed))
+    run.save_record(Record(**base, variant="v2", ms_median=1.5, ms_rel_spread=0.004, stop_reason="noise",
+                           max_abs_err=3e-6, model_max_abs_err=3e-6, err_ratio=1.0, parity_pass=True, **timed))
+    run.save_record(Record(**base, variant="torch-sdpa", ms_median=1.7, stop_reason="noise",
+                           max_abs_err=8e-6, parity_pass=None, **timed))
+    md = build_report(run)
+    v1_row = next(line for line in md.splitlines() if line.startswith("| v1 "))
+    v2_row = next(line for line in md.splitlines() if line.startswith("| v2 "))
+    peer_row = next(line for line in md.splitlines() if line.startswith("| torch-sdpa "))
+    assert "⏱ timeout at 1.2 % spread" in v1_row and "host-bound" in v1_row
+    assert "⏱" not in v2_row and "host-bound" not in v2_row
+    assert "peer: no model" in peer_row and "8.00e-06" in peer_row

@@ -318,6 +318,10 @@ def _unstated(records: list[Record], meta: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def fmt_ratio_pct(x) -> str:
+    return DASH if x is None else f"{100 * float(x):.1f} %"
+
+
 def _shape_section(shape: str, recs: list[Record]) -> list[str]:
     by_variant = {r.variant: r for r in recs}
     v1 = by_variant.get(registry.BASELINE)
@@ -333,8 +337,14 @@ def _shape_section(shape: str, recs: list[Record]) -> list[str]:
             ms += f" [{fmt_ms(r.ms_q1)}{DASH}{fmt_ms(r.ms_q3)}]"
         if r.throttled:
             ms += f" ⚠ {r.throttled} throttled"
+        if r.ms_median is not None and r.stop_reason not in (None, "noise"):
+            ms += f" ⏱ {r.stop_reason} at {fmt_ratio_pct(r.ms_rel_spread)} spread"
+        if r.host_bound:
+            ms += " ⚠ host-bound"
         sp = fmt_speedup(*_speedup_of(r, v1)) if r.ms_median is not None else DASH
         parity = DASH
+        if r.parity_pass is None and r.max_abs_err is not None and registry.is_peer(r.variant):
+            parity = "peer: no model"
         if r.parity_pass is not None:
             parity = "pass" if r.parity_pass else "**FAIL**"
             notes = []
