@@ -45,6 +45,9 @@ class Variant:
     warp_tiles: bool = False        # takes -DPA_TILES (m16 tiles per warp, kernels.choose_tiles)
     turing_path: bool = True        # has the forced sm_75 path (--force-turing)
     bitwise_twin: str | None = None  # must be bitwise identical to this variant (same MMA path)
+    pv_chain_keys: int | None = None  # keys one P.V accumulator sums before it is added (_rn) into O:
+                                      # None = one MMA chain over the whole key range (v1, v2, v2t);
+                                      # v3: 64 (a fresh wgmma accumulator per tile)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -162,9 +165,24 @@ register(Variant(
     threads=64, cta="64 threads: 2 warps x T m16 tiles (query heads of one KV group)", warp_tiles=True,
     bitwise_twin="v2"))
 register(Variant(
+    "v3", CUDA_KERNEL, "Hopper: a producer warpgroup converts K/V to fp16 once per CTA, two consumer warpgroups run wgmma",
+    source="v3.cu", min_arch=90, max_arch=90, arch_suffix="a", arch_needs="wgmma, setmaxnreg", tile_keys=64,
+    threads=384, cta="384 threads: a producer warpgroup + 2 consumer warpgroups x 64 rows (the query heads of "
+    "one KV group packed into the rows); 149 KB of dynamic shared memory at D=128, 77 KB at D=64",
+    turing_path=False, pv_chain_keys=64))
+register(Variant(
+    "triton", TRITON_KERNEL, "the same problem in Triton: int8 K/V gathered and converted in the kernel, "
+    "the query heads of a KV group packed into a program's rows",
+    source="triton_pa.py", min_arch=80, arch_needs="Triton's supported GPUs", tile_keys=64,
+    cta="a program: 128 (or 64) rows = the query heads of one KV group x their rows; Triton picks the "
+    "warps' layout (wgmma on sm_90)", turing_path=False))
+register(Variant(
     "torch-sdpa", PEER, "PyTorch scaled_dot_product_attention (flash) on fp16 K/V dequantised beforehand"))
 register(Variant(
     "torch-sdpa+dequant", PEER, "torch-sdpa with the int8 -> fp16 dequantisation inside every launch"))
+register(Variant(
+    "torch-flex", PEER, "PyTorch flex_attention, compiled, on fp16 K/V dequantised beforehand "
+    "(bottom-right causal block mask, enable_gqa)"))
 
 
 __all__ = ["Variant", "register", "unregister", "get", "find", "names", "cuda_kernels", "is_kernel",

@@ -180,7 +180,7 @@ def test_structural_errors(tmp_path, text, words):
     ("softmax_scale: -1\n", ["softmax_scale", "greater than 0"]),
     ("softmax_scale: fast\n", ["softmax_scale", "number"]),
     ("seed: -1\n", ["seed"]),
-    ("variants: [v1, v3]\n", ["variants", "'v3'"]),
+    ("variants: [v1, v9]\n", ["variants", "'v9'"]),
     ("variants: [v1, v1]\n", ["variants", "twice"]),
     ("variants: []\n", ["variants"]),
     ("timing: {warmup: -1}\n", ["timing.warmup"]),

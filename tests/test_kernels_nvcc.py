@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from pa_bench import variants as registry
 from pa_bench.backends import kernel_info as ki
 from pa_bench.backends import kernels as K
 
@@ -14,18 +15,21 @@ pytestmark = [
     pytest.mark.skipif(ki.nvcc_path() is None, reason="nvcc (the CUDA compiler) is not on PATH"),
 ]
 
+# The portable mma.sync kernels (v1, v2, v2t); an arch-specific one (v3, sm_90a) has its own
+# checks in tests/test_v3_nvcc.py.
+PORTABLE = [v.name for v in registry.cuda_kernels() if not v.arch_suffix]
 TURING_SMEM_LIMIT = 64 * 1024     # per CTA on sm_75
 STATIC_SMEM_LIMIT = 48 * 1024     # static __shared__ without an opt-in
 
 
 @pytest.fixture(scope="module", params=[128, 64], ids=["d128", "d64"])
 def table(request):
-    return ki.kernel_table(head_dim=request.param)
+    return ki.kernel_table(head_dim=request.param, variants=PORTABLE)
 
 
 @pytest.fixture(scope="module")
 def turing_table():
-    return ki.kernel_table(head_dim=128, force_turing=True)
+    return ki.kernel_table(head_dim=128, force_turing=True, variants=PORTABLE)
 
 
 def _row(rows, variant, arch):

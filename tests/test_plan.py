@@ -76,5 +76,5 @@ def test_make_plan_bad_overrides():
     config = load_config(DEFAULT_CONFIG)
     with pytest.raises(ShapeError, match="'12Q'"):
         make_plan(config, shapes="12Q")
-    with pytest.raises(ConfigError, match="'v3'"):
-        make_plan(config, variants="v3")
+    with pytest.raises(ConfigError, match="'v9'"):
+        make_plan(config, variants="v9")

@@ -74,6 +74,8 @@ class CudaBackend:
         self.props = props
         self.cc = int(props["major"]) * 10 + int(props["minor"])
         self._kernels: dict[K.KernelBuild, object] = {}
+        self._smem: dict[K.KernelBuild, int] = {}      # dynamic shared memory per launch (v3)
+        self.compilers: dict[K.KernelBuild, str] = {}  # "nvrtc", or "nvcc" (an arch-specific fallback)
         self._launches: dict[tuple, dict] = {}   # (variant, problem) -> grid, tiles, split: meta.json
         self.tiles: int | None = None  # v2/v2t: m16 query tiles per warp (None: K.choose_tiles)
         self.pair_heads = True         # v2/v2t: a warp's two tiles are two heads of one KV group
@@ -216,13 +218,47 @@ class CudaBackend:
         fn = self._kernels.get(build)
         if fn is None:
             try:
-                mod = self.cp.RawModule(code=K.kernel_source(build.variant),
-                                        options=build.options() + self._include_options())
-                fn = mod.get_function(build.function)
+                mod, fn = self._module(build)
+                self._smem[build] = self._dynamic_smem(mod, fn, build)
             except Exception as exc:
                 raise PaBenchError(f"compiling {build.variant} failed: {_first_line(exc)}") from exc
             self._kernels[build] = fn
         return fn
+
+    def _module(self, build: K.KernelBuild):
+        """(module, kernel) of a build: NVRTC through CuPy; for an arch-specific variant (v3,
+        sm_90a) with the arch named (K.arch_options), and should NVRTC fail there, nvcc to a cubin
+        that RawModule loads (K.nvcc_cubin). ``self.compilers`` records which one built it."""
+        arch = K.arch_options(build.variant, self.cc)
+        try:
+            mod = self.cp.RawModule(code=K.kernel_source(build.variant),
+                                    options=build.options() + self._include_options() + arch)
+            fn = mod.get_function(build.function)
+            self.compilers[build] = "nvrtc"
+        except Exception:
+            if not arch:
+                raise
+            import shutil
+
+            if shutil.which("nvcc") is None:
+                raise
+            mod = self.cp.RawModule(path=str(K.nvcc_cubin(build, registry.get(build.variant).nvcc_arch(self.cc))))
+            fn = mod.get_function(build.function)
+            self.compilers[build] = "nvcc"
+        return mod, fn
+
+    def _dynamic_smem(self, mod, fn, build: K.KernelBuild) -> int:
+        """The dynamic shared memory of a kernel whose module exports ``<function>_smem_bytes``
+        (v3: over 48 KB), asked once and the kernel's limit raised to it; 0 for the others."""
+        try:
+            probe = mod.get_function(build.function + "_smem_bytes")
+        except Exception:
+            return 0
+        buf = self.cp.zeros(1, dtype=self.cp.int32)
+        probe((1,), (1,), (buf,))
+        smem = int(buf.get()[0])
+        fn.max_dynamic_shared_size_bytes = smem
+        return smem
 
     def split_keys(self, variant: str, problem) -> int:
         """Where ``variant`` splits the keys on ``problem`` (0: no split): pa_bench.numerics.model's rule,
@@ -254,7 +290,9 @@ class CudaBackend:
         """A no-argument callable that launches ``variant`` once (asynchronously)."""
         inp = prep.inputs
         pb = inp.problem
-        fn = self.kernel(self.build(variant, pb))
+        build = self.build(variant, pb)
+        fn = self.kernel(build)
+        smem = self._smem.get(build, 0)
         out = prep.out_a if out is None else out
         body = out[GUARD_ELEMS:]
         geo = self.geometry(variant, pb)
@@ -272,7 +310,7 @@ class CudaBackend:
         )
 
         def launch():
-            fn(grid, block, args)
+            fn(grid, block, args, shared_mem=smem)
 
         return launch
 

@@ -40,6 +40,7 @@ def _parse_ptxas(log: str) -> dict:
 
 def _parse_ptx(ptx: str) -> dict:
     shapes = sorted(set(re.findall(r"mma\.sync\.aligned\.(m\d+n\d+k\d+)", ptx)))
+    shapes += sorted({f"wgmma.{s}" for s in re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", ptx)})
     return {"cp_async": "cp.async" in ptx, "mma": ",".join(shapes) if shapes else None}
 
 

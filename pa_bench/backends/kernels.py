@@ -57,6 +57,38 @@ def kernel_variants() -> tuple[str, ...]:
     return registry.names(registry.CUDA_KERNEL)
 
 
+def arch_options(variant: str, cc: int) -> tuple[str, ...]:
+    """NVRTC options naming an arch-specific target (v3: ``--gpu-architecture=sm_90a``, which
+    NVRTC 13 takes over the plain ``-arch=sm_90`` CuPy adds); () for the portable kernels, which
+    CuPy builds for the device's own arch."""
+    entry = registry.get(variant)
+    return (f"--gpu-architecture={entry.nvcc_arch(cc)}",) if entry.arch_suffix else ()
+
+
+def nvcc_cubin(build: "KernelBuild", arch: str) -> Path:
+    """``build`` compiled by nvcc for ``arch`` (e.g. sm_90a) into a cubin under the temp directory,
+    named by a hash of the source and options (reused when present): the fallback for an
+    arch-specific kernel where NVRTC cannot build it."""
+    import subprocess
+    import tempfile
+
+    src = kernel_source(build.variant)
+    opts = (*build.options(), f"-gencode=arch=compute_{arch.removeprefix('sm_')},code={arch}", "-O3")
+    key = hashlib.sha256("\0".join((src, *opts)).encode()).hexdigest()[:20]
+    out_dir = Path(tempfile.gettempdir()) / "pa-bench-cubins"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cubin = out_dir / f"{build.function}-{key}.cubin"
+    if not cubin.exists():
+        tmp = out_dir / f"{build.function}-{key}.{os.getpid()}"
+        (tmp.with_suffix(".cu")).write_text(src)
+        proc = subprocess.run(["nvcc", "-cubin", *opts, "-o", str(tmp), str(tmp.with_suffix(".cu"))],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"nvcc failed: {proc.stderr.strip()[:400]}")
+        tmp.replace(cubin)
+    return cubin
+
+
 def kernel_path(variant: str) -> Path:
     entry = registry.find(variant)
     if entry is None or entry.kind != registry.CUDA_KERNEL:
@@ -124,12 +156,27 @@ def _warp_tiles(threads: int, queries: int, heads_q: int, heads_kv: int, tiles: 
     return LaunchGeometry((-(-queries // rows), -(-warps // tasks_per_cta)), threads, pair, split_keys)
 
 
+def _kv_group_rows(threads: int, queries: int, heads_q: int, heads_kv: int, tiles: int, pair_heads: bool,
+                   split_keys: int) -> LaunchGeometry:
+    """v3: a CTA holds one KV head and 64 rows per consumer warpgroup (``threads // 128 - 1`` of
+    them), the query heads of the KV group packed into the rows (row R: position R // G of head
+    R % G, G = heads_q // heads_kv); grid (heads_kv, row blocks), row blocks longest-first."""
+    if split_keys:
+        raise ValueError("this variant does not split keys")
+    rows = 64 * (threads // 128 - 1)
+    group = heads_q // heads_kv
+    if group > rows:
+        raise ValueError(f"{heads_q}/{heads_kv} heads: a KV group of {group} query heads does not fit in {rows} rows")
+    return LaunchGeometry((heads_kv, -(-queries // (rows // group))), threads, False)
+
+
 #: Each CUDA kernel variant's launch geometry: (threads, queries, heads_q, heads_kv, tiles,
 #: pair_heads, split_keys) -> LaunchGeometry. A new kernel adds its line here.
 GEOMETRY: dict[str, Callable[..., LaunchGeometry]] = {
     "v1": _rows_per_cta,
     "v2": _warp_tiles,
     "v2t": _warp_tiles,
+    "v3": _kv_group_rows,
 }
 
 
