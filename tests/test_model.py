@@ -100,7 +100,7 @@ def naive_model(inp, tile, rows, split=0, segment=0, mma="rn"):
 
 
 def test_tile_sizes():
-    assert {v: tile_keys(v) for v in ("v1", "v2", "v2t")} == {"v1": 64, "v2": 16, "v2t": 16, "v3": 64}
+    assert {v: tile_keys(v) for v in ("v1", "v2", "v2t", "v3")} == {"v1": 64, "v2": 16, "v2t": 16, "v3": 64}
 
 
 @pytest.mark.parametrize("mma", ["rn", "emulated"])
