@@ -17,6 +17,7 @@ import numpy as np
 
 from pa_bench import variants as registry
 from pa_bench.backends import kernels as K
+from pa_bench.backends import torch_flex, triton_runner
 from pa_bench.backends.base import KernelOutput
 from pa_bench.errors import BackendUnavailable, PaBenchError
 
@@ -50,6 +51,8 @@ class Prepared:
     out_b: object                          # second buffer for the determinism check
     outputs: dict = field(default_factory=dict)   # variant -> full output (device, float32 view)
     peer: object = None
+    triton: object = None                  # the triton variant's torch views and launch (triton_runner)
+    flex: object = None                    # the torch-flex peer (torch_flex)
 
 
 class CudaBackend:
@@ -114,6 +117,8 @@ class CudaBackend:
                 for b in self._kernels
             ],
             "launches": list(self._launches.values()),
+            "triton": triton_runner.meta(),
+            "torch_flex": torch_flex.meta(),
             "cta": {v.name: v.cta for v in registry.cuda_kernels()},
             "cta_notes": ("T m16 tiles per warp: per shape, the tiles column of the builds "
                           "(pa_bench.backends.kernels.choose_tiles); with T = 2 the tiles are two query heads of "
@@ -134,6 +139,8 @@ class CudaBackend:
         return K.build_unsupported(variant, self.cc, self.force_turing, problem.head_dim)
 
     def unsupported_parity(self, variant: str, problem) -> str | None:
+        if variant in (triton_runner.VARIANT, torch_flex.VARIANT):   # run through torch (a peer: for information)
+            return self.unsupported_timing(variant, problem)
         if registry.is_peer(variant):
             return "peers are timing-only (their error is not part of parity)"
         if variant not in K.kernel_variants():
@@ -141,6 +148,10 @@ class CudaBackend:
         return self._kernel_reason(variant, problem) or self._fit_reason(problem)
 
     def unsupported_timing(self, variant: str, problem) -> str | None:
+        if variant == triton_runner.VARIANT:
+            return triton_runner.unsupported(self.cc, problem.head_dim) or self._fit_reason(problem)
+        if variant == torch_flex.VARIANT:
+            return torch_flex.unavailable_reason() or self._fit_reason(problem, peer=True)
         if registry.is_peer(variant):
             from pa_bench.backends import torch_peer
 
@@ -194,6 +205,7 @@ class CudaBackend:
         self._model_inputs = None
         prepared.outputs.clear()
         prepared.peer = None
+        prepared.triton = prepared.flex = None
         self.cp.get_default_memory_pool().free_all_blocks()
 
     # ------------------------------------------------------------------ kernels
@@ -288,6 +300,8 @@ class CudaBackend:
 
     def launcher(self, prep: Prepared, variant: str, out=None):
         """A no-argument callable that launches ``variant`` once (asynchronously)."""
+        if variant == triton_runner.VARIANT:
+            return self._triton_launcher(prep, prep.out_a if out is None else out)
         inp = prep.inputs
         pb = inp.problem
         build = self.build(variant, pb)
@@ -314,6 +328,16 @@ class CudaBackend:
 
         return launch
 
+    def _triton_launcher(self, prep: Prepared, out):
+        """The triton variant (kernels/triton_pa.py) on this shape's buffers, viewed by torch
+        without a copy, writing into ``out``'s body (pa_bench.backends.triton_runner)."""
+        if prep.triton is None:
+            arrays = {"q": prep.q, "k": prep.k, "v": prep.v, "ks": prep.ks, "vs": prep.vs, "table": prep.table}
+            prep.triton = triton_runner.TritonVariant(prep.inputs, arrays=arrays,
+                                                      sm_count=int(self.props["multiProcessorCount"]))
+            self._launches[(triton_runner.VARIANT, repr(prep.inputs.problem))] = prep.triton.describe()
+        return prep.triton.launcher(out[GUARD_ELEMS:])
+
     def _fill_canary(self, buf) -> None:
         if buf.dtype == self.cp.float16:
             buf.view(self.cp.uint16).fill(CANARY_F16)
@@ -330,6 +354,8 @@ class CudaBackend:
         return guards, written
 
     def compute(self, prep: Prepared, variant: str, rows=None, check_determinism: bool = True) -> KernelOutput:
+        if variant == torch_flex.VARIANT:
+            return self._compute_flex(prep, rows, check_determinism)
         cp = self.cp
         pb = prep.inputs.problem
         outs = []
@@ -352,6 +378,19 @@ class CudaBackend:
         sel = full if rows is None else full[:, cp.asarray(rows), :]
         return KernelOutput(out=cp.asnumpy(sel), canary_ok=guards and written, deterministic=deterministic,
                             full_hash=digest, diff_source=variant)
+
+    def _compute_flex(self, prep: Prepared, rows, check_determinism: bool) -> KernelOutput:
+        """The torch-flex peer's output (its own buffers: no canaries), twice for determinism."""
+        if prep.flex is None:
+            prep.flex = torch_flex.FlexPeer(prep.inputs)
+        out = prep.flex.output()
+        deterministic = None
+        if check_determinism:
+            deterministic = bool(np.array_equal(out.view(np.uint32), prep.flex.output().view(np.uint32)))
+        prep.outputs[torch_flex.VARIANT] = self.cp.asarray(out)
+        sel = out if rows is None else out[:, np.asarray(rows), :]
+        return KernelOutput(out=np.ascontiguousarray(sel), canary_ok=True, deterministic=deterministic,
+                            full_hash=hashlib.sha1(out.tobytes()).hexdigest(), diff_source=torch_flex.VARIANT)
 
     def max_diff(self, prep: Prepared, a: str, b: str) -> float | None:
         """Max abs difference of two variants' full outputs (None if either is missing)."""
@@ -409,7 +448,11 @@ class CudaBackend:
                 results[var] = reason
                 continue
             try:
-                if registry.is_peer(var):
+                if var == torch_flex.VARIANT:
+                    if prep.flex is None:
+                        prep.flex = torch_flex.FlexPeer(prep.inputs)   # compiles here, outside the timing
+                    fns[var] = prep.flex.launcher()
+                elif registry.is_peer(var):
                     from pa_bench.backends import torch_peer
 
                     if prep.peer is None:

@@ -13,6 +13,7 @@ more shapes than that, so each new peer resets Dynamo before it compiles its own
 
 from __future__ import annotations
 
+VARIANT = "torch-flex"   # its name in pa_bench.variants
 #: torch.compile's mode for the peer (recorded in meta.json); None is torch's default.
 COMPILE_MODE: str | None = None
 
@@ -40,13 +41,16 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def describe() -> dict:
+def meta() -> dict:
     """torch version and compile settings, for meta.json."""
-    import torch
-
-    return {"torch": torch.__version__, "compile_mode": COMPILE_MODE or "default", "dynamic": False,
-            "kv": "fp16, dequantised beforehand (int8 * scale in fp16)", "mask": "block mask, kv <= q + ctx",
-            "enable_gqa": True}
+    out = {"compile_mode": COMPILE_MODE or "default", "dynamic": False,
+           "kv": "fp16, dequantised beforehand (int8 * scale in fp16)", "mask": "block mask, kv <= q + ctx",
+           "enable_gqa": True}
+    try:
+        import torch
+    except Exception:
+        return out | {"unavailable": "PyTorch is not installed"}
+    return out | {"torch": torch.__version__}
 
 
 class FlexPeer:
@@ -86,16 +90,21 @@ class FlexPeer:
                        enable_gqa=True)
 
     def launcher(self):
+        """One call: the compiled function on the prepared arguments, on the stream pa-bench times."""
+        from pa_bench.backends.triton_runner import on_timed_stream
+
         fn, q, k, v, mask, scale = self.fn, self.q, self.k16, self.v16, self.block_mask, self.scale
 
         def run():
             self.out = fn(q, k, v, block_mask=mask, scale=scale, enable_gqa=True)
 
-        return run
+        return on_timed_stream(run) if q.is_cuda else run
 
-    def output(self):
-        """The last output as a NumPy float32 [Hq, Nq, D] array."""
+    def output(self, fresh: bool = True):
+        """One fresh call's output (or the last one's) as a NumPy float32 [Hq, Nq, D] array."""
+        if fresh:
+            self.launcher()()
         return self.out[0].float().cpu().numpy()
 
 
-__all__ = ["unavailable_reason", "describe", "FlexPeer", "COMPILE_MODE"]
+__all__ = ["VARIANT", "unavailable_reason", "meta", "FlexPeer", "COMPILE_MODE"]

@@ -20,6 +20,7 @@ import sys
 
 from pa_bench.backends.kernels import KERNEL_DIR
 
+VARIANT = "triton"   # its name in pa_bench.variants
 KERNEL_FILE = "triton_pa.py"
 MIN_CC = 80          # Triton's NVIDIA support (and the kernel's fp16 tl.dot): sm_80+
 HEAD_DIMS = (64, 128)
@@ -85,11 +86,40 @@ def source_hash() -> str:
     return hashlib.sha256((KERNEL_DIR / KERNEL_FILE).read_bytes()).hexdigest()[:16]
 
 
-def versions() -> dict:
+def meta() -> dict:
+    """What meta.json records of the triton variant: versions and the kernel's source hash (each
+    shape's configuration is in the backend's launches)."""
+    out = {"source": f"kernels/{KERNEL_FILE}", "source_sha256": source_hash(), "block_n": tile_keys()}
+    reason = unavailable_reason(need_gpu=False)
+    if reason:
+        return out | {"unavailable": reason}
     import torch
     import triton
 
-    return {"triton": triton.__version__, "torch": torch.__version__}
+    return out | {"triton": triton.__version__, "torch": torch.__version__}
+
+
+def on_timed_stream(fn):
+    """``fn`` as it must be called to run on the stream pa-bench times (CuPy's current stream):
+    ``fn`` itself where torch's current stream is that stream (the default: both are the legacy
+    default stream), else ``fn`` inside ``torch.cuda.stream`` of it. Triton and torch launch on
+    torch's current stream."""
+    try:
+        import cupy as cp
+        import torch
+
+        ptr = cp.cuda.get_current_stream().ptr
+        if not torch.cuda.is_available() or ptr == torch.cuda.current_stream().cuda_stream:
+            return fn
+        stream = torch.cuda.ExternalStream(ptr)
+    except Exception:
+        return fn
+
+    def run():
+        with torch.cuda.stream(stream):
+            fn()
+
+    return run
 
 
 class TritonVariant:
@@ -129,11 +159,12 @@ class TritonVariant:
         first Hq*Nq*D elements are the output)."""
         t = self.t
         out_t = out if isinstance(out, self.torch.Tensor) else self.torch.as_tensor(out, device=t["q"].device)
-        return self.mod.launcher(self.launch, t["q"], t["k"], t["v"], t["ks"], t["vs"], t["table"], out_t)
+        run = self.mod.launcher(self.launch, t["q"], t["k"], t["v"], t["ks"], t["vs"], t["table"], out_t)
+        return on_timed_stream(run) if out_t.is_cuda else run
 
     def describe(self) -> dict:
         pb = self.problem
-        return {"variant": "triton", "shape": pb.shape.label, **self.launch.describe()}
+        return {"variant": VARIANT, "shape": pb.shape.label, **self.launch.describe()}
 
 
 def _host_arrays(inputs) -> dict:
@@ -150,5 +181,5 @@ def _host_arrays(inputs) -> dict:
             "table": np.zeros(1, dtype=np.int32)}
 
 
-__all__ = ["unavailable_reason", "unsupported", "kernel_module", "tile_keys", "source_hash", "versions",
-           "TritonVariant", "MIN_CC"]
+__all__ = ["VARIANT", "unavailable_reason", "unsupported", "kernel_module", "tile_keys", "source_hash", "meta",
+           "on_timed_stream", "TritonVariant", "MIN_CC"]
