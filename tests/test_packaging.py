@@ -36,8 +36,10 @@ def test_console_script_and_python(pyproject):
 def test_extras(pyproject):
     extras = {k: {re.split(r"[<>=!~ \[]", d)[0].lower() for d in v}
               for k, v in pyproject["project"]["optional-dependencies"].items()}
-    assert extras["cuda12"] == {"cupy-cuda12x"}
-    assert extras["cuda13"] == {"cupy-cuda13x"}
+    assert extras["cuda12"] == {"cupy-cuda12x", "nvidia-ml-py"}  # NVML: the SM clock during samples
+    assert extras["cuda13"] == {"cupy-cuda13x", "nvidia-ml-py"}
+    assert "cupy-cuda13x>=13.6" in pyproject["project"]["optional-dependencies"]["cuda13"]
+    assert pyproject["project"]["license"] == "MIT" and (REPO / "LICENSE").is_file()
     assert extras["plot"] == {"matplotlib"}
     assert {"pytest", "matplotlib"} <= extras["test"]
 

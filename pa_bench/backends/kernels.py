@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from pa_bench import resources
 from pa_bench import variants as registry
 
-KERNEL_DIR = Path(os.environ.get("PA_BENCH_KERNELS", Path(__file__).resolve().parents[2] / "kernels"))
+KERNEL_DIR = Path(os.environ.get("PA_BENCH_KERNELS", resources.KERNEL_DIR))
 HEADER = "pa_common.cuh"
 ARCHS = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90")
 TILE_ROWS = 16                                          # query rows of one m16 MMA tile

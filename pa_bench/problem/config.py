@@ -18,11 +18,12 @@ from typing import Any, Mapping
 
 import yaml
 
+from pa_bench import resources
 from pa_bench import variants as registry
 from pa_bench.errors import ConfigError, ShapeError
 from pa_bench.problem.shapes import Shape, parse_shape, parse_shapes
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+CONFIG_DIR = resources.CONFIG_DIR  # configs/ of the checkout, or the wheel's copy
 DEFAULT_CONFIG = CONFIG_DIR / "pr2092.yaml"
 
 LAYOUTS = ("paged", "contiguous")
