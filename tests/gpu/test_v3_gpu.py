@@ -1,0 +1,82 @@
+"""v3 on a Hopper GPU (`pytest -m gpu`): parity with FP64 against the numerics model, canaries and
+determinism on the shapes and layouts the other kernels pass, key segments, and its refusals
+elsewhere. Skipped on GPUs other than sm_90."""
+
+from __future__ import annotations
+
+import pytest
+
+from pa_bench.numerics.metrics import evaluate_parity
+from pa_bench.numerics.model import model_arrays, model_attention
+from pa_bench.numerics.reference import sample_rows
+from pa_bench.problem.inputs import make_inputs
+from pa_bench.problem.plan import Problem
+from pa_bench.problem.shapes import parse_shape
+
+pytestmark = pytest.mark.gpu
+
+cp = pytest.importorskip("cupy")
+try:
+    HAVE_GPU = cp.cuda.runtime.getDeviceCount() > 0
+except Exception:  # pragma: no cover
+    HAVE_GPU = False
+if not HAVE_GPU:  # pragma: no cover
+    pytest.skip("no GPU visible to CuPy", allow_module_level=True)
+
+from pa_bench.backends.cuda import CudaBackend  # noqa: E402
+
+# (shape, head_dim, heads_q, heads_kv, layout, page, data, out_dtype)
+CASES = {
+    "odd-d128-gqa-p64": ("1023x113", 128, 32, 8, "paged", 64, "realistic", "float32"),
+    "odd-d128-gqa-p16": ("1023x113", 128, 32, 8, "paged", 16, "normal", "float32"),
+    "odd-d64-mha-contig": ("1023x113", 64, 16, 16, "contiguous", 64, "normal", "float32"),
+    "odd-d128-mha-contig-f16": ("1023x113", 128, 16, 16, "contiguous", 64, "normal", "float16"),
+    "odd-d64-g3-p16": ("1023x113", 64, 24, 8, "paged", 16, "realistic", "float32"),
+    "first-d128-gqa-p64": ("0x1536", 128, 32, 8, "paged", 64, "realistic", "float32"),
+    "pr-d128-gqa-p64": ("2.1Kx256", 128, 32, 8, "paged", 64, "realistic", "float32"),
+}
+
+
+@pytest.fixture(scope="module")
+def backend():
+    be = CudaBackend()
+    if be.cc != 90:
+        pytest.skip(f"v3 runs on sm_90a only, this GPU is sm_{be.cc}")
+    return be
+
+
+def _check(backend, case: str, segments=None, sample=None):
+    shape, d, hq, hkv, layout, page, data, out = CASES[case]
+    pb = Problem(parse_shape(shape), heads_q=hq, heads_kv=hkv, head_dim=d, layout=layout, page=page,
+                 data=data, seed=1, out_dtype=out)
+    inp = make_inputs(pb)
+    rows = None if sample is None else sample_rows(pb.queries, sample, seed=1)
+    backend.segments = segments
+    prep = backend.prepare(inp)
+    try:
+        ko = backend.compute(prep, "v3", rows=rows, check_determinism=True)
+        ref = backend.reference(inp, rows)
+        model = cp.asnumpy(model_attention(model_arrays(inp, cp), 64, rows,
+                                           segment_keys=backend.segment_keys("v3", pb), mma="rn"))
+        pm = evaluate_parity(ko.out, ref, model_out=model, canary_ok=ko.canary_ok)
+        assert ko.canary_ok, "guard region overwritten or an output element left unwritten"
+        assert ko.deterministic, "two launches differ"
+        assert pm.parity_pass, f"{case}: {pm.reason}"
+    finally:
+        backend.segments = None
+        backend.release(prep)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_v3_parity(backend, case):
+    _check(backend, case)
+
+
+def test_v3_key_segments(backend):
+    """Segments of 512 keys over 1136 keys: three CTAs per row block and pa_combine."""
+    _check(backend, "odd-d128-gqa-p64", segments=512)
+
+
+def test_v3_refused_on_the_turing_path(backend):
+    pb = Problem(parse_shape("1023x113"))
+    assert "no Turing path" in CudaBackend(force_turing=True).unsupported_parity("v3", pb)
