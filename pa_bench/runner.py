@@ -11,7 +11,7 @@ A variant the backend cannot run becomes a row with status ``skipped`` and the r
 error in one row (a CUDA error, out of memory) becomes status ``failed`` with a one-line
 reason, and the sweep goes on.
 
-Parity of one row (SPEC section 1): the kernel's max abs error against FP64 on the compared
+Parity of one row (docs/DESIGN.md, "Metrics"): the kernel's max abs error against FP64 on the compared
 rows must be at most ``2 * model_err + floor``, where ``model_err`` is the numerics model's
 error (same tile size as the kernel) against the same FP64 reference on the same rows. The
 model runs on the CPU: beside a GPU backend it covers every compared row up to

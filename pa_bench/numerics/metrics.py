@@ -1,6 +1,6 @@
 """Error metrics of a kernel's output against the FP64 reference, and the parity rule.
 
-Parity (SPEC section 1): a kernel passes iff its output has no NaN/Inf, its guard regions are
+Parity (docs/DESIGN.md, "Metrics"): a kernel passes iff its output has no NaN/Inf, its guard regions are
 intact, and ``kernel_err <= 2 * model_err + floor``, where ``model_err`` is the numerics
 model's max abs error and ``floor = 4 * spacing(float32(max|ref|))`` (a few fp32 ulps of the
 output's magnitude) so that a model error of exactly zero cannot fail an exact kernel.

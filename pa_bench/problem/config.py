@@ -37,7 +37,7 @@ HEAD_DIMS = (64, 128)
 
 @dataclass(frozen=True)
 class TimingSettings:
-    """How kernels are timed (SPEC section 3)."""
+    """How kernels are timed (docs/DESIGN.md, "Config"; measure/timing.py)."""
 
     hot: bool = False
     warmup: int = 5

@@ -1,4 +1,4 @@
-"""The tidy record: one row per shape x variant, SPEC section 6's columns with their exact names.
+"""The tidy record: one row per shape x variant, the columns of README "Output columns" (docs/DESIGN.md, "Records") with their exact names.
 
 `Record` holds plain values only (str, int, float, bool or None). An empty measurement is
 `None`, written as an empty CSV cell. `write_csv` / `read_csv` use the standard `csv` module so
