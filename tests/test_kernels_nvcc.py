@@ -101,9 +101,14 @@ def test_variant_files_open_with_a_design_comment():
 
 def test_inline_ptx_only_where_cuda_has_no_intrinsic():
     """Inline PTX only for mma.sync, the L1-allocating 16-byte cp.async (.ca) (CUDA C++'s
-    __pipeline_memcpy_async issues 16-byte copies as .cg) and the flush-to-zero ex2."""
+    __pipeline_memcpy_async issues 16-byte copies as .cg) and the flush-to-zero ex2, in the
+    header and the portable kernels (an arch-specific one, v3 on sm_90a, is written in Hopper PTX:
+    wgmma, mbarrier, setmaxnreg; tests/test_v3_nvcc.py checks it)."""
+    from pa_bench import variants as registry
+
+    portable = [v for v in K.kernel_variants() if not registry.get(v).arch_suffix]
     seen = 0
-    for name in (K.HEADER,) + tuple(K.kernel_path(v).name for v in K.kernel_variants()):
+    for name in (K.HEADER,) + tuple(K.kernel_path(v).name for v in portable):
         src = (K.KERNEL_DIR / name).read_text()
         for asm in re.findall(r'\basm(?:\s+volatile)?\s*\(\s*"([^"]+)', src):
             seen += 1
@@ -114,5 +119,27 @@ def test_inline_ptx_only_where_cuda_has_no_intrinsic():
 
 def test_format_table_lists_every_row(table):
     text = ki.format_table(table)
-    assert len(text.splitlines()) == 2 + len(table)
-    assert "not built" in text
+    assert len(text.splitlines()) == 2 + len(table) + 1          # and the key-segment note
+    assert "not built" in text and "pa_combine" in text.splitlines()[-1]
+
+
+def test_every_module_carries_the_segment_combine(table):
+    """pa_combine (pa_common.cuh) is in every variant's module, small, and without spills (those
+    count in the row's spill_bytes); the row's own registers are the kernel's, not the combine's."""
+    for r in (r for r in table if r["compiled"]):
+        assert r["combine_registers"] is not None, f"{r['variant']} {r['arch']}: no pa_combine"
+        assert r["combine_registers"] <= 64 < r["registers"]
+
+
+def test_parse_ptxas_separates_the_entry_functions():
+    log = (
+        "ptxas info    : Compiling entry function 'pa_v2' for 'sm_90'\n"
+        "ptxas info    : Function properties for pa_v2\n"
+        "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+        "ptxas info    : Used 250 registers, used 1 barriers, 33280 bytes smem\n"
+        "ptxas info    : Compiling entry function 'pa_combine' for 'sm_90'\n"
+        "ptxas info    : Function properties for pa_combine\n"
+        "    0 bytes stack frame, 8 bytes spill stores, 8 bytes spill loads\n"
+        "ptxas info    : Used 40 registers, used 0 barriers\n")
+    got = ki._parse_ptxas(log, "pa_v2")
+    assert (got["registers"], got["combine_registers"], got["smem_bytes"], got["spill_bytes"]) == (250, 40, 33280, 16)

@@ -3,7 +3,9 @@
 The kernels' warp_tiles() maps warp task w = 2*blockIdx.y + warp (with split keys: w = blockIdx.y
 for both warps) to its tiles; this re-derives that map in Python and checks that every (query
 head, 16-row block) of a chunk is owned by exactly one tile of one warp task, for each layout the
-geometry can choose, and with split keys by both warps of one CTA.
+geometry can choose, and with split keys by both warps of one CTA. With key segments it re-derives
+the keys each CTA of grid.z = z visits (v1.cu's loop bounds, pipelined_warp_begin's slices) and
+checks that every row's keys are covered once, and that pa_combine reads only what was written.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from pa_bench.backends import kernels as K
 
 def _tiles_covered(variant, queries, hq, hkv, tiles, split_keys=0):
     geo = K.launch_geometry(variant, queries, hq, hkv, tiles=tiles, split_keys=split_keys)
-    gx, gy = geo.grid
+    gx, gy, gz = geo.grid
+    assert gz == 1 and geo.segments == 1
     owned = []
     if variant == "v1":
         for bx, hy in itertools.product(range(gx), range(gy)):
@@ -96,3 +99,91 @@ def test_choose_tiles_keeps_two_warps_per_sm():
 def test_only_v2_builds_carry_the_tile_count():
     assert not any("PA_TILES" in d for d in K.KernelBuild("v1", tiles=2).defines())
     assert "-DPA_TILES=1" in K.KernelBuild("v2t", tiles=1).defines()
+
+
+# ---------------------------------------------------------------- key segments
+
+def _segment_cover(variant, ctx, queries, hq, hkv, tiles, seg):
+    """{(head, row): [(z, first key, end key), ...]} of every CTA/warp that writes the row's
+    segment state: v1.cu's [j_begin, j_end) and pipelined_warp_begin's slices, re-derived."""
+    geo = K.launch_geometry(variant, queries, hq, hkv, tiles=tiles, context=ctx, segment_keys=seg)
+    gx, gy, gz = geo.grid
+    assert gz == -(-(ctx + queries) // seg) == geo.segments
+    written = {}
+    for bx, by, z in itertools.product(range(gx), range(gy), range(gz)):
+        rb = gx - 1 - bx
+        owners = []                       # (query head, first row, rows, first key, end key)
+        if variant == "v1":
+            needed = ctx + min(64 * rb + 64, queries)                 # keys_needed(cta_row0, 64)
+            owners.append((by, 64 * rb, 64, z * seg, min(needed, z * seg + seg)))
+        else:
+            for warp in range(geo.block // 32):
+                w = by * (geo.block // 32) + warp
+                if tiles == 1 or geo.pair_heads:
+                    heads, rows0 = [tiles * w + t for t in range(tiles)], [16 * rb] * tiles
+                else:
+                    heads, rows0 = [w] * tiles, [(rb * tiles + t) * 16 for t in range(tiles)]
+                if heads[-1] >= hq:
+                    continue                                          # no tiles: returns at once
+                n_slices = -(-(ctx + min(rows0[-1] + 16, queries)) // 16)
+                b, e = z * seg // 16, min(n_slices, z * seg // 16 + seg // 16)
+                owners += [(h, r0, 16, 16 * b, 16 * e) for h, r0 in zip(heads, rows0)]
+        for h, r0, n, begin, end in owners:
+            if begin >= end:
+                continue                                              # no key here: returns at once
+            for r in range(r0, min(r0 + n, queries)):
+                written.setdefault((h, r), []).append((z, begin, min(end, ctx + r + 1)))
+    return written
+
+
+@pytest.mark.parametrize("variant,tiles", [("v1", 1), ("v2", 1), ("v2", 2), ("v2t", 2)])
+@pytest.mark.parametrize("ctx,queries,hq,hkv,seg", [(300, 113, 4, 2, 64), (1000, 70, 6, 2, 128), (64, 1, 2, 2, 64),
+                                                     (4096, 200, 12, 4, 1024)])
+def test_segments_cover_every_key_once_and_combine_reads_only_written_state(variant, tiles, ctx, queries, hq, hkv, seg):
+    written = _segment_cover(variant, ctx, queries, hq, hkv, tiles, seg)
+    assert set(written) == {(h, r) for h in range(hq) for r in range(queries)}
+    for (h, r), parts in written.items():
+        combined = (ctx + r) // seg + 1                      # pa_combine's segments for row r
+        zs = [z for z, _, _ in parts]
+        assert len(zs) == len(set(zs))                       # one writer per (row, segment)
+        assert set(range(combined)) <= set(zs)               # nothing read uninitialised
+        seen = [z for z, b, e in parts if b < e]             # segments with a key the row sees
+        assert seen == list(range(combined))
+        keys = sorted((b, e) for z, b, e in parts if z < combined)
+        assert keys[0][0] == 0 and keys[-1][1] == ctx + r + 1
+        assert all(e0 == b1 for (_, e0), (b1, _) in zip(keys, keys[1:]))   # contiguous, no overlap
+
+
+def test_long_context_gets_n_seg_ctas_per_row_block():
+    from pa_bench.numerics.model import SEGMENT_KEYS, segment_keys
+
+    ctx, nq = 1 << 20, 64                                    # 1M x 64 with 8/8 heads
+    seg = segment_keys(ctx)
+    assert seg == SEGMENT_KEYS == 65536
+    for variant in ("v1", "v2", "v2t"):
+        plain = K.launch_geometry(variant, nq, 8, 8, tiles=2)
+        geo = K.launch_geometry(variant, nq, 8, 8, tiles=2, context=ctx, segment_keys=seg)
+        assert geo.grid[:2] == plain.grid[:2] and geo.grid[2] == geo.segments == 17   # ceil((2^20+64)/2^16)
+        assert K.workspace_floats(geo, nq, 8, 128) == 17 * 8 * 64 * 130
+    assert K.combine_geometry(nq, 8) == ((128,), 128)      # a warp per row: 512 rows, 4 per CTA
+    # 8 two-tile warps become 136 CTAs: two tiles per warp again
+    assert K.choose_tiles(nq, 8, 8, 132) == 1
+    assert K.choose_tiles(nq, 8, 8, 132, segments=17) == 2
+
+
+def test_no_segments_up_to_64k_context():
+    from pa_bench.numerics.model import segment_keys
+
+    for ctx in (0, 2150, 32768, 65536):
+        assert segment_keys(ctx) == 0
+        geo = K.launch_geometry("v2", 512, 32, 8, context=ctx, segment_keys=segment_keys(ctx))
+        assert geo.grid[2] == geo.segments == 1 and geo.segment_keys == 0
+        assert K.workspace_floats(geo, 512, 32, 128) == 0
+    assert segment_keys(65537) == 65536
+
+
+def test_segments_are_whole_v1_tiles_and_exclude_split_keys():
+    with pytest.raises(ValueError, match="segment_keys"):
+        K.launch_geometry("v1", 512, 32, 8, context=4096, segment_keys=48)
+    with pytest.raises(ValueError, match="split_keys and segment_keys"):
+        K.launch_geometry("v2", 512, 32, 8, context=4096, segment_keys=1024, split_keys=64)

@@ -53,6 +53,7 @@ class Prepared:
     peer: object = None
     triton: object = None                  # the triton variant's torch views and launch (triton_runner)
     flex: object = None                    # the torch-flex peer (torch_flex)
+    part: object = None                    # key-segment workspace (float32, grown on demand)
 
 
 class CudaBackend:
@@ -79,10 +80,12 @@ class CudaBackend:
         self._kernels: dict[K.KernelBuild, object] = {}
         self._smem: dict[K.KernelBuild, int] = {}      # dynamic shared memory per launch (v3)
         self.compilers: dict[K.KernelBuild, str] = {}  # "nvrtc", or "nvcc" (an arch-specific fallback)
+        self._combines: dict[K.KernelBuild, object] = {}   # pa_combine of each build's module
         self._launches: dict[tuple, dict] = {}   # (variant, problem) -> grid, tiles, split: meta.json
         self.tiles: int | None = None  # v2/v2t: m16 query tiles per warp (None: K.choose_tiles)
         self.pair_heads = True         # v2/v2t: a warp's two tiles are two heads of one KV group
         self.split: bool | None = None  # v2/v2t: split keys between a CTA's warps (None: the model's rule)
+        self.segments: bool | int | None = None  # key segments (None: the model's rule; see segment_keys)
         self._flush_buf = None
         self._peer = None
 
@@ -125,7 +128,10 @@ class CudaBackend:
                           "one KV group at the same 16 rows when the group has an even number of heads, else 32 "
                           "rows of one head. With split keys (per shape: the launches, "
                           "pa_bench.numerics.model.split_keys) both warps of a CTA hold the same tiles, warp 0 "
-                          "keys [0, split), warp 1 the rest, merged at the end"),
+                          "keys [0, split), warp 1 the rest, merged at the end. With key segments (per shape: "
+                          "the launches' segment_keys and segments, pa_bench.numerics.model.segment_keys) "
+                          "grid.z = segments: the CTAs of grid.z = z see keys [z*S, (z+1)*S) only, and a "
+                          "second launch, pa_combine, merges each row's segments in order"),
         }
 
     # ------------------------------------------------------------------ support
@@ -206,6 +212,7 @@ class CudaBackend:
         prepared.outputs.clear()
         prepared.peer = None
         prepared.triton = prepared.flex = None
+        prepared.part = None
         self.cp.get_default_memory_pool().free_all_blocks()
 
     # ------------------------------------------------------------------ kernels
@@ -224,7 +231,8 @@ class CudaBackend:
         if self.tiles is not None:
             return self.tiles
         return K.choose_tiles(problem.queries, problem.heads_q, problem.heads_kv, int(self.props["multiProcessorCount"]),
-                              split_keys=self.split_keys("v2", problem))
+                              split_keys=self.split_keys("v2", problem),
+                              segments=self.geometry("v2", problem, tiles=2).segments)
 
     def kernel(self, build: K.KernelBuild):
         fn = self._kernels.get(build)
@@ -235,7 +243,13 @@ class CudaBackend:
             except Exception as exc:
                 raise PaBenchError(f"compiling {build.variant} failed: {_first_line(exc)}") from exc
             self._kernels[build] = fn
+            self._combines[build] = mod.get_function("pa_combine")
         return fn
+
+    def combine_kernel(self, build: K.KernelBuild):
+        """pa_combine of the build's module (pa_common.cuh): merges the key segments of a launch."""
+        self.kernel(build)
+        return self._combines[build]
 
     def _module(self, build: K.KernelBuild):
         """(module, kernel) of a build: NVRTC through CuPy; for an arch-specific variant (v3,
@@ -278,14 +292,32 @@ class CudaBackend:
         needs the same value (``runner`` asks the backend)."""
         from pa_bench.numerics.model import split_keys, split_point
 
+        if self.segment_keys(variant, problem):
+            return 0                    # split keys are off with segments (the model's rule too)
         if self.split is None or not registry.get(variant).splits_keys:
             return split_keys(variant, problem.queries, problem.context, problem.heads_q)
         return split_point(problem.context) if self.split else 0
 
-    def geometry(self, variant: str, problem) -> K.LaunchGeometry:
+    def segment_keys(self, variant: str, problem) -> int:
+        """Keys per key segment of ``variant`` on ``problem`` (0: no segments): pa_bench.numerics.model's
+        rule, unless ``self.segments`` forces them off (False), on at SEGMENT_KEYS (True), or on at a
+        given number of keys (an int, a multiple of 64: small segments put the combine to work on
+        small shapes in tests). The numerics model needs the same value."""
+        from pa_bench.numerics.model import SEGMENT_KEYS, segment_keys
+
+        if self.segments is None:
+            return segment_keys(problem.context)
+        if self.segments is False:
+            return 0
+        if self.segments is True:
+            return SEGMENT_KEYS
+        return int(self.segments)
+
+    def geometry(self, variant: str, problem, tiles: int | None = None) -> K.LaunchGeometry:
         return K.launch_geometry(variant, problem.queries, problem.heads_q, problem.heads_kv,
-                                 tiles=self.tiles_for(problem), pair_heads=self.pair_heads,
-                                 split_keys=self.split_keys(variant, problem))
+                                 tiles=self.tiles_for(problem) if tiles is None else tiles,
+                                 pair_heads=self.pair_heads, split_keys=self.split_keys(variant, problem),
+                                 context=problem.context, segment_keys=self.segment_keys(variant, problem))
 
     def _include_options(self) -> tuple[str, ...]:
         """The CUDA headers (cuda_fp16.h, cuda_pipeline_primitives.h) for NVRTC, where found."""
@@ -299,7 +331,8 @@ class CudaBackend:
         return (f"-I{inc}",) if inc and os.path.isdir(inc) else ()
 
     def launcher(self, prep: Prepared, variant: str, out=None):
-        """A no-argument callable that launches ``variant`` once (asynchronously)."""
+        """A no-argument callable that launches ``variant`` once (asynchronously): the kernel, and
+        with key segments pa_combine after it (two launches in one stream)."""
         if variant == triton_runner.VARIANT:
             return self._triton_launcher(prep, prep.out_a if out is None else out)
         inp = prep.inputs
@@ -311,22 +344,37 @@ class CudaBackend:
         body = out[GUARD_ELEMS:]
         geo = self.geometry(variant, pb)
         grid, block = geo.grid, (geo.block,)
+        n_part = max(K.workspace_floats(geo, pb.queries, pb.heads_q, pb.head_dim), 2)
+        if prep.part is None or prep.part.size < n_part:   # once per shape (the largest any variant needs)
+            prep.part = self.cp.empty(n_part, dtype=self.cp.float32)
+        part = prep.part
+        cgrid, cblock = K.combine_geometry(pb.queries, pb.heads_q)
         self._launches[(variant, repr(pb))] = {
             "variant": variant, "shape": pb.shape.label, "grid": list(grid), "block": geo.block,
             "tiles": self._tiles(variant, self.tiles_for(pb)), "pair_heads": geo.pair_heads,
-            "split_keys": geo.split_keys}
+            "split_keys": geo.split_keys, "segment_keys": geo.segment_keys, "segments": geo.segments,
+            "combine_grid": list(cgrid) if geo.segment_keys else None}
         args = (
             prep.q, prep.k, prep.v, prep.ks, prep.vs, prep.table, body,
             np.int32(pb.queries), np.int32(pb.context), np.int32(pb.heads_q), np.int32(pb.heads_kv),
             np.int32(prep.page_shift), np.float32(inp.qk_scale_log2), np.float32(inp.p_scale),
             np.float32(1.0 / inp.p_scale), np.int32(prep.ks.shape[-1]), np.int32(geo.pair_heads),
-            np.int32(geo.split_keys),
+            np.int32(geo.split_keys), part, np.int32(geo.segment_keys),
         )
+        if not geo.segment_keys:
+            def launch():
+                fn(grid, block, args, shared_mem=smem)
 
-        def launch():
+            return launch
+        combine = self.combine_kernel(build)
+        cargs = (part, body, np.int32(pb.queries), np.int32(pb.context), np.int32(pb.heads_q),
+                 np.int32(geo.segments), np.int32(geo.segment_keys), np.float32(1.0 / inp.p_scale))
+
+        def launch_segments():
             fn(grid, block, args, shared_mem=smem)
+            combine(cgrid, (cblock,), cargs)
 
-        return launch
+        return launch_segments
 
     def _triton_launcher(self, prep: Prepared, out):
         """The triton variant (kernels/triton_pa.py) on this shape's buffers, viewed by torch
@@ -481,7 +529,11 @@ def estimate_bytes(problem, peer: bool = False) -> int:
     out = 2 * (hq * nq * d + 2 * GUARD_ELEMS) * 4 + hq * nq * d * 4 * 2
     ref = 2 * hkv * nk * d * 8 + 256 * nk * 8 * 4 + hq * nq * d * 8
     peer_bytes = (2 * hkv * nk * d * 2 + hq * nq * d * 2) * 2 if peer else 0
-    return kv + q + out + ref + peer_bytes
+    from pa_bench.numerics.model import segment_keys
+
+    seg = segment_keys(problem.context)
+    part = -(-nk // seg) * hq * nq * (d + 2) * 4 if seg else 0     # the key-segment workspace
+    return kv + q + out + ref + peer_bytes + part
 
 
 def _fmt_cuda_version(v: int) -> str:

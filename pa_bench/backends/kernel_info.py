@@ -3,6 +3,8 @@
 For each variant x arch it compiles the variant with the backend's own options, keeps the
 PTX beside the cubin, and reads: registers per thread, spill bytes, static shared memory per
 CTA (``-Xptxas -v``), whether the PTX uses ``cp.async``, and which ``mma.sync`` shape it uses.
+Every module also carries pa_combine (the key-segment merge, pa_common.cuh): its registers are a
+column of their own, and its spills count with the kernel's.
 """
 
 from __future__ import annotations
@@ -25,16 +27,28 @@ def nvcc_path() -> str | None:
     return shutil.which("nvcc")
 
 
-def _parse_ptxas(log: str) -> dict:
-    regs = re.findall(r"Used (\d+) registers", log)
+COMBINE_FUNCTION = "pa_combine"
+SEGMENTS_NOTE = ("key segments (contexts above 64K keys, pa_bench.numerics.model.segment_keys): grid.z = "
+                 "ceil(keys / 65536) CTAs per row block, each on one segment, then pa_combine "
+                 f"({32 * K.COMBINE_ROWS_PER_CTA} threads: a warp per row) merges them")
+
+
+def _parse_ptxas(log: str, function: str | None = None) -> dict:
+    """Resources of ``function`` (every entry function of the log when None or absent), spills
+    and stack of every entry function, and pa_combine's registers."""
+    parts = dict(re.findall(r"Compiling entry function '(\w+)'(.*?)(?=Compiling entry function|\Z)", log, re.S))
+    main = parts.get(function, log) if function else log
+    regs = re.findall(r"Used (\d+) registers", main)
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
-    smem = re.findall(r"(\d+) bytes smem", log)
+    smem = re.findall(r"(\d+) bytes smem", main)
     stack = re.findall(r"(\d+) bytes stack frame", log)
+    comb = re.findall(r"Used (\d+) registers", parts.get(COMBINE_FUNCTION, ""))
     return {
         "registers": max(map(int, regs)) if regs else None,
         "spill_bytes": sum(int(a) + int(b) for a, b in spills) if spills else 0,
         "smem_bytes": max(map(int, smem)) if smem else 0,
         "stack_bytes": max(map(int, stack)) if stack else 0,
+        "combine_registers": int(comb[0]) if comb else None,
     }
 
 
@@ -51,7 +65,7 @@ def compile_one(variant: str, arch: str, head_dim: int = 128, force_turing: bool
     cc = int(arch.removeprefix("sm_").rstrip("a"))  # sm_90a: the variant adds its suffix itself
     row = {"variant": variant, "arch": arch, "head_dim": head_dim, "force_turing": force_turing,
            "cta": registry.get(variant).cta, "compiled": False, "reason": None, "registers": None, "spill_bytes": None,
-           "smem_bytes": None, "stack_bytes": None, "cp_async": None, "mma": None}
+           "smem_bytes": None, "stack_bytes": None, "cp_async": None, "mma": None, "combine_registers": None}
     why = K.build_unsupported(variant, cc, force_turing, head_dim)
     if why:
         row["reason"] = f"not built: {why}"
@@ -68,7 +82,7 @@ def compile_one(variant: str, arch: str, head_dim: int = 128, force_turing: bool
             first = next((ln for ln in proc.stderr.splitlines() if "error" in ln), proc.stderr.strip()[:200])
             row["reason"] = f"nvcc failed: {first.strip()}"
             return row
-        row.update(_parse_ptxas(proc.stderr + proc.stdout))
+        row.update(_parse_ptxas(proc.stderr + proc.stdout, build.function))
         ptx = "".join(p.read_text() for p in Path(tmp).glob("*.ptx"))
         row.update(_parse_ptx(ptx))
         row["compiled"] = True
@@ -95,14 +109,17 @@ def kernel_table(archs: list[str] | None = None, head_dim: int = 128, force_turi
 
 def format_table(rows: list[dict]) -> str:
     """A plain-text table of kernel_table's rows."""
-    head = ["variant", "arch", "built", "regs", "spills", "smem B", "cp.async", "mma", "CTA / reason"]
+    head = ["variant", "arch", "built", "regs", "spills", "smem B", "cp.async", "mma", "combine regs", "CTA / reason"]
     lines = []
     for r in rows:
         if r["compiled"]:
+            comb = r.get("combine_registers")
             lines.append([r["variant"], r["arch"], "yes", str(r["registers"]), str(r["spill_bytes"]),
-                          str(r["smem_bytes"]), "yes" if r["cp_async"] else "no", r["mma"] or "-", r["cta"]])
+                          str(r["smem_bytes"]), "yes" if r["cp_async"] else "no", r["mma"] or "-",
+                          "-" if comb is None else str(comb), r["cta"]])
         else:
-            lines.append([r["variant"], r["arch"], "no", "-", "-", "-", "-", "-", r["reason"]])
+            lines.append([r["variant"], r["arch"], "no", "-", "-", "-", "-", "-", "-", r["reason"]])
     widths = [max(len(h), *(len(x[i]) for x in lines)) for i, h in enumerate(head)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return "\n".join([fmt.format(*head), fmt.format(*("-" * w for w in widths))] + [fmt.format(*x) for x in lines])
+    table = [fmt.format(*head), fmt.format(*("-" * w for w in widths))] + [fmt.format(*x) for x in lines]
+    return "\n".join([ln.rstrip() for ln in table] + [f"With {SEGMENTS_NOTE}."])

@@ -114,22 +114,54 @@ def source_hashes() -> dict[str, str]:
 
 @dataclass(frozen=True)
 class LaunchGeometry:
-    """Grid, block and the tile pairing argument of one kernel launch."""
+    """Grid, block and the tile pairing argument of one kernel launch. With key segments
+    (``segment_keys`` > 0) grid.z = ``segments`` CTAs per (row block, head) position, each on one
+    segment, and pa_combine merges them (``combine_geometry``); otherwise grid.z = 1."""
 
-    grid: tuple[int, int]
+    grid: tuple[int, ...]
     block: int
     pair_heads: bool
     split_keys: int = 0
+    segment_keys: int = 0
+    segments: int = 1
+
+
+#: pa_combine (pa_common.cuh): one warp per (query head, row), 4 warps per CTA.
+COMBINE_ROWS_PER_CTA = 4
+SEGMENT_ALIGN = 64          # segment boundaries must align with v1's 64-key tiles
 
 
 def launch_geometry(variant: str, queries: int, heads_q: int, heads_kv: int, tiles: int = DEFAULT_TILES,
-                    pair_heads: bool = True, split_keys: int = 0) -> LaunchGeometry:
-    """How a variant's CTAs cover the chunk: its entry in GEOMETRY (see warp_tiles in pa_common.cuh)."""
+                    pair_heads: bool = True, split_keys: int = 0, context: int = 0,
+                    segment_keys: int = 0) -> LaunchGeometry:
+    """How a variant's CTAs cover the chunk: its entry in GEOMETRY (see warp_tiles in pa_common.cuh),
+    and with ``segment_keys`` (pa_bench.numerics.model.segment_keys of ``context``) a third grid
+    dimension of ceil((context + queries) / segment_keys) key segments."""
     try:
         geometry = GEOMETRY[variant]
     except KeyError:
         raise ValueError(f"no launch geometry for variant {variant!r} (add it to kernels.GEOMETRY)") from None
-    return geometry(registry.get(variant).threads, queries, heads_q, heads_kv, tiles, pair_heads, split_keys)
+    if segment_keys < 0 or segment_keys % SEGMENT_ALIGN:
+        raise ValueError(f"segment_keys must be a non-negative multiple of {SEGMENT_ALIGN}, not {segment_keys}")
+    if segment_keys and split_keys:
+        raise ValueError("split_keys and segment_keys exclude each other (split keys are off with segments)")
+    geo = geometry(registry.get(variant).threads, queries, heads_q, heads_kv, tiles, pair_heads, split_keys)
+    segments = -(-(context + queries) // segment_keys) if segment_keys else 1
+    return LaunchGeometry(tuple(geo.grid) + (segments,), geo.block, geo.pair_heads, geo.split_keys,
+                          segment_keys, segments)
+
+
+def combine_geometry(queries: int, heads_q: int) -> tuple[tuple[int], int]:
+    """pa_combine's (grid, block): one warp per row of every query head."""
+    return (-(-(queries * heads_q) // COMBINE_ROWS_PER_CTA),), 32 * COMBINE_ROWS_PER_CTA
+
+
+def workspace_floats(geo: LaunchGeometry, queries: int, heads_q: int, head_dim: int) -> int:
+    """fp32 elements of the segment workspace (Args::part): [n_seg][Hq][Nq][D] O, then
+    [n_seg][Hq][Nq] (m, l) pairs; 0 without segments."""
+    if not geo.segment_keys:
+        return 0
+    return geo.segments * heads_q * queries * (head_dim + 2)
 
 
 def _rows_per_cta(threads: int, queries: int, heads_q: int, heads_kv: int, tiles: int, pair_heads: bool,
@@ -181,15 +213,16 @@ GEOMETRY: dict[str, Callable[..., LaunchGeometry]] = {
 }
 
 
-def choose_tiles(queries: int, heads_q: int, heads_kv: int, sm_count: int, split_keys: int = 0) -> int:
+def choose_tiles(queries: int, heads_q: int, heads_kv: int, sm_count: int, split_keys: int = 0,
+                 segments: int = 1) -> int:
     """m16 tiles per warp of a warp_tiles variant (v2, v2t) for a chunk: 2 unless that leaves fewer
-    than two warps per SM.
+    than two warps per SM (``segments``: key segments, each a CTA of its own).
 
     Two tiles halve the int8 conversion work per MMA, but also halve the number of warps; on a
     small chunk (2.1Kx256 with 32 heads: 256 warps on the H200's 132 SMs) one tile per warp is
     faster. Either way every row gets the same bits (a GPU test checks it).
     """
-    warps = math.prod(_warp_tiles(64, queries, heads_q, heads_kv, 2, True, split_keys).grid) * 2
+    warps = math.prod(_warp_tiles(64, queries, heads_q, heads_kv, 2, True, split_keys).grid) * 2 * segments
     return 2 if warps >= 2 * sm_count else 1
 
 
