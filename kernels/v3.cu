@@ -9,7 +9,7 @@
 //   (blockIdx.y counts down the positions), grid = (Hkv, ceil(Nq / PPC), n_seg).
 //   Keys are visited in tiles of BN = 64 from key 0 (or from the CTA's key segment, below).
 // Warp roles (384 threads, __launch_bounds__(384, 1): one CTA per SM).
-//   * Warpgroup 0, the producer (setmaxnreg.dec to 40 registers). Each thread owns fixed 16-byte
+//   * Warpgroup 0, the producer (setmaxnreg.dec to 56 registers). Each thread owns fixed 16-byte
 //     chunks of every tile (prod_row/prod_chunk; a static_assert checks that every chunk of K and V
 //     is owned exactly once): it cp.async-copies its int8 K and V chunks (through the page table;
 //     zero-filled past the cache) and, in warp 0, the tile's K and V scales into a 3-deep int8
@@ -18,7 +18,7 @@
 //     stores the scales premultiplied (k_scale*qk_scale_log2, v_scale*p_scale: the same fp32
 //     products the other kernels form). A thread reads only staging bytes it copied itself, so the
 //     producer has no barrier of its own.
-//   * Warpgroups 1 and 2, the consumers (setmaxnreg.inc to 232 registers), 64 rows each. Per tile:
+//   * Warpgroups 1 and 2, the consumers (setmaxnreg.inc to 224 registers), 64 rows each. Per tile:
 //     S[64 x 64] = Q.K^T with KSTEPS wgmma.m64n64k16 (A = Q and B = K from shared memory); the
 //     online softmax in fp32 in registers; Ot[64 x D] = P.V with 4 wgmma.m64nDk16 (A = P from
 //     registers, B = V from shared memory, transposed); then O = O*alpha + Ot.
@@ -95,8 +95,8 @@ constexpr int KSTEPS = D / 16;                  // k16 steps of S = Q.K^T
 constexpr int PV_STEPS = BN / 16;               // k16 steps of O = P.V
 constexpr int S_REGS = BN / 2;                  // fp32 accumulator registers per thread: S (64 x 64)
 constexpr int O_REGS = D / 2;                   // ... and O (64 x D)
-constexpr int PRODUCER_REGS = 40;
-constexpr int CONSUMER_REGS = 232;
+constexpr int PRODUCER_REGS = 56;
+constexpr int CONSUMER_REGS = 224;
 static_assert(128 * PRODUCER_REGS + 128 * NCWG * CONSUMER_REGS <= 65536, "register file");
 
 constexpr int Q_BLOCK = M_CTA * 128;            // bytes of one 64-dim block of Q
@@ -141,6 +141,11 @@ __host__ __device__ constexpr int prod_row(int pw, int lane, int i) {
     return pw * RW + 2 * ((lane >> 3) / NG) + ((lane >> 2) & 1) + 4 * RW * i;
 }
 __host__ __device__ constexpr int prod_chunk(int lane) { return 4 * ((lane >> 3) % NG) + (lane & 3); }
+// Byte offset of int8 chunk c of key row r in a staging slot's K (or V) rows. At D = 128 a quarter
+// warp moves chunks 0-3 (or 4-7) of rows r and r+1, which are 128 bytes apart (the same banks), so
+// odd rows swap their two halves; at D = 64 the two rows already sit in different banks. Only the
+// thread that copies a chunk reads it back, so any such bijection will do.
+__host__ __device__ constexpr int stage_off(int r, int c) { return r * D + 16 * (NG == 2 ? c ^ ((r & 1) << 2) : c); }
 __host__ __device__ constexpr bool producer_plan_ok() {
     bool seen[BN * (D / 16)] = {};
     for (int pw = 0; pw < 4; ++pw)
@@ -170,6 +175,20 @@ __host__ __device__ constexpr bool producer_stores_conflict_free() {
     return true;
 }
 static_assert(producer_stores_conflict_free(), "producer fp16 stores must be bank-conflict free");
+__host__ __device__ constexpr bool producer_staging_conflict_free() {
+    for (int pw = 0; pw < 4; ++pw)
+        for (int qw = 0; qw < 4; ++qw)
+            for (int i = 0; i < NI; ++i) {
+                bool bank[8] = {};
+                for (int l = 8 * qw; l < 8 * qw + 8; ++l) {
+                    const int b = (stage_off(prod_row(pw, l, i), prod_chunk(l)) >> 4) & 7;
+                    if (bank[b]) return false;
+                    bank[b] = true;
+                }
+            }
+    return true;
+}
+static_assert(producer_staging_conflict_free(), "producer staging reads must be bank-conflict free");
 
 // ---------------------------------------------------------------- PTX wrappers (no CUDA C++ intrinsics exist)
 __device__ __forceinline__ u32 smem_u32(const void* p) { return static_cast<u32>(__cvta_generic_to_shared(p)); }
@@ -309,8 +328,8 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
             const bool ok = key < nk;
             const u32 row = ok ? pa::kv_row(a, c.hkv, key, pa::page_of(a, key)) : 0u;
             const u64 off = (u64)row * D + 16 * ch;
-            cp_async16(st + I8_K + r * D + 16 * ch, a.k + off, ok ? 16 : 0);
-            cp_async16(st + I8_V + r * D + 16 * ch, a.v + off, ok ? 16 : 0);
+            cp_async16(st + I8_K + stage_off(r, ch), a.k + off, ok ? 16 : 0);
+            cp_async16(st + I8_V + stage_off(r, ch), a.v + off, ok ? 16 : 0);
         }
         if (pw == 0) {   // lanes 0-15: K scales of keys 4*lane.., lanes 16-31: V scales
             const int kc = lane & 15, key0 = j0 + 4 * kc;
@@ -337,10 +356,10 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
         for (int i = 0; i < NI; ++i) {
             const int r = prod_row(pw, lane, i);
             uint4 lo, hi;
-            i8x16_to_f16(*reinterpret_cast<const uint4*>(st + I8_K + r * D + 16 * ch), lo, hi);
+            i8x16_to_f16(*reinterpret_cast<const uint4*>(st + I8_K + stage_off(r, ch)), lo, hi);
             *reinterpret_cast<uint4*>(f + F16_K + sw128(r, 2 * ch, KV_BLOCK)) = lo;
             *reinterpret_cast<uint4*>(f + F16_K + sw128(r, 2 * ch + 1, KV_BLOCK)) = hi;
-            i8x16_to_f16(*reinterpret_cast<const uint4*>(st + I8_V + r * D + 16 * ch), lo, hi);
+            i8x16_to_f16(*reinterpret_cast<const uint4*>(st + I8_V + stage_off(r, ch)), lo, hi);
             *reinterpret_cast<uint4*>(f + F16_V + sw128(r, 2 * ch, KV_BLOCK)) = lo;
             *reinterpret_cast<uint4*>(f + F16_V + sw128(r, 2 * ch + 1, KV_BLOCK)) = hi;
         }
