@@ -403,6 +403,11 @@ def _parse_sample_rows(value: str | int | None) -> int | None:
     return n
 
 
+def _profile_flag(ctx: click.Context, _param, value: bool) -> None:
+    if value:
+        ctx.meta["pa_bench.profile"] = True
+
+
 def config_options(fn: Callable) -> Callable:
     """Options shared by parity, time and run: what to run and where results go."""
     options = [
@@ -427,6 +432,9 @@ def config_options(fn: Callable) -> Callable:
         click.option("--resume", metavar="RUN",
                      help="Carry on an interrupted run (a run directory or id); finished rows are kept."),
         click.option("--json", "as_json", is_flag=True, help="Print the records as JSON."),
+        click.option("--profile", is_flag=True, expose_value=False, callback=_profile_flag,
+                     help="Write a cProfile of the run to <run dir>/profile.pstats and print the "
+                          "wall and phase seconds (or set PA_BENCH_PROFILE=1 or =FILE)."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -526,14 +534,40 @@ def _run_command(mode: str, *, config, backend, results_root: str, resume: str |
                  sample_rows: int | None, save_outputs: str | None = None) -> Path:
     from pa_bench import runner
 
+    from pa_bench.profiling import RunProfile, profile_target
+
     fn = {"parity": runner.run_parity, "time": runner.run_timing, "run": runner.run_all}[mode]
     progress = RichProgress()
+    ctx = click.get_current_context(silent=True)
+    profile = RunProfile(profile_target(bool(ctx is not None and ctx.meta.get("pa_bench.profile"))))
+    path = None
     try:
-        return fn(config, backend, results_root=results_root, sample_rows=sample_rows,
-                  resume_run=resume, save_outputs=save_outputs, progress=progress,
-                  command=_command_line())
+        with profile:
+            path = fn(config, backend, results_root=results_root, sample_rows=sample_rows,
+                      resume_run=resume, save_outputs=save_outputs, progress=progress,
+                      command=_command_line())
+        return path
+    except KeyboardInterrupt as exc:
+        path = getattr(exc, "run_dir", None)
+        raise
     finally:
         progress.stop()
+        if profile.target is not None:
+            _write_profile(profile, path)
+
+
+def _write_profile(profile, run_dir: Path | None) -> None:
+    """The cProfile file and the run's wall and phase seconds, on stderr."""
+    from pa_bench.phases import phase_summary
+    from pa_bench.store.results import open_run
+
+    written = profile.write(run_dir)
+    if written is not None:
+        _note(f"profile: {written} (python -m pstats {written})")
+    if run_dir is not None:
+        summary = phase_summary(open_run(run_dir).read_meta())
+        if summary:
+            _note(summary)
 
 
 def _command_line() -> list[str]:

@@ -63,4 +63,18 @@ class PhaseClock:
         return {p: round(self.seconds[p], 3) for p in PHASES if p in self.seconds}
 
 
-__all__ = ["PHASES", "PhaseClock"]
+def phase_summary(meta: dict) -> str | None:
+    """``wall 57.3 s: inputs 4.1 s, reference 3.0 s, ...`` from a run's meta.json (None if
+    the run has no wall time)."""
+    wall = meta.get("wall_seconds")
+    if wall is None:
+        return None
+    seconds = meta.get("phase_seconds") or {}
+    parts = [f"{p} {seconds[p]:.1f} s" for p in PHASES if p in seconds]
+    rest = wall - sum(seconds.values())
+    if parts:
+        parts.append(f"other {max(rest, 0.0):.1f} s")
+    return f"wall {wall:.1f} s" + (": " + ", ".join(parts) if parts else "")
+
+
+__all__ = ["PHASES", "PhaseClock", "phase_summary"]

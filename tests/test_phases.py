@@ -161,3 +161,37 @@ def test_the_cli_progress_names_the_shape_and_phase_in_a_log(capsys):
     err = capsys.readouterr().err
     assert err.startswith("parity long on cuda: 4000Kx64 (4096000x64): reference ")
     assert progress.phase_text() == "" and progress._timer is None
+
+
+@pytest.mark.parametrize("how", ["flag", "env-file"])
+def test_profile_writes_a_cprofile_and_prints_the_phase_seconds(tmp_path, monkeypatch, how):
+    import pstats
+
+    from click.testing import CliRunner
+
+    from pa_bench.cli import cli
+    from pa_bench.profiling import PROFILE_ENV
+
+    args = ["parity", "--config", str(SMOKE), "--backend", "numpy", "--shapes", "0x96",
+            "--variant", "v1", "--results", str(tmp_path / "runs")]
+    monkeypatch.delenv(PROFILE_ENV, raising=False)
+    if how == "flag":
+        args.append("--profile")
+    else:
+        monkeypatch.setenv(PROFILE_ENV, str(tmp_path / "p" / "run.prof"))
+    result = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    written = run_dir / "profile.pstats" if how == "flag" else tmp_path / "p" / "run.prof"
+    stats = pstats.Stats(str(written))
+    assert any(fn[2] == "_run" and fn[0].endswith("runner.py") for fn in stats.stats)
+    assert f"profile: {written}" in result.stderr
+    assert "wall " in result.stderr and "kernels " in result.stderr
+
+
+def test_phase_summary_line():
+    from pa_bench.phases import phase_summary
+
+    meta = {"wall_seconds": 10.0, "phase_seconds": {"timing": 3.0, "inputs": 1.25}}
+    assert phase_summary(meta) == "wall 10.0 s: inputs 1.2 s, timing 3.0 s, other 5.8 s"
+    assert phase_summary({}) is None

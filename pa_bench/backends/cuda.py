@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -80,6 +81,7 @@ class CudaBackend:
         self._kernels: dict[K.KernelBuild, object] = {}
         self._smem: dict[K.KernelBuild, int] = {}      # dynamic shared memory per launch (v3)
         self.compilers: dict[K.KernelBuild, str] = {}  # "nvrtc", or "nvcc" (an arch-specific fallback)
+        self.compiles: dict[K.KernelBuild, dict] = {}  # seconds and disk-cache hit/miss: meta.json
         self._combines: dict[K.KernelBuild, object] = {}   # pa_combine of each build's module
         self._launches: dict[tuple, dict] = {}   # (variant, problem) -> grid, tiles, split: meta.json
         self.tiles: int | None = None  # v2/v2t: m16 query tiles per warp (None: K.choose_tiles)
@@ -116,9 +118,11 @@ class CudaBackend:
             "compile_options": list(K.BASE_OPTIONS) + ["-D... per build (see builds)", "--gpu-architecture=<device>"],
             "builds": [
                 {"variant": b.variant, "options": list(b.defines()), "mma": K.mma_shape(self.cc, b.force_turing),
-                 "tiles": self._tiles(b.variant, b.tiles)}
+                 "tiles": self._tiles(b.variant, b.tiles), "compiler": self.compilers.get(b),
+                 **self.compiles.get(b, {})}
                 for b in self._kernels
             ],
+            "kernel_cache": str(K.kernel_cache_dir() or "off (CUPY_CACHE_IN_MEMORY)"),
             "launches": list(self._launches.values()),
             "triton": triton_runner.meta(),
             "torch_flex": torch_flex.meta(),
@@ -238,7 +242,12 @@ class CudaBackend:
         fn = self._kernels.get(build)
         if fn is None:
             try:
+                cache = K.kernel_cache_dir()
+                before, started = K.cache_entries(cache), time.perf_counter()
                 mod, fn = self._module(build)
+                self.compiles[build] = {"compile_seconds": round(time.perf_counter() - started, 3),
+                                        "cache": K.cache_outcome(cache, before)
+                                        if self.compilers.get(build) == "nvrtc" else None}
                 self._smem[build] = self._dynamic_smem(mod, fn, build)
             except Exception as exc:
                 raise PaBenchError(f"compiling {build.variant} failed: {_first_line(exc)}") from exc

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -97,11 +98,50 @@ def kernel_path(variant: str) -> Path:
     return KERNEL_DIR / entry.source
 
 
+_LOCAL_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"[ \t]*$', re.MULTILINE)
+
+
 def kernel_source(variant: str) -> str:
-    """The variant's source with the shared header inlined (NVRTC gets one translation unit)."""
-    text = kernel_path(variant).read_text()
-    header = (KERNEL_DIR / HEADER).read_text()
-    return text.replace(f'#include "{HEADER}"', f"// ---- {HEADER} (inlined)\n{header}\n// ---- end {HEADER}")
+    """The variant's source with every ``#include "..."`` of kernels/ inlined (each file once):
+    NVRTC gets one translation unit, and CuPy's compile cache, which hashes the source string
+    but not the files it includes, is keyed by every line of kernel code (kernel_cache_dir)."""
+    seen: set[str] = set()
+
+    def inline(match: re.Match) -> str:
+        name = match.group(1)
+        if name in seen:
+            return f"// ---- {name} (inlined above)"
+        seen.add(name)
+        body = _LOCAL_INCLUDE.sub(inline, (KERNEL_DIR / name).read_text())
+        return f"// ---- {name} (inlined)\n{body}\n// ---- end {name}"
+
+    return _LOCAL_INCLUDE.sub(inline, kernel_path(variant).read_text())
+
+
+def kernel_cache_dir() -> Path | None:
+    """Where CuPy keeps compiled kernels across runs (``$CUPY_CACHE_DIR``, default
+    ``~/.cupy/kernel_cache``), keyed by a hash of the source, the options, the arch and the
+    NVRTC version; None with ``CUPY_CACHE_IN_MEMORY=1`` (no disk cache). Deleting the
+    directory forces every kernel to be compiled again."""
+    if os.environ.get("CUPY_CACHE_IN_MEMORY", "0").strip().lower() in ("1", "true", "yes", "on"):
+        return None
+    return Path(os.environ.get("CUPY_CACHE_DIR") or Path.home() / ".cupy" / "kernel_cache")
+
+
+def cache_entries(cache_dir: Path | None) -> set[str]:
+    """The compiled binaries in ``cache_dir`` now (empty when there is none)."""
+    try:
+        return {p.name for p in cache_dir.iterdir() if p.suffix == ".cubin"} if cache_dir else set()
+    except OSError:
+        return set()
+
+
+def cache_outcome(cache_dir: Path | None, before: set[str]) -> str:
+    """``hit`` when a compile left the cache as it was, ``miss`` when it added a binary;
+    ``off`` without a disk cache."""
+    if cache_dir is None:
+        return "off"
+    return "miss" if cache_entries(cache_dir) - before else "hit"
 
 
 def source_hashes() -> dict[str, str]:
