@@ -69,17 +69,24 @@ def _tiles(acc, l_i, m_i, q, K, V, KS, VS, TABLE, kvh, heads_kv, page_shift, kv_
     offs_d = tl.arange(0, D)
     for start in range(lo, hi, BLOCK_N):
         j = start + offs_n
-        in_kv = j < nk
+        in_kv = j < nk        # only a masked tile can reach past the last key (loads masked there only)
         if PAGED:
-            page = tl.load(TABLE + (j >> page_shift), mask=in_kv, other=0)
+            if MASKED:
+                page = tl.load(TABLE + (j >> page_shift), mask=in_kv, other=0)
+            else:
+                page = tl.load(TABLE + (j >> page_shift))
             row = (page.to(tl.int64) * heads_kv + kvh) * (1 << page_shift) + (j & ((1 << page_shift) - 1))
             srow = row
         else:
             row = kvh.to(tl.int64) * kv_stride + j
             srow = kvh.to(tl.int64) * scale_stride + j
         kv_off = row[:, None] * D + offs_d[None, :]
-        k = tl.load(K + kv_off, mask=in_kv[:, None], other=0).to(tl.float16)
-        ks = tl.load(KS + srow, mask=in_kv, other=0.0)
+        if MASKED:
+            k = tl.load(K + kv_off, mask=in_kv[:, None], other=0).to(tl.float16)
+            ks = tl.load(KS + srow, mask=in_kv, other=0.0)
+        else:
+            k = tl.load(K + kv_off).to(tl.float16)
+            ks = tl.load(KS + srow)
         s = tl.dot(q, tl.trans(k))
         s = s * (ks * qk_scale_log2)[None, :]
         if MASKED:
@@ -89,9 +96,13 @@ def _tiles(acc, l_i, m_i, q, K, V, KS, VS, TABLE, kvh, heads_kv, page_shift, kv_
         alpha = tl.exp2(m_i - m_use)
         p = tl.exp2(s - m_use[:, None])
         l_i = l_i * alpha + tl.reduce(p, 1, _add)
-        vs = tl.load(VS + srow, mask=in_kv, other=0.0)
+        if MASKED:
+            vs = tl.load(VS + srow, mask=in_kv, other=0.0)
+            v = tl.load(V + kv_off, mask=in_kv[:, None], other=0).to(tl.float16)
+        else:
+            vs = tl.load(VS + srow)
+            v = tl.load(V + kv_off).to(tl.float16)
         p16 = (p * (vs * p_scale)[None, :]).to(tl.float16)
-        v = tl.load(V + kv_off, mask=in_kv[:, None], other=0).to(tl.float16)
         acc = acc * alpha[:, None] + tl.dot(p16, v)
         m_i = m_new
     return acc, l_i, m_i
