@@ -530,8 +530,23 @@ def build_backend(name: str, config, *, needs_timing: bool = False):
     return make_backend(name, config, notice=_note)
 
 
+def _run_devices(config, spec: str, *, backend: str, results_root: str,
+                 sample_rows: int | None) -> Path:
+    """``run --devices``: one worker process per GPU (pa_bench.devices), one merged run."""
+    from pa_bench import devices as devices_mod
+
+    chosen = devices_mod.resolve(spec)
+    progress = RichProgress()
+    try:
+        return devices_mod.run_on_devices(config, chosen, backend=backend, results_root=results_root,
+                                          sample_rows=sample_rows, progress=progress,
+                                          command=_command_line())
+    finally:
+        progress.stop()
+
+
 def _run_command(mode: str, *, config, backend, results_root: str, resume: str | None,
-                 sample_rows: int | None, save_outputs: str | None = None) -> Path:
+                 sample_rows: int | None, save_outputs: str | None = None, shard=None) -> Path:
     from pa_bench import runner
 
     from pa_bench.profiling import RunProfile, profile_target
@@ -545,7 +560,7 @@ def _run_command(mode: str, *, config, backend, results_root: str, resume: str |
         with profile:
             path = fn(config, backend, results_root=results_root, sample_rows=sample_rows,
                       resume_run=resume, save_outputs=save_outputs, progress=progress,
-                      command=_command_line())
+                      command=_command_line(), shard=shard)
         return path
     except KeyboardInterrupt as exc:
         path = getattr(exc, "run_dir", None)
@@ -794,23 +809,41 @@ def time_cmd(config_path, shapes, variants, backend, layout, page, heads, head_d
 @config_options
 @sample_rows_option
 @timing_options
+@click.option("--shard", metavar="I/N",
+              help="Run only shard I of N (I is 0-based, 0..N-1: "
+                   "--shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT under --array=0-(N-1)); "
+                   "shapes are dealt by cost; join the shards with 'pa-bench merge'.")
+@click.option("--devices", metavar="LIST|all",
+              help="One worker process per GPU of this host (0,1,... or all), each pinned with "
+                   "CUDA_VISIBLE_DEVICES and running one shard; one merged run directory.")
 @_no_interrupt_traceback
 def run(config_arg, config_path, shapes, variants, backend, layout, page, heads, head_dim, data,
-        seed, force_turing, results_root, resume, as_json, sample_rows, hot, max_seconds):
+        seed, force_turing, results_root, resume, as_json, sample_rows, hot, max_seconds, shard,
+        devices):
     """Parity and timing of every shape x variant of CONFIG (default configs/pr2092.yaml).
 
     Without a GPU it falls back to the numpy backend: parity on sampled rows, timing rows
     skipped with the reason.
     """
+    from pa_bench.shard import parse_shard
+
+    shard = parse_shard(shard) if shard is not None else None
+    if devices is not None and (shard is not None or resume is not None):
+        raise click.UsageError("--devices runs every shard itself: give it without "
+                               f"{'--shard' if shard is not None else '--resume'}")
     if config_arg and config_path and Path(config_arg) != Path(config_path):
         raise click.UsageError("give the config either as CONFIG or with --config, not both")
     config = load_run_config(config_arg or config_path, resume=resume, results_root=results_root,
                              shapes=shapes, variants=variants, layout=layout, page=page,
                              heads=heads, head_dim=head_dim, data=data, seed=seed,
                              force_turing=force_turing, hot=hot, max_seconds=max_seconds)
-    be = build_backend(backend, config)
-    path = _run_command("run", config=config, backend=be, results_root=results_root,
-                        resume=resume, sample_rows=_parse_sample_rows(sample_rows))
+    if devices is not None:
+        path = _run_devices(config, devices, backend=backend, results_root=results_root,
+                            sample_rows=_parse_sample_rows(sample_rows))
+    else:
+        be = build_backend(backend, config)
+        path = _run_command("run", config=config, backend=be, results_root=results_root,
+                            resume=resume, sample_rows=_parse_sample_rows(sample_rows), shard=shard)
     records = _show_run("run", path, config, as_json)
     _verdict("run", path, records)
 
@@ -860,6 +893,44 @@ def report(runs, output, results_root, no_plots, as_json):
         _note(f"wrote {path}")
     if as_json:
         _print_json(written)
+
+
+@cli.command()
+@click.argument("runs", nargs=-1, required=True, metavar="RUN...")
+@click.option("-o", "--output", type=click.Path(file_okay=False), metavar="RUN",
+              help="The merged run's directory (new or empty; default: a new run under --results).")
+@click.option("--results", "results_root", type=click.Path(file_okay=False),
+              default=DEFAULT_RESULTS, show_default=True, help="Where runs are looked up and made.")
+@click.option("--no-report", is_flag=True, help="Do not write report.md into the merged run.")
+@_no_interrupt_traceback
+def merge(runs, output, results_root, no_report):
+    """One run from shard runs (--shard I/N): same config, seed and kernel sources, or refused.
+
+    Every row keeps its own GPU, arch and device; a row held by two runs must be identical.
+    """
+    from pa_bench.store import merge as merge_mod
+    from pa_bench.store.results import new_run_dir, open_run
+
+    parts = [open_run(r, root=results_root) for r in runs]
+    if output is not None:
+        out = merge_mod.prepare_output(output)
+    else:
+        meta = parts[0].read_meta()
+        name = (meta.get("config") or {}).get("name") or "run"
+        out = new_run_dir(results_root, name, "merged")
+    try:
+        merge_mod.merge_runs(parts, out, command=_command_line())
+    except BaseException:
+        if out.path.is_dir() and not any(out.path.iterdir()):
+            out.path.rmdir()  # a refused merge leaves no empty run behind
+        raise
+    records = out.records()
+    _note(f"merged {len(parts)} runs, {len(records)} rows: {out.path}")
+    if not no_report:
+        from pa_bench.present import report as report_mod
+
+        report_mod.write_report(out)
+        _note(f"report: {out.path / 'report.md'}")
 
 
 @cli.command()

@@ -37,6 +37,7 @@ from pa_bench.measure.outcome import TimingOutcome
 from pa_bench.numerics.judge import judge, twin_note
 from pa_bench.phases import PhaseClock
 from pa_bench.resume import check_resume, shape_work
+from pa_bench.shard import Shard, resume_shard, shard_meta, shard_problems
 from pa_bench.store import results as R
 from pa_bench.store.records import STATUS_FAILED, STATUS_OK, STATUS_SKIPPED, Record
 
@@ -152,12 +153,14 @@ def _run(
     progress: Progress | None = None,
     command: list[str] | None = None,
     write_report: bool = True,
+    shard: Shard | None = None,
 ) -> Path:
     """Walk every shape of ``config`` for ``mode`` and write a run directory.
 
     ``sample_rows``: query rows compared with FP64 per shape (None: the config's choice for
     this backend; 0: every row). ``resume_run``: a run directory (or run id under
-    ``results_root``) to carry on; its rows that finished ok are kept.
+    ``results_root``) to carry on; its rows that finished ok are kept. ``shard``: run only the
+    shapes of this shard (pa_bench.shard); meta.json keeps the whole config and the shard.
     """
     from pa_bench.problem.plan import make_plan
 
@@ -169,6 +172,7 @@ def _run(
     if resume_run is not None:
         run = R.open_run(resume_run, root=results_root)
         stored = run.read_meta()
+        shard = resume_shard(str(resume_run), stored, shard)
         sample_rows = check_resume(str(resume_run), stored, mode=mode, config=plan.config.to_dict(),
                                    backend=backend.name, sample_rows=sample_rows)
         previous = {r.key(): r for r in run.records()}
@@ -178,6 +182,10 @@ def _run(
         run = R.new_run_dir(results_root, config.name, backend.name)
         previous = {}
         run.write_meta(_meta(mode, config, backend, describe, command, sample_rows))
+        if shard is not None:
+            run.update_meta(shard=shard_meta(plan.problems, shard, lambda p: shape_string(p.shape)))
+    if shard is not None:
+        plan.problems = shard_problems(plan.problems, shard)
     job = _Job(mode, config, backend, run, progress, sample_rows,
                Path(save_outputs) if save_outputs is not None else None, describe, previous)
 
@@ -272,6 +280,7 @@ def base_record(job: _Job, problem, variant: str) -> Record:
         heads_kv=problem.heads_kv, head_dim=problem.head_dim, layout=problem.layout,
         page=problem.page, data=problem.data, variant=variant, backend=job.backend.name,
         gpu=job.describe.get("gpu"), arch=job.describe.get("arch"), status=STATUS_OK,
+        device_index=job.describe.get("device_index"), device_uuid=job.describe.get("device_uuid"),
         out_dtype=problem.out_dtype, softmax_scale=problem.softmax_scale, seed=problem.seed,
         mma=job.describe.get("mma"), force_turing=bool(cfg.force_turing),
         ref_ms=None if fig is None else fig.ms, ref_err=None if fig is None else fig.err,

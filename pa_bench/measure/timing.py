@@ -90,11 +90,16 @@ class ClockReader:
     sample, made after the hold is released. Otherwise ``nvidia-smi`` in a background thread
     that samples about twice a second (started by :meth:`start`), so no subprocess ever runs in
     the sampling loop itself. ``source`` says which (None: no clock).
+
+    ``device_index`` is the CUDA ordinal. NVML and nvidia-smi number the host's GPUs and ignore
+    ``CUDA_VISIBLE_DEVICES``, so the GPU is found by the CUDA device's PCI bus id where CuPy
+    gives it: a worker pinned to one GPU (``--devices``) reads that GPU's clock, not GPU 0's.
     """
 
     def __init__(self, device_index: int = 0, *, use_nvml: bool = True):
         self.source: str | None = None
         self.device_index = device_index
+        self.bus_id = _pci_bus_id(device_index)
         self._nvml = None
         self._handle = None
         self._latest: float | None = None
@@ -105,7 +110,8 @@ class ClockReader:
                 import pynvml
 
                 pynvml.nvmlInit()
-                self._handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
+                self._handle = (pynvml.nvmlDeviceGetHandleByPciBusId(self.bus_id) if self.bus_id
+                                else pynvml.nvmlDeviceGetHandleByIndex(device_index))
                 self._nvml = pynvml
                 self.source = "nvml"
             except Exception:
@@ -154,12 +160,22 @@ class ClockReader:
     def _smi(self, query: str) -> float | None:
         try:
             out = subprocess.run(
-                ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits", f"-i={self.device_index}"],
+                ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits", f"-i={self.bus_id or self.device_index}"],
                 capture_output=True, text=True, timeout=10,
             ).stdout.strip().splitlines()
             return float(out[0]) if out else None
         except Exception:
             return None
+
+
+def _pci_bus_id(cuda_ordinal: int) -> str | None:
+    """The PCI bus id of CUDA device ``cuda_ordinal`` (None without CuPy or a GPU)."""
+    try:
+        import cupy as cp
+
+        return str(cp.cuda.Device(cuda_ordinal).pci_bus_id)
+    except Exception:
+        return None
 
 
 # --------------------------------------------------------------------------- the loop

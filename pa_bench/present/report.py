@@ -322,13 +322,26 @@ def fmt_ratio_pct(x) -> str:
     return DASH if x is None else f"{100 * float(x):.1f} %"
 
 
-def _shape_section(shape: str, recs: list[Record]) -> list[str]:
+def several_gpus(records: list[Record]) -> bool:
+    """True when the rows ran on more than one GPU (a merged run, ``--devices``)."""
+    return len(_unique(records, "gpu")) > 1 or len(_unique(records, "device_uuid")) > 1
+
+
+def gpu_cell(r: Record) -> str:
+    """``NVIDIA H200 #3``: the row's GPU and its index on its host."""
+    return (r.gpu or DASH) + (f" #{r.device_index}" if r.device_index is not None else "")
+
+
+def _shape_section(shape: str, recs: list[Record], gpu_column: bool = False) -> list[str]:
     by_variant = {r.variant: r for r in recs}
     v1 = by_variant.get(registry.BASELINE)
     out = [f"### {shape_title(shape, recs)}", ""]
     header = ["variant", "ms median [q1–q3]", "speed-up vs v1 [spread]", "TFLOP/s", "GB/s",
               "max abs err vs FP64", "model err", "ratio", "parity", "status"]
     align = ["l", "r", "r", "r", "r", "r", "r", "r", "l", "l"]
+    if gpu_column:  # the rows of a merged run ran on different GPUs: say which
+        header.insert(1, "GPU")
+        align.insert(1, "l")
     rows = []
     for variant in _variants(recs):
         r = by_variant[variant]
@@ -359,6 +372,8 @@ def _shape_section(shape: str, recs: list[Record]) -> list[str]:
         status = r.status if r.status == STATUS_OK or not r.reason else f"{r.status}: {r.reason}"
         rows.append([variant, ms, sp, fmt_rate(r.tflops), fmt_rate(r.kv_gbps), fmt_err(r.max_abs_err),
                      fmt_err(r.model_max_abs_err), fmt_ratio(r.err_ratio), parity, status])
+        if gpu_column:
+            rows[-1].insert(1, gpu_cell(r))
     out += _table(header, rows, align)
     notes = []
     sampled = _unique(recs, "sampled_rows")
@@ -454,11 +469,16 @@ def _problems(records: list[Record], missing: list[tuple[str, str]]) -> list[str
 
 def planned_rows(meta: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(shape, variant) of every row the run's config planned, keyed as records.csv keys them
-    (a labelled shape by its exact numbers); [] when meta.json holds no plan."""
+    (a labelled shape by its exact numbers); [] when meta.json holds no plan. A shard run
+    (``--shard I/N``) planned only its shard's shapes."""
     cfg = _config(meta)
     shapes, variants = cfg.get("shapes"), cfg.get("variants")
     if not isinstance(shapes, list) or not isinstance(variants, list):
         return []
+    shard = meta.get("shard")
+    if isinstance(shard, Mapping) and isinstance(shard.get("shapes"), list):
+        mine = set(map(str, shard["shapes"]))
+        shapes = [s for s in shapes if str(s.get("shape") if isinstance(s, Mapping) else s) in mine]
     keys = []
     for s in shapes:
         written = s.get("shape") if isinstance(s, Mapping) else s
@@ -630,6 +650,19 @@ def _as_run(run_path: str | Path | RunDir) -> RunDir:
     return run_path if isinstance(run_path, RunDir) else open_run(run_path)
 
 
+def _parts_note(meta: Mapping[str, Any]) -> str:
+    """`` Merged from 4 runs: ...`` for a merged run (``pa-bench merge``, ``--devices``)."""
+    parts = meta.get("parts")
+    if not isinstance(parts, list) or not parts:
+        return ""
+    def one(p: Mapping[str, Any]) -> str:
+        shard = p.get("shard") if isinstance(p.get("shard"), Mapping) else None
+        where = ", ".join(map(str, p.get("gpus") or [])) or DASH
+        tag = f"shard {shard.get('index')}/{shard.get('count')} on " if shard else "on "
+        return f"`{p.get('run_id')}` ({tag}{where})"
+    return f" Merged from {len(parts)} runs: " + "; ".join(one(p) for p in parts) + "."
+
+
 def build_report(run_path: str | Path | RunDir, out_dir: str | Path | None = None, plots: bool = True) -> str:
     """Markdown report of a stored run, from its records.csv and meta.json alone.
 
@@ -650,7 +683,7 @@ def build_report(run_path: str | Path | RunDir, out_dir: str | Path | None = Non
     config_name = _join(_unique(records, "config")) if _unique(records, "config") else cfg.get("name", "run")
     gpu = _rec_or_meta(records, "gpu", meta, "gpu", "gpu_name")
     lines = [f"# pa-bench: {config_name} on {gpu or 'an unknown device'}", "",
-             f"Run `{run.run_id}`."]
+             f"Run `{run.run_id}`." + _parts_note(meta)]
     if cfg.get("description"):
         lines += ["", str(cfg["description"]).strip()]
     lines += [""]
@@ -661,8 +694,9 @@ def build_report(run_path: str | Path | RunDir, out_dir: str | Path | None = Non
     lines += _unstated(records, meta) + [""]
     lines += prompt_section(run.path, meta, gpu, out_dir, prefix, plots)  # [] unless a prompt run
     lines += ["## Results per shape", ""]
+    gpu_column = several_gpus(records)
     for shape in _shapes(records):
-        lines += _shape_section(shape, [r for r in records if r.shape == shape]) + [""]
+        lines += _shape_section(shape, [r for r in records if r.shape == shape], gpu_column) + [""]
     peer = _peer_note(records, meta)
     if peer and records:
         lines += peer + [""]
