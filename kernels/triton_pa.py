@@ -126,7 +126,9 @@ def _segment(q, K, V, KS, VS, TABLE, kvh, heads_kv, page_shift, kv_stride, scale
     return acc, l_i, m_i
 
 
-@triton.jit
+# Shape sizes are not specialised on (Triton would compile one flavour per divisibility class of
+# each integer): one compile per (head size, layout, packing, block, output dtype).
+@triton.jit(do_not_specialize=["nq", "ctx", "kv_stride", "scale_stride", "seg_keys", "n_row_blocks"])
 def pa_triton(Q, K, V, KS, VS, TABLE, OUT,
               nq, ctx, heads_kv, page_shift, kv_stride, scale_stride, seg_keys, n_row_blocks,
               qk_scale_log2, p_scale, inv_p_scale,

@@ -104,6 +104,8 @@ class FlexPeer:
         """One fresh call's output (or the last one's) as a NumPy float32 [Hq, Nq, D] array."""
         if fresh:
             self.launcher()()
+            if self.q.is_cuda:
+                self.torch.cuda.synchronize()   # the call may have run on pa-bench's stream
         return self.out[0].float().cpu().numpy()
 
 
