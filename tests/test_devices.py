@@ -1,0 +1,111 @@
+"""run --devices (#17) with fake GPUs: real worker processes on the numpy backend, one per
+"device", merged into one run directory whose rows name their device."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from pa_bench import devices
+from pa_bench.cli import cli
+from pa_bench.problem.config import CONFIG_DIR, load_config
+from pa_bench.problem.plan import make_plan
+from pa_bench.shard import Shard, shard_problems
+from pa_bench.store.results import open_run
+
+SMOKE = str(CONFIG_DIR / "smoke.yaml")
+FAKE = [devices.Device(0, "Fake GPU A", "GPU-aaaa-0"), devices.Device(1, "Fake GPU B", "GPU-bbbb-1"),
+        devices.Device(2, "Fake GPU C", "GPU-cccc-2")]
+
+
+@pytest.fixture
+def fake_gpus(monkeypatch):
+    monkeypatch.setattr(devices, "discover", lambda: list(FAKE))
+
+
+def one_line_error(res) -> str:
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), res.output
+    assert "Traceback" not in res.output
+    return lines[0]
+
+
+def test_devices_run_is_one_run_with_every_row_and_its_device(fake_gpus, tmp_path):
+    res = CliRunner().invoke(cli, ["run", SMOKE, "--backend", "numpy", "--devices", "0,2",
+                                   "--sample-rows", "8", "--results", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]  # one run directory
+    run = open_run(run_dir)
+    records = run.records()
+    plan = make_plan(load_config(SMOKE))
+    assert sorted(r.key() for r in records) == sorted(
+        (p.shape.written, v) for p in plan.problems for v in plan.variants)
+    for k, dev in enumerate([FAKE[0], FAKE[2]]):  # device k ran shard k/2
+        mine = {p.shape.written for p in shard_problems(plan.problems, Shard(k, 2))}
+        rows = [r for r in records if r.shape in mine]
+        assert rows and {(r.device_index, r.device_uuid) for r in rows} == {(dev.index, dev.uuid)}
+    assert all(r.parity_pass and r.sampled_rows == 8 for r in records)
+    meta = run.read_meta()
+    assert [d["uuid"] for d in meta["devices"]] == ["GPU-aaaa-0", "GPU-cccc-2"]
+    assert [p["shard"] for p in meta["parts"]] == [
+        {**p["shard"], "index": k, "count": 2} for k, p in enumerate(meta["parts"])]
+    assert meta["status"] == "complete" and meta["wall_seconds"] > 0
+    assert (run_dir / "parts" / "gpu2.log").exists() and (run_dir / "report.md").exists()
+
+
+def test_worker_env_pins_one_gpu_by_uuid():
+    env = devices.worker_env(FAKE[1], 2, base={"PATH": "/bin"})
+    assert env["CUDA_VISIBLE_DEVICES"] == "GPU-bbbb-1" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert int(env["OMP_NUM_THREADS"]) >= 1
+    assert devices.worker_env(devices.Device(5, "x"), 1, base={})["CUDA_VISIBLE_DEVICES"] == "5"
+
+
+def test_select_devices():
+    assert devices.select("all", FAKE) == FAKE
+    assert devices.select("2,0", FAKE) == [FAKE[2], FAKE[0]]
+    for spec, needle in [("3", "no GPU 3 on this machine (it has 0, 1, 2)"),
+                         ("0,0", "GPU 0 is named twice"), ("x", "'x' is not a GPU index")]:
+        with pytest.raises(devices.DeviceError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+            devices.select(spec, FAKE)
+
+
+def test_devices_without_gpus_is_one_line(monkeypatch, tmp_path):
+    monkeypatch.setattr(devices, "discover", lambda: [])
+    res = CliRunner().invoke(cli, ["run", SMOKE, "--backend", "numpy", "--devices", "all",
+                                   "--results", str(tmp_path)])
+    assert "no NVIDIA GPU on this machine" in one_line_error(res)
+    assert not any(tmp_path.iterdir())
+
+
+def test_devices_with_shard_is_a_usage_error(fake_gpus, tmp_path):
+    res = CliRunner().invoke(cli, ["run", SMOKE, "--devices", "all", "--shard", "0/2",
+                                   "--results", str(tmp_path)])
+    assert "--devices runs every shard itself" in one_line_error(res)
+
+
+def test_workers_that_all_fail_are_one_line(tmp_path):
+    def broken(config_file, shard, **_):
+        return [sys.executable, "-c", "import sys; print('error: no GPU here'); sys.exit(2)"]
+
+    config = make_plan(load_config(SMOKE), shapes="64x16").config
+    with pytest.raises(devices.PaBenchError, match="no worker wrote a run: GPU 0: error: no GPU here"):
+        devices.run_on_devices(config, FAKE[:2], backend="numpy", results_root=tmp_path,
+                               argv_for=broken)
+
+
+def test_a_failed_worker_leaves_the_others_rows_and_an_incomplete_run(tmp_path):
+    def half(config_file, shard, **kw):
+        if shard.index == 1:
+            return [sys.executable, "-c", "import sys; sys.exit(3)"]
+        return devices.worker_argv(config_file, shard, **kw)
+
+    config = make_plan(load_config(SMOKE), shapes="64x16,100x20", variants=["v1"]).config
+    path = devices.run_on_devices(config, FAKE[:2], backend="numpy", results_root=tmp_path,
+                                  sample_rows=4, argv_for=half, write_report=False)
+    run = open_run(path)
+    meta = json.loads((path / "meta.json").read_text())
+    assert meta["status"] == "incomplete" and len(meta["parts"]) == 1
+    assert [r.device_uuid for r in run.records()] == ["GPU-aaaa-0"]
