@@ -178,6 +178,31 @@ def _pci_bus_id(cuda_ordinal: int) -> str | None:
         return None
 
 
+def device_identity(cuda_ordinal: int = 0) -> dict:
+    """``{"device_index": NVML index on the host, "device_uuid": "GPU-..."}`` of CUDA device
+    ``cuda_ordinal`` (found by PCI bus id, so right under ``CUDA_VISIBLE_DEVICES``); {} if unknown."""
+    bus_id = _pci_bus_id(cuda_ordinal)
+    if bus_id is None:
+        return {}
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByPciBusId(bus_id)
+        uuid = pynvml.nvmlDeviceGetUUID(h)
+        return {"device_index": int(pynvml.nvmlDeviceGetIndex(h)),
+                "device_uuid": uuid.decode() if isinstance(uuid, bytes) else str(uuid)}
+    except Exception:
+        pass
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader",
+                              f"-i={bus_id}"], capture_output=True, text=True, timeout=10).stdout
+        index, uuid = [x.strip() for x in out.strip().splitlines()[0].split(",")]
+        return {"device_index": int(index), "device_uuid": uuid}
+    except Exception:
+        return {}
+
+
 # --------------------------------------------------------------------------- the loop
 
 
