@@ -109,3 +109,29 @@ def test_a_failed_worker_leaves_the_others_rows_and_an_incomplete_run(tmp_path):
     meta = json.loads((path / "meta.json").read_text())
     assert meta["status"] == "incomplete" and len(meta["parts"]) == 1
     assert [r.device_uuid for r in run.records()] == ["GPU-aaaa-0"]
+
+
+def test_clock_and_identity_follow_the_cuda_device_not_nvml_index_0(monkeypatch):
+    """NVML numbers the host's GPUs and ignores CUDA_VISIBLE_DEVICES: a worker pinned to GPU 3
+    sees it as CUDA device 0, and must read GPU 3's clock (found by PCI bus id)."""
+    import types
+
+    from pa_bench.measure import timing
+
+    cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(
+        Device=lambda i: types.SimpleNamespace(pci_bus_id="0000:3B:00.0")))
+
+    def by_index(i):
+        raise AssertionError("NVML index 0 is another GPU under CUDA_VISIBLE_DEVICES")
+
+    nvml = types.SimpleNamespace(
+        nvmlInit=lambda: None, NVML_CLOCK_SM=1, nvmlDeviceGetHandleByIndex=by_index,
+        nvmlDeviceGetHandleByPciBusId=lambda bus: {"0000:3B:00.0": "gpu3"}[bus],
+        nvmlDeviceGetClockInfo=lambda h, kind: {"gpu3": 1755}[h],
+        nvmlDeviceGetIndex=lambda h: {"gpu3": 3}[h],
+        nvmlDeviceGetUUID=lambda h: {"gpu3": b"GPU-3333"}[h])
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    clock = timing.ClockReader(0)
+    assert clock.source == "nvml" and clock.read() == 1755.0
+    assert timing.device_identity(0) == {"device_index": 3, "device_uuid": "GPU-3333"}

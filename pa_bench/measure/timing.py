@@ -110,7 +110,7 @@ class ClockReader:
                 import pynvml
 
                 pynvml.nvmlInit()
-                self._handle = (pynvml.nvmlDeviceGetHandleByPciBusId(self.bus_id) if self.bus_id
+                self._handle = (_nvml_by_bus_id(pynvml, self.bus_id) if self.bus_id
                                 else pynvml.nvmlDeviceGetHandleByIndex(device_index))
                 self._nvml = pynvml
                 self.source = "nvml"
@@ -178,6 +178,14 @@ def _pci_bus_id(cuda_ordinal: int) -> str | None:
         return None
 
 
+def _nvml_by_bus_id(pynvml, bus_id: str):
+    """NVML's handle of the GPU at ``bus_id`` (older nvidia-ml-py takes bytes only)."""
+    try:
+        return pynvml.nvmlDeviceGetHandleByPciBusId(bus_id)
+    except TypeError:
+        return pynvml.nvmlDeviceGetHandleByPciBusId(bus_id.encode())
+
+
 def device_identity(cuda_ordinal: int = 0) -> dict:
     """``{"device_index": NVML index on the host, "device_uuid": "GPU-..."}`` of CUDA device
     ``cuda_ordinal`` (found by PCI bus id, so right under ``CUDA_VISIBLE_DEVICES``); {} if unknown."""
@@ -188,7 +196,7 @@ def device_identity(cuda_ordinal: int = 0) -> dict:
         import pynvml
 
         pynvml.nvmlInit()
-        h = pynvml.nvmlDeviceGetHandleByPciBusId(bus_id)
+        h = _nvml_by_bus_id(pynvml, bus_id)
         uuid = pynvml.nvmlDeviceGetUUID(h)
         return {"device_index": int(pynvml.nvmlDeviceGetIndex(h)),
                 "device_uuid": uuid.decode() if isinstance(uuid, bytes) else str(uuid)}
