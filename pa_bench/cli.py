@@ -1,6 +1,7 @@
 """The ``pa-bench`` command line (click): parse options, build objects, call the library.
 
-Commands: ``parity``, ``time``, ``run``, ``report``, ``compare``, ``kernels``, ``env``.
+Commands: ``parity``, ``time``, ``run``, ``report``, ``compare``, ``merge``, ``kernels``,
+``env``, ``prompt``.
 Tables go to stdout (rich), progress bars and notes to stderr; ``--json`` prints machine
 output on stdout instead of tables. Every :class:`~pa_bench.errors.PaBenchError`, usage error
 or unreadable file is one line ``error: <message>`` on stderr and a non-zero exit (2 for bad
