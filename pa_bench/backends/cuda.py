@@ -88,7 +88,7 @@ class CudaBackend:
         self.pair_heads = True         # v2/v2t: a warp's two tiles are two heads of one KV group
         self.split: bool | None = None  # v2/v2t: split keys between a CTA's warps (None: the model's rule)
         self.segments: bool | int | None = None  # key segments (None: the model's rule; see segment_keys)
-        self._flush_buf = None
+        self._timer = None
         self._peer = None
 
     # ------------------------------------------------------------------ description
@@ -110,6 +110,7 @@ class CudaBackend:
             "nvrtc_version": ".".join(map(str, self.cp.cuda.nvrtc.getVersion())),
             "mma": K.mma_shape(self.cc, self.force_turing),
             "force_turing": self.force_turing,
+            **_device_identity(self.device.id),
         }
 
     def meta(self) -> dict:
@@ -151,8 +152,8 @@ class CudaBackend:
     def unsupported_parity(self, variant: str, problem) -> str | None:
         if variant in (triton_runner.VARIANT, torch_flex.VARIANT):   # run through torch (a peer: for information)
             return self.unsupported_timing(variant, problem)
-        if registry.is_peer(variant):
-            return "peers are timing-only (their error is not part of parity)"
+        if registry.is_peer(variant):   # checked for information: a peer has no numerics model
+            return self.unsupported_timing(variant, problem)
         if variant not in K.kernel_variants():
             return f"unknown variant {variant!r}"
         return self._kernel_reason(variant, problem) or self._fit_reason(problem)
@@ -415,6 +416,8 @@ class CudaBackend:
             return self._compute_flex(prep, rows, check_determinism)
         cp = self.cp
         pb = prep.inputs.problem
+        if registry.is_peer(variant):
+            return self._compute_peer(prep, variant, rows, check_determinism)
         outs = []
         for buf in (prep.out_a, prep.out_b) if check_determinism else (prep.out_a,):
             self._fill_canary(buf)
@@ -435,6 +438,22 @@ class CudaBackend:
         sel = full if rows is None else full[:, cp.asarray(rows), :]
         return KernelOutput(out=cp.asnumpy(sel), canary_ok=guards and written, deterministic=deterministic,
                             full_hash=digest, diff_source=variant)
+
+    def _compute_peer(self, prep: Prepared, variant: str, rows, check_determinism: bool) -> KernelOutput:
+        """A torch peer's output (its own buffers: no canaries), twice for determinism."""
+        from pa_bench.backends import torch_peer
+
+        if prep.peer is None:
+            prep.peer = torch_peer.TorchPeer(prep.inputs)
+        dequant = variant.endswith("+dequant")
+        out = prep.peer.output(dequant)
+        deterministic = None
+        if check_determinism:
+            deterministic = bool(np.array_equal(out.view(np.uint32), prep.peer.output(dequant).view(np.uint32)))
+        prep.outputs[variant] = self.cp.asarray(out)
+        sel = out if rows is None else out[:, np.asarray(rows), :]
+        return KernelOutput(out=np.ascontiguousarray(sel), canary_ok=True, deterministic=deterministic,
+                            full_hash=hashlib.sha1(out.tobytes()).hexdigest(), diff_source=variant)
 
     def _compute_flex(self, prep: Prepared, rows, check_determinism: bool) -> KernelOutput:
         """The torch-flex peer's output (its own buffers: no canaries), twice for determinism."""
@@ -489,20 +508,15 @@ class CudaBackend:
         return self.cp.asnumpy(out)
 
     # ------------------------------------------------------------------ timing
-    def flush_buffer(self):
-        if self._flush_buf is None:
-            self._flush_buf = self.cp.empty(max(int(self.props["l2CacheSize"]), 1 << 20), dtype=self.cp.uint8)
-        return self._flush_buf
-
-    def time(self, prep: Prepared, variants, settings) -> dict:
-        from pa_bench.measure import timing
-
+    def callables(self, prep: Prepared, variants) -> tuple[dict, dict, list]:
+        """What the timing loop (and scripts/ncu_check.py) call: ({variant: one call's GPU work},
+        {variant: why it cannot run}, [context managers to enter once around all calls])."""
         pb = prep.inputs.problem
-        fns, results = {}, {}
+        fns, reasons, sessions = {}, {}, []
         for var in variants:
             reason = self.unsupported_timing(var, pb)
             if reason:
-                results[var] = reason
+                reasons[var] = reason
                 continue
             try:
                 if var == torch_flex.VARIANT:
@@ -518,14 +532,40 @@ class CudaBackend:
                 else:
                     fns[var] = self.launcher(prep, var)
             except PaBenchError as exc:
-                results[var] = str(exc)
+                reasons[var] = str(exc)
             except Exception as exc:  # a peer that cannot run this shape (torch raises RuntimeError)
-                results[var] = f"{var} could not run: {_first_line(exc)}"
+                reasons[var] = f"{var} could not run: {_first_line(exc)}"
+        if prep.peer is not None and any(registry.is_peer(v) for v in fns):
+            sessions.append(prep.peer.session())   # the peer's backend and stream: entered once
+        return fns, reasons, sessions
+
+    def time(self, prep: Prepared, variants, settings) -> dict:
+        import contextlib
+
+        from pa_bench.measure import timing
+
+        fns, results, sessions = self.callables(prep, variants)
         if fns:
-            flush = self.flush_buffer()
-            results.update(timing.time_interleaved(fns, settings, flush=lambda: flush.fill(0),
-                                                   clock=timing.ClockReader(self.device.id)))
+            with contextlib.ExitStack() as stack:
+                for ctx in sessions:
+                    stack.enter_context(ctx)
+                results.update(timing.time_interleaved(fns, settings, timer=self.timer(),
+                                                       clock=timing.ClockReader(self.device.id)))
         return results
+
+    def timer(self):
+        """The GPU-time-only sampler (pa_bench.measure.timing.CupyTimer), made once."""
+        if self._timer is None:
+            from pa_bench.measure import timing
+
+            self._timer = timing.CupyTimer(int(self.props["l2CacheSize"]))
+        return self._timer
+
+
+def _device_identity(ordinal: int) -> dict:
+    from pa_bench.measure.timing import device_identity
+
+    return device_identity(ordinal)
 
 
 def estimate_bytes(problem, peer: bool = False) -> int:
