@@ -111,6 +111,7 @@ class CudaBackend:
             "mma": K.mma_shape(self.cc, self.force_turing),
             "force_turing": self.force_turing,
             **_device_identity(self.device.id),
+            "model_mma": _model_mma(),
         }
 
     def meta(self) -> dict:
@@ -560,6 +561,12 @@ class CudaBackend:
 
             self._timer = timing.CupyTimer(int(self.props["l2CacheSize"]))
         return self._timer
+
+
+def _model_mma() -> str:
+    from pa_bench.numerics.model import DEFAULT_MMA
+
+    return DEFAULT_MMA
 
 
 def _device_identity(ordinal: int) -> dict:

@@ -27,6 +27,8 @@ can see are not visited. This is also the output of the ``numpy`` backend.
 
 from __future__ import annotations
 
+import os
+
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -86,7 +88,9 @@ def split_keys(variant: str, queries: int, context: int, heads_q: int) -> int:
 # (pa_bench.numerics.mma, calibrated on the H200), "rn" is the ideal (each 16-key slice's exact
 # sum added with one round-to-nearest). See docs/NUMERICS.md for the evidence behind the default.
 MMA_MODES = ("emulated", "rn")
-DEFAULT_MMA = "emulated"
+#: How the model accumulates P.V unless told: PA_BENCH_MMA=rn|emulated overrides it (the run's
+#: backend section of meta.json records which one judged the run).
+DEFAULT_MMA = os.environ.get("PA_BENCH_MMA", "emulated")
 
 _FP16_MIN_NORMAL = 2.0**-14
 _BLOCK_BYTES = 32 << 20   # fp32 scores per block of keys (all heads, all rows of a row chunk)
