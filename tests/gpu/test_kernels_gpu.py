@@ -8,7 +8,7 @@ import pytest
 
 from pa_bench.problem.inputs import make_inputs
 from pa_bench.numerics.metrics import error_metrics, judge_parity, parity_floor
-from pa_bench.numerics.model import model_attention, tile_keys
+from pa_bench.numerics.model import tile_keys
 from pa_bench.problem.plan import Problem
 from pa_bench.numerics.reference import sample_rows
 from pa_bench.problem.shapes import parse_shape
@@ -70,8 +70,10 @@ def _case(backend, shape, layout_key, rows_n=None):
 
 def _check_parity(backend, prep, inputs, rows, ref, variant):
     res = backend.compute(prep, variant, rows)
-    model = model_attention(inputs, tile_keys(variant), rows,
-                            split_keys=backend.split_keys(variant, inputs.problem))
+    # the model on the GPU (tests/gpu/test_model_gpu.py ties it to the CPU model bit for bit):
+    # the CPU model's emulated accumulation made every case here take a minute
+    model = backend.model(inputs, tile_keys(variant), rows,
+                          split_keys=backend.split_keys(variant, inputs.problem))
     if inputs.problem.out_dtype == "float16":
         model = model.astype(np.float16).astype(np.float32)
     kern = error_metrics(res.out, ref)
@@ -82,7 +84,7 @@ def _check_parity(backend, prep, inputs, rows, ref, variant):
     assert res.canary_ok, f"{variant}: output guard canaries overwritten or output left unwritten"
     assert res.deterministic, f"{variant}: two launches differ"
     assert ok, f"{variant}: kernel {kern['max_abs_err']:.3e} vs model {mod['max_abs_err']:.3e} ({why})"
-    assert kern["cosine"] > 0.99999
+    assert kern["cosine"] > 0.99999, f"{variant}: cosine {kern['cosine']:.7f}"
     return res
 
 
