@@ -31,6 +31,10 @@ class ResultsNotWritable(PaBenchError):
     """``--results`` cannot hold a new run directory (not creatable, not writable)."""
 
 
+class SchemaError(PaBenchError):
+    """A stored run's result schema is unknown (newer than this pa-bench) or a key has a bad type."""
+
+
 class RunError(PaBenchError):
     """A run could not complete (result directory problems, a failed resume)."""
 

@@ -20,7 +20,7 @@ from spec_columns import SPEC_COLUMNS
 
 EXTRAS = (
     "ms_q1 ms_q3 speedup_vs_v1 speedup_lo speedup_hi cosine nan_inf canary_ok diff_vs_v1 "
-    "diff_vs_v2 out_dtype softmax_scale seed mma force_turing label device_index device_uuid"
+    "diff_vs_v2 out_dtype softmax_scale seed mma force_turing label device_index device_uuid schema_version"
 ).split()
 
 
@@ -49,7 +49,7 @@ def test_defaults_and_key():
     r = Record(shape="2.1Kx256", variant="v1")
     assert r.key() == ("2.1Kx256", "v1")
     assert r.status == "ok"
-    assert all(getattr(r, c) is None for c in COLUMNS if c not in ("shape", "variant", "status"))
+    assert all(getattr(r, c) is None for c in COLUMNS if c not in ("shape", "variant", "status", "schema_version"))
     assert FIELD_TYPES["samples"] is int and FIELD_TYPES["throttled"] is int
     assert FIELD_TYPES["parity_pass"] is bool and FIELD_TYPES["ms_median"] is float
 

@@ -53,13 +53,13 @@ def test_existing_run_is_not_clobbered(tmp_path):
 def test_meta_round_trip_sorted(tmp_path):
     run = new_run_dir(tmp_path, "pr2092", "numpy", WHEN)
     assert run.read_meta() == {}
-    run.write_meta({"seed": 0, "command": "pa-bench run", "config": {"name": "pr2092"},
+    run.write_meta({"seed": 0, "command": ["pa-bench", "run"], "config": {"name": "pr2092"},
                     "path": tmp_path})
     text = run.meta_path.read_text()
     assert text.index('"command"') < text.index('"config"') < text.index('"seed"')
     meta = run.read_meta()
     assert meta["config"] == {"name": "pr2092"} and meta["path"] == str(tmp_path)
-    assert run.update_meta(seed=1)["seed"] == 1 and run.read_meta()["command"] == "pa-bench run"
+    assert run.update_meta(seed=1)["seed"] == 1 and run.read_meta()["command"] == ["pa-bench", "run"]
 
 
 def test_save_record_replaces_by_key_and_keeps_order(tmp_path):

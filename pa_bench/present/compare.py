@@ -38,7 +38,9 @@ _SAME_PARAMS = ("gpu", "arch", "context", "queries", "heads_q", "heads_kv", "hea
 
 
 def _as_run(run: str | Path | RunDir) -> RunDir:
-    return run if isinstance(run, RunDir) else open_run(run)
+    run = run if isinstance(run, RunDir) else open_run(run)
+    run.read_meta()  # a run of a newer result schema is refused here, in one line
+    return run
 
 
 def _timed(r: Record | None) -> bool:

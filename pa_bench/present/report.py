@@ -10,10 +10,12 @@ rows with reasons, and the planned rows an interrupted or killed run never reach
 plan in meta.json against records.csv); throttled samples; plots. A run with no row at all is
 an error (:class:`~pa_bench.errors.EmptyRun`), not an empty report.
 
-meta.json keys read (top level, or inside any dict-valued top-level entry such as
-`environment` or `backend`): gpu, arch, sm_count, sm_clock_max_mhz, driver, cuda_driver,
-cuda_runtime, cupy, nvcc, torch, git_commit, command (str or argv list), created, config
-(`Config.to_dict()`: timing, reference.source, ...), seed. Missing keys print as '-'.
+meta.json keys read (the keys pa-bench writes, `pa_bench.store.schema.RunMeta`; an older run
+is migrated by `RunDir.read_meta`): command (argv), created, config (`Config.to_dict()`:
+timing, reference.source, ...), seed, git_commit, mode, status, shard, parts; `backend`
+(describe(): gpu, arch, sm_count), else `environment` for those; `environment`:
+sm_clock_max_mhz, driver, cuda_driver, cuda_runtime, cupy, nvcc, torch, pa_bench.
+Missing keys print as '-'.
 """
 
 from __future__ import annotations
@@ -108,23 +110,20 @@ def _table(header: list[str], rows: list[list[Any]], align: list[str] | None = N
 # --------------------------------------------------------------------------- meta access
 
 
-def meta_get(meta: Mapping[str, Any], *names: str) -> Any:
-    """First non-empty value among `names`, at the top level of meta or in any dict-valued
-    top-level entry other than `config` (e.g. meta['environment'], meta['backend'])."""
-    scopes = [meta] + [v for k, v in meta.items() if isinstance(v, Mapping) and k != "config"]
-    for name in names:
-        for scope in scopes:
-            value = scope.get(name)
-            if value not in (None, "", [], {}) and not isinstance(value, Mapping):
-                return value
-    return None
+def _env(meta: Mapping[str, Any], key: str) -> Any:
+    """meta['environment'][key] (pa_bench.present.envinfo.environment()), or None."""
+    return (meta.get("environment") or {}).get(key)
+
+
+def _described(meta: Mapping[str, Any], key: str) -> Any:
+    """The backend's describe() value (meta['backend'][key]), else the environment's."""
+    value = (meta.get("backend") or {}).get(key)
+    return _env(meta, key) if value is None else value
 
 
 def _command(meta: Mapping[str, Any]) -> str | None:
-    cmd = meta_get(meta, "command", "command_line", "cmdline", "argv")
-    if isinstance(cmd, (list, tuple)):
-        return shlex.join(str(c) for c in cmd)
-    return cmd
+    cmd = meta.get("command")
+    return None if not cmd else shlex.join(str(c) for c in cmd)
 
 
 def _config(meta: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -175,12 +174,12 @@ def _join(vals: list[Any] | None, fmt=str) -> str:
     return ", ".join(fmt(v) for v in vals)
 
 
-def _rec_or_meta(records: list[Record], name: str, meta: Mapping[str, Any], *meta_keys: str) -> str | None:
-    """The records' value(s) of `name` joined, else meta's first of `meta_keys` (or `name`)."""
+def _rec_or_meta(records: list[Record], name: str, meta: Mapping[str, Any]) -> str | None:
+    """The records' value(s) of `name` joined, else the backend's describe() value of `name`."""
     vals = _unique(records, name)
     if vals:
         return _join(vals)
-    value = meta_get(meta, *(meta_keys or (name,)))
+    value = _described(meta, name)
     return None if value is None else str(value)
 
 
@@ -226,15 +225,15 @@ def _parameters(records: list[Record], meta: Mapping[str, Any]) -> list[str]:
     layout_text = _join(layout)
     if layout and "paged" in layout and page:
         layout_text += f", {_join(page)} keys per page"
-    gpu = _rec_or_meta(records, "gpu", meta, "gpu", "gpu_name")
+    gpu = _rec_or_meta(records, "gpu", meta)
     arch = _rec_or_meta(records, "arch", meta)
-    sm_count = meta_get(meta, "sm_count")
+    sm_count = _described(meta, "sm_count")
     clocks = [c for c in _unique(records, "sm_clock_mhz")]
     clock_text = DASH
     if clocks:
         clock_text = f"{min(clocks):.0f}" + (f"{DASH}{max(clocks):.0f}" if max(clocks) != min(clocks) else "")
         clock_text += " MHz measured during samples"
-    nominal = meta_get(meta, "sm_clock_max_mhz", "nominal_mhz", "sm_clock_mhz")
+    nominal = _env(meta, "sm_clock_max_mhz")
     if nominal is not None:
         clock_text += f" (nominal {float(nominal):.0f} MHz)" if clocks else f"{float(nominal):.0f} MHz nominal"
     gpu_text = f"{gpu or DASH} ({arch or DASH}" + (f", {sm_count} SMs)" if sm_count else ")")
@@ -267,13 +266,13 @@ def _parameters(records: list[Record], meta: Mapping[str, Any]) -> list[str]:
         ["MMA path", _join(_unique(records, "mma"))
          + (" (Turing path forced)" if True in _unique(records, "force_turing") else "")],
         ["driver / CUDA driver / CUDA runtime",
-         f"{meta_get(meta, 'driver', 'driver_version') or DASH} / {meta_get(meta, 'cuda_driver') or DASH}"
-         f" / {meta_get(meta, 'cuda_runtime', 'runtime') or DASH}"],
+         f"{_env(meta, 'driver') or DASH} / {_env(meta, 'cuda_driver') or DASH}"
+         f" / {_env(meta, 'cuda_runtime') or DASH}"],
         ["CuPy / nvcc / torch",
-         f"{meta_get(meta, 'cupy') or DASH} / {meta_get(meta, 'nvcc') or DASH} / {meta_get(meta, 'torch') or DASH}"],
+         f"{_env(meta, 'cupy') or DASH} / {_env(meta, 'nvcc') or DASH} / {_env(meta, 'torch') or DASH}"],
         ["timing", timing_text],
-        ["pa-bench / git commit", f"{meta_get(meta, 'pa_bench') or DASH} / {meta_get(meta, 'git_commit') or DASH}"],
-        ["created", meta_get(meta, "created", "created_utc", "started", "date") or DASH],
+        ["pa-bench / git commit", f"{_env(meta, 'pa_bench') or DASH} / {meta.get('git_commit') or DASH}"],
+        ["created", meta.get("created") or DASH],
     ]
     out = ["## Parameters", ""] + _table(["parameter", "value"], rows)
     cmd = _command(meta)
@@ -440,7 +439,7 @@ def _pr_section(records: list[Record], meta: Mapping[str, Any]) -> list[str]:
         return out + ["This run's config carries no reference figures."]
     if source:
         out += [f"The PR's figures: {source.rstrip('.')}."]
-    ours_gpu = _rec_or_meta(records, "gpu", meta, "gpu", "gpu_name")
+    ours_gpu = _rec_or_meta(records, "gpu", meta)
     ours_arch = _rec_or_meta(records, "arch", meta)
     backend = _rec_or_meta(records, "backend", meta)
     out += [f"Ours: {ours_gpu or DASH} ({ours_arch or DASH}), backend {backend or DASH}. "
@@ -536,7 +535,7 @@ def _throttling(records: list[Record]) -> list[str]:
 
 def _peer_note(records: list[Record], meta: Mapping[str, Any]) -> list[str]:
     peers_ok = [r for r in records if registry.is_peer(r.variant) and r.status == STATUS_OK]
-    if peers_ok or meta_get(meta, "torch"):
+    if peers_ok or _env(meta, "torch"):
         return []
     return ["PyTorch is not installed on the machine that ran this: no torch-sdpa baseline."]
 
@@ -681,7 +680,7 @@ def build_report(run_path: str | Path | RunDir, out_dir: str | Path | None = Non
     prefix = "" if out_dir.resolve() == run.path.resolve() else f"{run.run_id}-"
 
     config_name = _join(_unique(records, "config")) if _unique(records, "config") else cfg.get("name", "run")
-    gpu = _rec_or_meta(records, "gpu", meta, "gpu", "gpu_name")
+    gpu = _rec_or_meta(records, "gpu", meta)
     lines = [f"# pa-bench: {config_name} on {gpu or 'an unknown device'}", "",
              f"Run `{run.run_id}`." + _parts_note(meta)]
     if cfg.get("description"):

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pa_bench.errors import RunError
+from pa_bench.store.schema import SCHEMA_VERSION, check_version, version_of
 
 STATUS_OK = "ok"
 STATUS_SKIPPED = "skipped"
@@ -95,6 +96,8 @@ class Record:
     # the device that ran the row (#17): NVML index on its host and UUID; `gpu` is its name
     device_index: int | None = None
     device_uuid: str | None = None
+    # the result schema (pa_bench.store.schema); a version-1 file has no such column
+    schema_version: int = SCHEMA_VERSION
 
     def key(self) -> tuple[str, str]:
         """(shape, variant): the identity of a row within a run."""
@@ -209,13 +212,15 @@ def write_csv(records: Iterable[Record], path: str | Path | io.TextIOBase) -> No
 def _write(records: Iterable[Record], fh: Any) -> None:
     w = csv.writer(fh, lineterminator="\n")
     w.writerow(COLUMNS)
-    for rec in records:
-        w.writerow([format_cell(name, getattr(rec, name)) for name in COLUMNS])
+    for rec in records:  # every row is written at this version, whatever it was read from
+        w.writerow([str(SCHEMA_VERSION) if name == "schema_version" else format_cell(name, getattr(rec, name))
+                    for name in COLUMNS])
 
 
 def read_csv(path: str | Path | io.TextIOBase) -> list[Record]:
-    """Read records written by `write_csv`. Columns this version does not know are ignored;
-    missing columns are None (so older or newer runs still load)."""
+    """Read records written by `write_csv`. A version-1 file (no `schema_version` column) is
+    migrated (its columns are a subset of this version's: the missing ones are None); a row of a
+    newer version is refused in one line (:class:`~pa_bench.errors.SchemaError`)."""
     if isinstance(path, (str, Path)):
         try:
             with open(path, newline="", encoding="utf-8") as fh:
@@ -228,6 +233,8 @@ def read_csv(path: str | Path | io.TextIOBase) -> list[Record]:
 def _read(fh: Any, where: str) -> list[Record]:
     out = []
     for i, row in enumerate(csv.DictReader(fh), start=2):
+        check_version(version_of(row.get("schema_version"), f"{where}, line {i}"), where)
+        row["schema_version"] = str(SCHEMA_VERSION)  # version 1 -> 2: the same columns, fewer
         try:
             out.append(Record.from_dict(row))
         except RunError as exc:

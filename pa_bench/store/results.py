@@ -6,7 +6,8 @@ Layout of a run directory:
   every finished row, so an interrupted run keeps what it finished;
 - `samples.json` `{"<shape>|<variant>": [ms, ...], ...}` raw per-launch times, one key per line;
 - `clocks.json`  same keys, the SM clock (MHz, or null) read around each sample, when known;
-- `meta.json`    environment, config, command line ... (sorted keys, indent 2);
+- `meta.json`    environment, config, command line ... (sorted keys, indent 2; the keys are
+  `pa_bench.store.schema.RunMeta`'s, with `schema_version`; an older run migrates on read);
 - `report.md` and `*.png` written by `pa_bench.present.report`.
 
 `run-id` = `YYYYmmdd-HHMMSS-<config>-<backend>` (UTC); if that directory exists a suffix
@@ -30,6 +31,7 @@ from typing import Any
 
 from pa_bench.errors import ResultsNotWritable, RunError, RunNotFound
 from pa_bench.store.records import STATUS_OK, Record, read_csv, write_csv
+from pa_bench.store.schema import SCHEMA_VERSION, RunMeta, upgrade_meta
 
 RECORDS_FILE = "records.csv"
 SAMPLES_FILE = "samples.json"
@@ -158,7 +160,10 @@ class RunDir:
 
     # -- meta ----------------------------------------------------------------------------
     def write_meta(self, meta: dict[str, Any]) -> None:
-        """Write meta.json (sorted keys, indent 2); values JSON cannot hold are written as str."""
+        """Write meta.json (sorted keys, indent 2) at this schema version (`schema_version`
+        stamped, known keys' types checked); values JSON cannot hold are written as str."""
+        meta = {**meta, "schema_version": SCHEMA_VERSION}
+        RunMeta.from_dict(meta, str(self.meta_path))
         text = json.dumps(meta, sort_keys=True, indent=2, default=str) + "\n"
         _atomic_write_text(self.meta_path, text)
 
@@ -179,7 +184,11 @@ class RunDir:
             raise RunError(f"{self.meta_path}: unreadable meta.json ({exc})") from None
         if not isinstance(meta, dict):
             raise RunError(f"{self.meta_path}: meta.json is not a JSON object")
-        return meta
+        return upgrade_meta(meta, str(self.meta_path))
+
+    def meta(self) -> RunMeta:
+        """meta.json typed (an older schema migrated; an empty RunMeta if there is none yet)."""
+        return RunMeta.from_dict(self.read_meta(), str(self.meta_path))
 
     # -- records -------------------------------------------------------------------------
     def records(self) -> list[Record]:
