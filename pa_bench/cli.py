@@ -24,6 +24,7 @@ import click
 
 from pa_bench import __version__
 from pa_bench.errors import BackendUnavailable, PaBenchError
+from pa_bench.present import fmt
 from pa_bench.variants import names as variant_names
 
 EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT)
@@ -82,7 +83,7 @@ class PaBenchGroup(click.Group):
             hint = ""
             if isinstance(exc, click.UsageError) and exc.ctx is not None:
                 hint = f" (see '{exc.ctx.command_path} --help')"
-            return _fail(_one_line(exc.format_message()) + hint, exc.exit_code)
+            return _fail(fmt.one_line(exc.format_message()) + hint, exc.exit_code)
         except click.exceptions.Abort:
             return _interrupted(None)
         except Interrupted as exc:
@@ -92,22 +93,17 @@ class PaBenchGroup(click.Group):
         except CliFailure as exc:
             return _fail(str(exc), exc.exit_code)
         except PaBenchError as exc:
-            return _fail(_one_line(str(exc)), exc.exit_code)
+            return _fail(fmt.one_line(str(exc)), exc.exit_code)
         except FileNotFoundError as exc:
-            return _fail(f"no such file: {exc.filename or _one_line(str(exc))}", 2)
+            return _fail(f"no such file: {exc.filename or fmt.one_line(str(exc))}", 2)
         except OSError as exc:
             where = f"{exc.filename}: " if exc.filename else ""
-            return _fail(f"{where}{exc.strerror or _one_line(str(exc))}", 1)
+            return _fail(f"{where}{exc.strerror or fmt.one_line(str(exc))}", 1)
         except Exception as exc:  # a bug: still one line, with a way to get the traceback
             if os.environ.get(DEBUG_ENV):
                 raise
-            return _fail(f"internal error: {type(exc).__name__}: {_one_line(str(exc))} "
+            return _fail(f"internal error: {type(exc).__name__}: {fmt.one_line(str(exc))} "
                          f"(set {DEBUG_ENV}=1 for the traceback)", 1)
-
-
-def _one_line(text: str) -> str:
-    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
-    return " ".join(lines) if len(lines) <= 3 else lines[0]
 
 
 def _fail(message: str, code: int) -> int:
@@ -599,23 +595,20 @@ def _command_line() -> list[str]:
 
 
 def _fmt(x: Any, kind: str = "g") -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "-"
+    """A terminal table cell ('-' when missing), formatted by pa_bench.present.fmt."""
     if isinstance(x, bool):
         return "yes" if x else "NO"
     if kind == "err":
-        return f"{x:.2e}"
+        return fmt.err(x, "-")
     if kind == "ms":
-        return f"{x:.3f}" if x >= 0.1 else f"{x:.4g}"
+        return fmt.ms(x, "-")
     if kind == "x":
-        return f"{x:.2f}x"
+        return fmt.ratio(x, "-", "x")
     if kind == "pct":
-        return f"{100 * x:.2f}%"
-    if kind == "0":
-        return f"{x:.0f}"
-    if kind == "1":
-        return f"{x:.1f}"
-    return str(x)
+        return fmt.pct(x, ".2f", "-")
+    if kind in ("0", "1"):
+        return fmt.fixed(x, int(kind), "-")
+    return "-" if fmt.number(x) is None and not isinstance(x, str) else str(x)
 
 
 def _shape_cell(rec) -> str:
@@ -696,9 +689,8 @@ def _time_rows(records, common: list[str] = ()) -> list[list[str]]:
     for r in records:
         timing_common = list(common) + [n for n in _notes(r) if "timing-only" in n]
         quart = "-" if r.ms_q1 is None else f"{_fmt(r.ms_q1, 'ms')}-{_fmt(r.ms_q3, 'ms')}"
-        speed = _fmt(r.speedup_vs_v1, "x")
-        if r.speedup_lo is not None and r.variant != "v1":
-            speed += f" [{r.speedup_lo:.2f}-{r.speedup_hi:.2f}]"
+        speed = _fmt(r.speedup_vs_v1, "x") if r.variant == "v1" else \
+            fmt.speedup(r.speedup_vs_v1, r.speedup_lo, r.speedup_hi, missing="-", dash="-")
         out.append([
             _shape_cell(r), r.variant, r.status, _fmt(r.ms_median, "ms"), quart,
             _fmt(r.ms_rel_spread, "pct"), _fmt(r.samples), _stop_cell(r), _fmt(r.tflops, "1"),
@@ -992,7 +984,7 @@ def kernels(archs, head_dim, force_turing, as_json):
         click.echo(kernel_info.format_table(rows))
     if rows and not any(r.get("compiled") for r in rows):
         raise CliFailure(f"no kernel built ({len(rows)} tried); the first: {rows[0]['variant']} "
-                         f"{rows[0]['arch']}: {_one_line(rows[0].get('reason') or 'no reason')}")
+                         f"{rows[0]['arch']}: {fmt.one_line(rows[0].get('reason') or 'no reason')}")
 
 
 @cli.command()

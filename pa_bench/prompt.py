@@ -42,6 +42,7 @@ from pa_bench.errors import ConfigError, PaBenchError, ShapeError
 from pa_bench.problem.config import CONFIG_DIR, Config
 from pa_bench.problem.shapes import Shape, parse_shape
 from pa_bench.store import prompt_rows as P
+from pa_bench.present.fmt import first_line
 
 DEFAULT_PROMPT_CONFIG = CONFIG_DIR / "prompt98k.yaml"
 #: The share of the total spent in this fraction of the chunks, the slowest ones, is reported.
@@ -503,11 +504,6 @@ def regime_of(backend, variants, problem) -> tuple:
     return (segments, tuple(splits))
 
 
-def _one_line(exc: BaseException) -> str:
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    return lines[0] if lines else type(exc).__name__
-
-
 def time_chunks(backend, config: Config, chunks: list[Chunk], measured: list[int], *,
                 problems: list, progress=None, on_result=None) -> dict[str, dict[int, Any]]:
     """Time every variant of ``config`` on each measured chunk (variants interleaved per chunk,
@@ -525,7 +521,7 @@ def time_chunks(backend, config: Config, chunks: list[Chunk], measured: list[int
             try:
                 why = backend.unsupported_timing(v, pb)
             except PaBenchError as exc:
-                why = _one_line(exc)
+                why = first_line(exc)
             if why:
                 out[v][j] = why
             else:
@@ -538,9 +534,9 @@ def time_chunks(backend, config: Config, chunks: list[Chunk], measured: list[int
             except KeyboardInterrupt:
                 raise
             except PaBenchError as exc:
-                got = {v: _one_line(exc) for v in todo}
+                got = {v: first_line(exc) for v in todo}
             except Exception as exc:  # a CUDA error, out of memory: this chunk fails, the run goes on
-                got = {v: TimingFailure(f"{type(exc).__name__}: {_one_line(exc)}") for v in todo}
+                got = {v: TimingFailure(f"{type(exc).__name__}: {first_line(exc)}") for v in todo}
             finally:
                 if prepared is not None:
                     try:
@@ -620,7 +616,7 @@ def run_prompt(pconfig: PromptConfig, backend, *, results_root: str | Path = "re
         try:
             report.write_report(run.path)
         except Exception as exc:  # the rows are saved; a report problem must not lose the run
-            progress.log(f"note: report.md not written ({_one_line(exc)}); "
+            progress.log(f"note: report.md not written ({first_line(exc)}); "
                          f"rebuild it with: pa-bench report {run.path}")
     return run.path
 

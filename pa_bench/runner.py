@@ -40,6 +40,7 @@ from pa_bench.resume import check_resume, shape_work
 from pa_bench.shard import Shard, resume_shard, shard_meta, shard_problems
 from pa_bench.store import results as R
 from pa_bench.store.records import STATUS_FAILED, STATUS_OK, STATUS_SKIPPED, Record
+from pa_bench.present.fmt import first_line
 
 MODE_PARITY = "parity"
 MODE_TIME = "time"
@@ -232,7 +233,7 @@ def _write_report(run: R.RunDir, progress: Progress, plots: bool = True) -> None
     try:
         report.write_report(run.path, plots=plots)
     except Exception as exc:  # the rows are saved; a report problem must not lose the run
-        progress.log(f"note: report.md not written ({_one_line(exc)}); "
+        progress.log(f"note: report.md not written ({first_line(exc)}); "
                      f"rebuild it with: pa-bench report {run.path}")
 
 
@@ -347,7 +348,7 @@ def _run_shape(job: _Job, problem, variants: list[str]) -> None:
             inputs = make_inputs(problem)
             prepared = backend.prepare(inputs)
     except PaBenchError as exc:  # e.g. "will not fit", a bad .npz: skip the shape's rows
-        return _give_up(job, rows, active, _one_line(exc), failed=False)
+        return _give_up(job, rows, active, first_line(exc), failed=False)
     except Exception as exc:
         return _give_up(job, rows, active, _failure(exc), failed=True)
 
@@ -389,7 +390,7 @@ def _safe_reason(fn, variant: str, problem) -> str | None:
     try:
         return fn(variant, problem)
     except PaBenchError as exc:
-        return _one_line(exc)
+        return first_line(exc)
 
 
 # --------------------------------------------------------------------------- parity
@@ -440,7 +441,7 @@ def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
             ref = np.asarray(backend.reference(inputs, sel, quantised=True), dtype=np.float64)
             ref_float = backend.reference(inputs, sel, quantised=False)
     except PaBenchError as exc:
-        return _give_up(job, rows, todo, _one_line(exc), failed=False, phase=MODE_PARITY)
+        return _give_up(job, rows, todo, first_line(exc), failed=False, phase=MODE_PARITY)
     except Exception as exc:
         return _give_up(job, rows, todo, "FP64 reference: " + _failure(exc), failed=True,
                         phase=MODE_PARITY)
@@ -502,7 +503,7 @@ def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
         except PaBenchError as exc:
             if not recorded:
                 continue
-            row.notes.append(_one_line(exc))
+            row.notes.append(first_line(exc))
         except Exception as exc:
             if not recorded:
                 continue
@@ -612,7 +613,7 @@ def _timing_phase(job: _Job, problem, prepared, rows: dict[str, _Row], todo: lis
     except KeyboardInterrupt:
         raise
     except PaBenchError as exc:
-        results = {v: TimingOutcome(skipped=_one_line(exc)) for v in todo}
+        results = {v: TimingOutcome(skipped=first_line(exc)) for v in todo}
     except Exception as exc:
         results = {v: TimingOutcome(failed=_failure(exc)) for v in todo}
     base = results.get(registry.BASELINE)
@@ -676,14 +677,9 @@ def _fill_timing(rec: Record, res, problem, base_samples, stats) -> None:
 # --------------------------------------------------------------------------- helpers
 
 
-def _one_line(exc: BaseException) -> str:
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    return lines[0] if lines else type(exc).__name__
-
-
 def _failure(exc: BaseException) -> str:
     """One line naming an unexpected error (a CUDA error, out of memory ...)."""
-    return f"{type(exc).__name__}: {_one_line(exc)}"
+    return f"{type(exc).__name__}: {first_line(exc)}"
 
 
 __all__ = ["run_parity", "run_timing", "run_all", "RunInterrupted", "NullProgress", "Progress",

@@ -9,7 +9,8 @@ import pytest
 
 from pa_bench.errors import EmptyRun
 from pa_bench.store.records import Record
-from pa_bench.present.report import build_report, fmt_err, fmt_ms, write_report
+from pa_bench.present.fmt import err as fmt_err, ms as fmt_ms
+from pa_bench.present.report import build_report, write_report
 from pa_bench.store.results import new_run_dir
 
 WHEN = dt.datetime(2026, 11, 30, 3, 9, 58, tzinfo=dt.timezone.utc)
@@ -252,6 +253,6 @@ def test_rows_that_stopped_short_of_the_noise_limit_and_peers_are_marked(tmp_pat
     v1_row = next(line for line in md.splitlines() if line.startswith("| v1 "))
     v2_row = next(line for line in md.splitlines() if line.startswith("| v2 "))
     peer_row = next(line for line in md.splitlines() if line.startswith("| torch-sdpa "))
-    assert "⏱ timeout at 1.2 % spread" in v1_row and "host-bound" in v1_row
+    assert "⏱ timeout at 1.2% spread" in v1_row and "host-bound" in v1_row
     assert "⏱" not in v2_row and "host-bound" not in v2_row
     assert "peer: no model" in peer_row and "8.00e-06" in peer_row

@@ -11,6 +11,7 @@ from typing import Callable
 
 from pa_bench.backends.base import Backend, KernelOutput
 from pa_bench.errors import BackendUnavailable, PaBenchError
+from pa_bench.present.fmt import first_line
 
 BACKENDS = ("auto", "cuda", "numpy")
 
@@ -22,12 +23,12 @@ def cuda_problem() -> str | None:
     try:
         import cupy  # noqa: F401
     except Exception as exc:  # ImportError, or a broken CuPy install (missing CUDA libs)
-        detail = "" if isinstance(exc, ModuleNotFoundError) else f" ({type(exc).__name__}: {_first_line(exc)})"
+        detail = "" if isinstance(exc, ModuleNotFoundError) else f" ({type(exc).__name__}: {first_line(exc)})"
         return f"CuPy is not installed or cannot be imported{detail}"
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as exc:
-        return f"CuPy sees no NVIDIA GPU ({_first_line(exc)})"
+        return f"CuPy sees no NVIDIA GPU ({first_line(exc)})"
     if count < 1:
         return "CuPy sees no NVIDIA GPU"
     return None
@@ -68,18 +69,13 @@ def _cuda_backend(config) -> Backend:
     try:
         from pa_bench.backends.cuda import CudaBackend
     except ImportError as exc:
-        raise BackendUnavailable(f"the cuda backend cannot be loaded: {_first_line(exc)}") from exc
+        raise BackendUnavailable(f"the cuda backend cannot be loaded: {first_line(exc)}") from exc
     return CudaBackend(config=config, force_turing=bool(config is not None and config.force_turing))
 
 
 def _hint(problem: str) -> str:
     """The install hint, where installing CuPy is what is missing (not where a GPU is)."""
     return f"; {INSTALL_HINT}" if problem.startswith("CuPy is not installed") else ""
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 __all__ = ["Backend", "KernelOutput", "BACKENDS", "make_backend", "cuda_problem", "cuda_unavailable_message"]

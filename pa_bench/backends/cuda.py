@@ -21,6 +21,7 @@ from pa_bench.backends import kernels as K
 from pa_bench.backends import torch_flex, triton_runner
 from pa_bench.backends.base import KernelOutput
 from pa_bench.errors import BackendUnavailable, PaBenchError
+from pa_bench.present import fmt
 
 GUARD_ELEMS = 4096                      # canary elements before and after every output
 CANARY_F32 = np.uint32(0xFFC0DEAD)      # a NaN with a payload no kernel produces
@@ -104,8 +105,8 @@ class CudaBackend:
             "l2_bytes": int(p["l2CacheSize"]),
             "memory_bytes": int(p["totalGlobalMem"]),
             "max_smem_per_block_optin": int(p.get("sharedMemPerBlockOptin", 0)),
-            "driver_version": _fmt_cuda_version(rt.driverGetVersion()),
-            "runtime_version": _fmt_cuda_version(rt.runtimeGetVersion()),
+            "driver_version": fmt.cuda_version(rt.driverGetVersion()),
+            "runtime_version": fmt.cuda_version(rt.runtimeGetVersion()),
             "cupy_version": self.cp.__version__,
             "nvrtc_version": ".".join(map(str, self.cp.cuda.nvrtc.getVersion())),
             "mma": K.mma_shape(self.cc, self.force_turing),
@@ -252,7 +253,7 @@ class CudaBackend:
                                         if self.compilers.get(build) == "nvrtc" else None}
                 self._smem[build] = self._dynamic_smem(mod, fn, build)
             except Exception as exc:
-                raise PaBenchError(f"compiling {build.variant} failed: {_first_line(exc)}") from exc
+                raise PaBenchError(f"compiling {build.variant} failed: {fmt.error_line(exc)}") from exc
             self._kernels[build] = fn
             self._combines[build] = mod.get_function("pa_combine")
         return fn
@@ -535,7 +536,7 @@ class CudaBackend:
             except PaBenchError as exc:
                 reasons[var] = str(exc)
             except Exception as exc:  # a peer that cannot run this shape (torch raises RuntimeError)
-                reasons[var] = f"{var} could not run: {_first_line(exc)}"
+                reasons[var] = f"{var} could not run: {fmt.error_line(exc)}"
         if prep.peer is not None and any(registry.is_peer(v) for v in fns):
             sessions.append(prep.peer.session())   # the peer's backend and stream: entered once
         return fns, reasons, sessions
@@ -590,16 +591,3 @@ def estimate_bytes(problem, peer: bool = False) -> int:
     seg = segment_keys(problem.context)
     part = -(-nk // seg) * hq * nq * (d + 2) * 4 if seg else 0     # the key-segment workspace
     return kv + q + out + ref + peer_bytes + part
-
-
-def _fmt_cuda_version(v: int) -> str:
-    return f"{v // 1000}.{(v % 1000) // 10}"
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [ln for ln in str(exc).splitlines() if ln.strip()]
-    # NVRTC errors: keep the first line that names an error
-    for ln in lines:
-        if "error" in ln.lower():
-            return ln.strip()
-    return lines[0].strip() if lines else type(exc).__name__

@@ -21,6 +21,7 @@ from pathlib import Path
 from pa_bench import variants as registry
 from pa_bench.backends import kernels as K
 from pa_bench.errors import PaBenchError
+from pa_bench.present import fmt
 
 
 def nvcc_path() -> str | None:
@@ -108,7 +109,7 @@ def kernel_table(archs: list[str] | None = None, head_dim: int = 128, force_turi
 
 
 def format_table(rows: list[dict]) -> str:
-    """A plain-text table of kernel_table's rows."""
+    """A plain-text (rich) table of kernel_table's rows, and the key-segment note."""
     head = ["variant", "arch", "built", "regs", "spills", "smem B", "cp.async", "mma", "combine regs", "CTA / reason"]
     lines = []
     for r in rows:
@@ -119,7 +120,5 @@ def format_table(rows: list[dict]) -> str:
                           "-" if comb is None else str(comb), r["cta"]])
         else:
             lines.append([r["variant"], r["arch"], "no", "-", "-", "-", "-", "-", "-", r["reason"]])
-    widths = [max(len(h), *(len(x[i]) for x in lines)) for i, h in enumerate(head)]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    table = [fmt.format(*head), fmt.format(*("-" * w for w in widths))] + [fmt.format(*x) for x in lines]
-    return "\n".join([ln.rstrip() for ln in table] + [f"With {SEGMENTS_NOTE}."])
+    table = fmt.text_table(head, lines, right={3, 4, 5, 8})
+    return "\n".join([table, f"With {SEGMENTS_NOTE}."])

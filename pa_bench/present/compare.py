@@ -19,6 +19,7 @@ from typing import Any
 
 from pa_bench.errors import PaBenchError
 from pa_bench.measure import stats
+from pa_bench.present import fmt
 from pa_bench.store.records import STATUS_OK, Record
 from pa_bench.store.results import RunDir, open_run
 
@@ -160,16 +161,6 @@ def _missing(x: Any) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x))
 
 
-def _pct(x: Any, fmt: str, prefix: str = "") -> str:
-    return "-" if _missing(x) else f"{prefix}{format(100 * x, fmt)}%"
-
-
-def _ms(x: Any) -> str:
-    if _missing(x):
-        return "-"
-    return f"{x:.3f}" if abs(x) >= 0.1 else f"{x:.3g}"
-
-
 def _parity(a: Any, b: Any, change: str, presence: str) -> str:
     def one(p: Any) -> str:
         return "-" if _missing(p) else ("pass" if p else "FAIL")
@@ -193,24 +184,18 @@ def format_compare(df, names: bool = True) -> str:
     body = []
     for row in df.to_dict(orient="records"):
         interval = "-" if _missing(row["change_lo"]) else \
-            f"[{_pct(row['change_lo'], '+.1f')}, {_pct(row['change_hi'], '+.1f')}]"
+            f"[{fmt.pct(row['change_lo'], '+.1f')}, {fmt.pct(row['change_hi'], '+.1f')}]"
         if row["basis"] == "quartiles":
             interval += " q"
         body.append([
-            str(row["shape"]), str(row["variant"]), _ms(row["ms_a"]), _ms(row["ms_b"]),
-            _pct(row["change"], "+.1f"), interval,
+            str(row["shape"]), str(row["variant"]), fmt.ms(row["ms_a"], "-"), fmt.ms(row["ms_b"], "-"),
+            fmt.pct(row["change"], "+.1f", "-"), interval,
             str(row["verdict"]),
             _parity(row["parity_a"], row["parity_b"], row["parity_change"], row["presence"]),
         ])
-    widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(header)]
-    right = {2, 3, 4, 5}
-
-    def fmt(cells: list[str]) -> str:
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-
     if lines:
         lines.append("")
-    lines += [fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in body]
+    lines += fmt.text_table(header, body, right={2, 3, 4, 5}).splitlines()
     counts = {k: int((df["verdict"] == k).sum()) for k in ("faster", "slower", "same")} if len(df) else {}
     summary = f"{counts.get('faster', 0)} faster, {counts.get('slower', 0)} slower, {counts.get('same', 0)} same (B against A)"
     regressions = int((df["parity_change"] == "regressed").sum()) if len(df) else 0

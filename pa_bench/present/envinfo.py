@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pa_bench
+from pa_bench.present import fmt
 from pa_bench.store.results import git_commit
 
 _PACKAGES = {  # key -> distribution name
@@ -46,13 +47,6 @@ def _dist_version(name: str) -> str | None:
         return importlib.metadata.version(name)
     except Exception:  # noqa: BLE001 - any metadata problem means "unknown"
         return None
-
-
-def _cuda_version(v: int | None) -> str | None:
-    """CUDA's integer version (12040) as '12.4'."""
-    if not v:
-        return None
-    return f"{v // 1000}.{(v % 1000) // 10}"
 
 
 def _run(cmd: list[str], timeout: float = 15.0) -> str | None:
@@ -121,11 +115,11 @@ def gpu_info(device: int = 0) -> dict[str, Any]:
     try:
         rt = cp.cuda.runtime
         try:
-            info["cuda_runtime"] = _cuda_version(rt.runtimeGetVersion())
+            info["cuda_runtime"] = fmt.cuda_version(rt.runtimeGetVersion())
         except Exception:  # noqa: BLE001
             pass
         try:
-            info["cuda_driver"] = _cuda_version(rt.driverGetVersion())
+            info["cuda_driver"] = fmt.cuda_version(rt.driverGetVersion())
         except Exception:  # noqa: BLE001
             pass
         if rt.getDeviceCount() <= device:

@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pa_bench.present.fmt import DASH
 from pa_bench.store.prompt_rows import MEASURED, PromptRow, read_prompt_csv
 
 PLOT_CUMULATIVE = "prompt_cumulative.png"
-DASH = "–"
 
 HEADER = ["variant", "prompt attention ms", "attention-only tok/s", "speed-up vs v1 [q1–q3]",
           "slowest chunks' share", "interp. check", "status"]

@@ -29,6 +29,8 @@ from typing import Any
 
 from pa_bench import variants as registry
 from pa_bench.errors import EmptyRun
+from pa_bench.present import fmt
+from pa_bench.present.fmt import DASH
 from pa_bench.present.prompt_report import prompt_section
 from pa_bench.store.records import STATUS_OK, Record
 from pa_bench.store.results import REPORT_FILE, RunDir, open_run
@@ -36,61 +38,8 @@ from pa_bench.store.results import REPORT_FILE, RunDir, open_run
 PLOT_MS = "ms_per_chunk.png"
 PLOT_TFLOPS = "tflops_vs_context.png"
 PLOT_INSTALL_HINT = "pip install 'pa-bench[plot]'"
-DASH = "–"
 
 # --------------------------------------------------------------------------- formatting
-
-
-def _num(x: Any) -> float | None:
-    if x is None:
-        return None
-    try:
-        f = float(x)
-    except (TypeError, ValueError):
-        return None
-    return f
-
-
-def fmt_ms(x: Any) -> str:
-    """Milliseconds: 3 decimals (3 significant digits below 0.1 ms)."""
-    f = _num(x)
-    if f is None:
-        return DASH
-    if not math.isfinite(f):
-        return str(f)
-    return f"{f:.3f}" if abs(f) >= 0.1 else f"{f:.3g}"
-
-
-def fmt_err(x: Any) -> str:
-    """Errors: %.2e."""
-    f = _num(x)
-    return DASH if f is None else f"{f:.2e}"
-
-
-def fmt_ratio(x: Any) -> str:
-    f = _num(x)
-    return DASH if f is None else f"{f:.2f}"
-
-
-def fmt_speedup(x: Any, lo: Any = None, hi: Any = None) -> str:
-    f = _num(x)
-    if f is None:
-        return DASH
-    text = f"{f:.2f}x"
-    lo_f, hi_f = _num(lo), _num(hi)
-    if lo_f is not None and hi_f is not None:
-        text += f" [{lo_f:.2f}{DASH}{hi_f:.2f}]"
-    return text
-
-
-def fmt_rate(x: Any) -> str:
-    """TFLOP/s or GB/s."""
-    f = _num(x)
-    if f is None:
-        return DASH
-    if abs(f) >= 100:
-        return f"{f:.0f}"
-    return f"{f:.1f}" if abs(f) >= 10 else f"{f:.2f}"
 
 
 def _cell(text: Any) -> str:
@@ -317,10 +266,6 @@ def _unstated(records: list[Record], meta: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def fmt_ratio_pct(x) -> str:
-    return DASH if x is None else f"{100 * float(x):.1f} %"
-
-
 def several_gpus(records: list[Record]) -> bool:
     """True when the rows ran on more than one GPU (a merged run, ``--devices``)."""
     return len(_unique(records, "gpu")) > 1 or len(_unique(records, "device_uuid")) > 1
@@ -344,16 +289,16 @@ def _shape_section(shape: str, recs: list[Record], gpu_column: bool = False) -> 
     rows = []
     for variant in _variants(recs):
         r = by_variant[variant]
-        ms = fmt_ms(r.ms_median)
+        ms = fmt.ms(r.ms_median)
         if r.ms_median is not None and r.ms_q1 is not None and r.ms_q3 is not None:
-            ms += f" [{fmt_ms(r.ms_q1)}{DASH}{fmt_ms(r.ms_q3)}]"
+            ms += f" [{fmt.ms(r.ms_q1)}{DASH}{fmt.ms(r.ms_q3)}]"
         if r.throttled:
             ms += f" ⚠ {r.throttled} throttled"
         if r.ms_median is not None and r.stop_reason not in (None, "noise"):
-            ms += f" ⏱ {r.stop_reason} at {fmt_ratio_pct(r.ms_rel_spread)} spread"
+            ms += f" ⏱ {r.stop_reason} at {fmt.pct(r.ms_rel_spread, '.1f')} spread"
         if r.host_bound:
             ms += " ⚠ host-bound"
-        sp = fmt_speedup(*_speedup_of(r, v1)) if r.ms_median is not None else DASH
+        sp = fmt.speedup(*_speedup_of(r, v1)) if r.ms_median is not None else DASH
         parity = DASH
         if r.parity_pass is None and r.max_abs_err is not None and registry.is_peer(r.variant):
             parity = "peer: no model"
@@ -369,8 +314,8 @@ def _shape_section(shape: str, recs: list[Record], gpu_column: bool = False) -> 
             if notes:
                 parity += " (" + ", ".join(notes) + ")"
         status = r.status if r.status == STATUS_OK or not r.reason else f"{r.status}: {r.reason}"
-        rows.append([variant, ms, sp, fmt_rate(r.tflops), fmt_rate(r.kv_gbps), fmt_err(r.max_abs_err),
-                     fmt_err(r.model_max_abs_err), fmt_ratio(r.err_ratio), parity, status])
+        rows.append([variant, ms, sp, fmt.rate(r.tflops), fmt.rate(r.kv_gbps), fmt.err(r.max_abs_err),
+                     fmt.err(r.model_max_abs_err), fmt.ratio(r.err_ratio), parity, status])
         if gpu_column:
             rows[-1].insert(1, gpu_cell(r))
     out += _table(header, rows, align)
@@ -382,13 +327,13 @@ def _shape_section(shape: str, recs: list[Record], gpu_column: bool = False) -> 
         notes.append(f"Errors on {_join(sampled)} sampled query rows{of} (the reference is FP64 on those rows).")
     quant = _unique(recs, "quant_max_abs_err")
     if quant:
-        notes.append(f"Quantisation error for context (FP64 on float K/V vs on int8 K/V): max abs {fmt_err(max(quant))}.")
+        notes.append(f"Quantisation error for context (FP64 on float K/V vs on int8 K/V): max abs {fmt.err(max(quant))}.")
     for r in recs:
         diffs = []
         if r.diff_vs_v1 is not None and r.variant != "v1":
-            diffs.append(f"vs v1 {fmt_err(r.diff_vs_v1)}")
+            diffs.append(f"vs v1 {fmt.err(r.diff_vs_v1)}")
         if r.diff_vs_v2 is not None and r.variant != "v2":
-            d = "0 (bitwise identical)" if r.diff_vs_v2 == 0 else fmt_err(r.diff_vs_v2)
+            d = "0 (bitwise identical)" if r.diff_vs_v2 == 0 else fmt.err(r.diff_vs_v2)
             diffs.append(f"vs v2 {d}")
         if diffs:
             notes.append(f"{r.variant} output max difference " + "; ".join(diffs) + ".")
@@ -412,7 +357,7 @@ def _pr_section(records: list[Record], meta: Mapping[str, Any]) -> list[str]:
         def ref_of(rec: Record | None, variant: str, what: str) -> float | None:
             value = getattr(rec, f"ref_{what}") if rec is not None else None
             if value is None and isinstance(fig.get(variant), Mapping):
-                value = _num(fig[variant].get(what))
+                value = fmt.number(fig[variant].get(what))
             return value
 
         pr_v1, pr_v2t = ref_of(v1, "v1", "ms"), ref_of(v2t, "v2t", "ms")
@@ -421,15 +366,15 @@ def _pr_section(records: list[Record], meta: Mapping[str, Any]) -> list[str]:
             continue
         pr_speed = pr_v1 / pr_v2t if pr_v1 and pr_v2t else None
         ours_sp = _speedup_of(v2t, v1) if v2t is not None and v2t.ms_median is not None else (None, None, None)
-        err = fmt_err(v2t.max_abs_err) if v2t is not None else DASH
+        err = fmt.err(v2t.max_abs_err) if v2t is not None else DASH
         if v2t is not None and v2t.max_abs_err is not None and v2t.sampled_rows:
             err += "*"
             any_sampled = True
         rows.append([
-            shape_title(shape, recs), fmt_ms(pr_v1), fmt_ms(pr_v2t),
-            f"{pr_speed:.2f}x" if pr_speed else DASH, fmt_err(pr_err),
-            fmt_ms(v1.ms_median if v1 else None), fmt_ms(v2t.ms_median if v2t else None),
-            fmt_speedup(*ours_sp), err,
+            shape_title(shape, recs), fmt.ms(pr_v1), fmt.ms(pr_v2t),
+            fmt.ratio(pr_speed or None, suffix="x"), fmt.err(pr_err),
+            fmt.ms(v1.ms_median if v1 else None), fmt.ms(v2t.ms_median if v2t else None),
+            fmt.speedup(*ours_sp), err,
         ])
     out = ["## Beside the PR's figures", ""]
     if not rows and figures:

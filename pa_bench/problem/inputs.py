@@ -53,6 +53,7 @@ from pathlib import Path
 import numpy as np
 
 from pa_bench.errors import ConfigError
+from pa_bench.present.fmt import first_line
 from pa_bench.problem.plan import Problem
 from pa_bench.problem.shapes import Shape
 
@@ -391,15 +392,10 @@ def _open_npz(path: str) -> dict[str, np.ndarray]:
     except ConfigError:
         raise
     except Exception as exc:  # a truncated or foreign zip: BadZipFile, EOFError, ValueError ...
-        text = "" if "pickle" in str(exc) else f": {_first_line(exc)}"
+        text = "" if "pickle" in str(exc) else f": {first_line(exc)}"
         raise ConfigError(f"{path}: is not a readable .npz archive ({type(exc).__name__}"
                           f"{text})") from None
     return arrays
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    return lines[0] if lines else type(exc).__name__
 
 
 def _first_index(mask: np.ndarray) -> list[int]:
