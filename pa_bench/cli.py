@@ -24,7 +24,7 @@ import click
 
 from pa_bench import __version__
 from pa_bench.errors import BackendUnavailable, PaBenchError
-from pa_bench.present import fmt
+from pa_bench import fmt
 from pa_bench.variants import names as variant_names
 
 EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT)
@@ -595,7 +595,7 @@ def _command_line() -> list[str]:
 
 
 def _fmt(x: Any, kind: str = "g") -> str:
-    """A terminal table cell ('-' when missing), formatted by pa_bench.present.fmt."""
+    """A terminal table cell ('-' when missing), formatted by pa_bench.fmt."""
     if isinstance(x, bool):
         return "yes" if x else "NO"
     if kind == "err":

@@ -42,7 +42,7 @@ from pa_bench.errors import ConfigError, PaBenchError, ShapeError
 from pa_bench.problem.config import CONFIG_DIR, Config
 from pa_bench.problem.shapes import Shape, parse_shape
 from pa_bench.store import prompt_rows as P
-from pa_bench.present.fmt import first_line
+from pa_bench.fmt import first_line
 
 DEFAULT_PROMPT_CONFIG = CONFIG_DIR / "prompt98k.yaml"
 #: The share of the total spent in this fraction of the chunks, the slowest ones, is reported.

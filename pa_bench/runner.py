@@ -40,7 +40,7 @@ from pa_bench.resume import check_resume, shape_work
 from pa_bench.shard import Shard, resume_shard, shard_meta, shard_problems
 from pa_bench.store import results as R
 from pa_bench.store.records import STATUS_FAILED, STATUS_OK, STATUS_SKIPPED, Record
-from pa_bench.present.fmt import first_line
+from pa_bench.fmt import first_line
 
 MODE_PARITY = "parity"
 MODE_TIME = "time"

@@ -99,3 +99,24 @@ def test_nvcc_from_path(tmp_path, monkeypatch):
     assert envinfo.nvcc_info() == (None, None)
     env = environment()
     assert env["nvcc"] is None and "not on PATH" in format_environment(env)
+
+
+def test_the_cuda_backend_describes_the_gpu_through_envinfo(monkeypatch):
+    """One GPU-information path: the backend's device facts are envinfo.gpu_info's."""
+    from types import SimpleNamespace
+
+    from pa_bench.backends import cuda
+    from pa_bench.present import envinfo
+
+    facts = dict.fromkeys(envinfo._GPU_KEYS)
+    facts.update(gpu="Fake GPU", arch="sm_90", sm_count=7, l2_bytes=123, gpu_memory_bytes=456,
+                 cuda_driver="13.0", cuda_runtime="13.2")
+    monkeypatch.setattr(envinfo, "gpu_info", lambda device=0: facts)
+    monkeypatch.setattr(cuda, "_device_identity", lambda ordinal: {})
+    be = cuda.CudaBackend.__new__(cuda.CudaBackend)
+    be.props, be.cc, be.force_turing = {"sharedMemPerBlockOptin": 232448}, 90, False
+    be.device = SimpleNamespace(id=0)
+    be.cp = SimpleNamespace(__version__="14.2.0", cuda=SimpleNamespace(nvrtc=SimpleNamespace(getVersion=lambda: (13, 0))))
+    d = be.describe()
+    assert (d["gpu"], d["arch"], d["sm_count"], d["l2_bytes"], d["memory_bytes"]) == ("Fake GPU", "sm_90", 7, 123, 456)
+    assert (d["driver_version"], d["runtime_version"], d["nvrtc_version"]) == ("13.0", "13.2", "13.0")

@@ -2,7 +2,7 @@
 
 import math
 
-from pa_bench.present import fmt
+from pa_bench import fmt
 
 
 def test_numbers_and_missing_values():

@@ -9,7 +9,7 @@ import pytest
 
 from pa_bench.errors import EmptyRun
 from pa_bench.store.records import Record
-from pa_bench.present.fmt import err as fmt_err, ms as fmt_ms
+from pa_bench.fmt import err as fmt_err, ms as fmt_ms
 from pa_bench.present.report import build_report, write_report
 from pa_bench.store.results import new_run_dir
 

@@ -11,7 +11,7 @@ from typing import Callable
 
 from pa_bench.backends.base import Backend, KernelOutput
 from pa_bench.errors import BackendUnavailable, PaBenchError
-from pa_bench.present.fmt import first_line
+from pa_bench.fmt import first_line
 
 BACKENDS = ("auto", "cuda", "numpy")
 

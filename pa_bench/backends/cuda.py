@@ -21,7 +21,7 @@ from pa_bench.backends import kernels as K
 from pa_bench.backends import torch_flex, triton_runner
 from pa_bench.backends.base import KernelOutput
 from pa_bench.errors import BackendUnavailable, PaBenchError
-from pa_bench.present import fmt
+from pa_bench import fmt
 
 GUARD_ELEMS = 4096                      # canary elements before and after every output
 CANARY_F32 = np.uint32(0xFFC0DEAD)      # a NaN with a payload no kernel produces
@@ -94,19 +94,22 @@ class CudaBackend:
 
     # ------------------------------------------------------------------ description
     def describe(self) -> dict:
-        p = self.props
-        name = p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"])
-        rt = self.cp.cuda.runtime
+        """The GPU as the run records it: the device facts come from the one GPU-information path
+        (pa_bench.present.envinfo.gpu_info, also meta.json's environment); the rest is this
+        backend's (CuPy/NVRTC, MMA shape, the Turing switch, the model's accumulation)."""
+        from pa_bench.present.envinfo import gpu_info
+
+        info = gpu_info(self.device.id)
         return {
             "backend": "cuda",
-            "gpu": name,
-            "arch": f"sm_{self.cc}",
-            "sm_count": int(p["multiProcessorCount"]),
-            "l2_bytes": int(p["l2CacheSize"]),
-            "memory_bytes": int(p["totalGlobalMem"]),
-            "max_smem_per_block_optin": int(p.get("sharedMemPerBlockOptin", 0)),
-            "driver_version": fmt.cuda_version(rt.driverGetVersion()),
-            "runtime_version": fmt.cuda_version(rt.runtimeGetVersion()),
+            "gpu": info["gpu"],
+            "arch": info["arch"],
+            "sm_count": info["sm_count"],
+            "l2_bytes": info["l2_bytes"],
+            "memory_bytes": info["gpu_memory_bytes"],
+            "max_smem_per_block_optin": int(self.props.get("sharedMemPerBlockOptin", 0)),
+            "driver_version": info["cuda_driver"],
+            "runtime_version": info["cuda_runtime"],
             "cupy_version": self.cp.__version__,
             "nvrtc_version": ".".join(map(str, self.cp.cuda.nvrtc.getVersion())),
             "mma": K.mma_shape(self.cc, self.force_turing),

@@ -21,7 +21,7 @@ from pathlib import Path
 from pa_bench import variants as registry
 from pa_bench.backends import kernels as K
 from pa_bench.errors import PaBenchError
-from pa_bench.present import fmt
+from pa_bench import fmt
 
 
 def nvcc_path() -> str | None:

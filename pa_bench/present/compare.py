@@ -19,7 +19,7 @@ from typing import Any
 
 from pa_bench.errors import PaBenchError
 from pa_bench.measure import stats
-from pa_bench.present import fmt
+from pa_bench import fmt
 from pa_bench.store.records import STATUS_OK, Record
 from pa_bench.store.results import RunDir, open_run
 

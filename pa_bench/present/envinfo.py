@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pa_bench
-from pa_bench.present import fmt
+from pa_bench import fmt
 from pa_bench.store.results import git_commit
 
 _PACKAGES = {  # key -> distribution name

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pa_bench.present.fmt import DASH
+from pa_bench.fmt import DASH
 from pa_bench.store.prompt_rows import MEASURED, PromptRow, read_prompt_csv
 
 PLOT_CUMULATIVE = "prompt_cumulative.png"

@@ -29,8 +29,8 @@ from typing import Any
 
 from pa_bench import variants as registry
 from pa_bench.errors import EmptyRun
-from pa_bench.present import fmt
-from pa_bench.present.fmt import DASH
+from pa_bench import fmt
+from pa_bench.fmt import DASH
 from pa_bench.present.prompt_report import prompt_section
 from pa_bench.store.records import STATUS_OK, Record
 from pa_bench.store.results import REPORT_FILE, RunDir, open_run

@@ -53,7 +53,7 @@ from pathlib import Path
 import numpy as np
 
 from pa_bench.errors import ConfigError
-from pa_bench.present.fmt import first_line
+from pa_bench.fmt import first_line
 from pa_bench.problem.plan import Problem
 from pa_bench.problem.shapes import Shape
 
