@@ -426,24 +426,9 @@ def _prompt_settings(where: str, raw: Any, tokens=None, chunk=None, measure=None
 
 
 def _read_yaml(path: Path, shown: str) -> Any:
-    import yaml
+    from pa_bench.problem.config import read_yaml  # the same reader and errors as every config
 
-    from pa_bench.problem.config import _Loader  # the same YAML 1.2 rules as every config
-
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{shown}: config file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{shown}: cannot read config file ({type(exc).__name__})") from None
-    try:
-        raw = yaml.load(text, Loader=_Loader)
-    except ConfigError as exc:
-        raise ConfigError(f"{shown}: {exc}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{shown}: invalid YAML{at}: {getattr(exc, 'problem', None) or exc}") from None
+    raw = read_yaml(path, shown)
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{shown}: expected a mapping at the top level")
     return raw

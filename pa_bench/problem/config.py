@@ -299,10 +299,9 @@ def _resolve_path(path: str | Path) -> Path:
     return p
 
 
-def load_config(path: str | Path = DEFAULT_CONFIG) -> Config:
-    """Read and validate a config file. A bare name (``smoke``) also finds ``configs/smoke.yaml``."""
-    p = _resolve_path(path)
-    shown = str(path)
+def read_yaml(p: Path, shown: str) -> Any:
+    """The parsed YAML of a config file (pa-bench's YAML rules, ``_Loader``), or a one-line
+    ConfigError naming ``shown``: missing, a directory, unreadable, or invalid YAML."""
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -312,7 +311,7 @@ def load_config(path: str | Path = DEFAULT_CONFIG) -> Config:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{shown}: cannot read config file ({exc.__class__.__name__}: {exc})") from None
     try:
-        raw = yaml.load(text, Loader=_Loader)
+        return yaml.load(text, Loader=_Loader)
     except ConfigError as exc:
         raise ConfigError(f"{shown}: {exc}") from None
     except yaml.YAMLError as exc:
@@ -320,6 +319,13 @@ def load_config(path: str | Path = DEFAULT_CONFIG) -> Config:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(f"{shown}: invalid YAML{where}: {problem}") from None
+
+
+def load_config(path: str | Path = DEFAULT_CONFIG) -> Config:
+    """Read and validate a config file. A bare name (``smoke``) also finds ``configs/smoke.yaml``."""
+    p = _resolve_path(path)
+    shown = str(path)
+    raw = read_yaml(p, shown)
     if raw is None:
         raise ConfigError(f"{shown}: config file is empty")
     return _build(raw, where=shown, base_dir=p.resolve().parent, path=shown)
