@@ -1,10 +1,11 @@
 """Launch every kernel variant once on a small and a non-aligned shape, for compute-sanitizer.
 
-    compute-sanitizer --tool memcheck python scripts/sanitize_target.py [--force-turing]
+    compute-sanitizer --tool memcheck python scripts/sanitize_target.py [--force-turing] [--only v3]
 
-Both layouts (paged with 16-key pages, contiguous), both head dims, paired heads (4/2) and
-row-paired tiles (2/2), one and two tiles per v2/v2t warp, v2/v2t with split keys (forced on
-1023x113, whose context is long enough for a split point) and without; no timing, no reference.
+Both layouts (paged with 16-key pages, contiguous), both head dims, paired heads (4/2),
+row-paired tiles (2/2), the PR's 32/8 heads, one and two tiles per v2/v2t warp, v2/v2t with split keys (forced on
+1023x113, whose context is long enough for a split point) and without; v3 where the GPU has it
+(sm_90a); no timing, no reference. ``--only NAME[,NAME]`` keeps those variants.
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ SHAPES = ("128x64", "1023x113")          # small; not a multiple of the tile or 
 SETUPS = (  # head_dim, heads_q, heads_kv, layout, page
     (128, 4, 2, "paged", 16),
     (64, 2, 2, "contiguous", 64),
+    (128, 32, 8, "paged", 64),        # the PR's heads: v3 packs 4 query heads into a CTA's rows
 )
 
 
 def main(argv: list[str]) -> int:
     force = "--force-turing" in argv
+    only = set(argv[argv.index("--only") + 1].split(",")) if "--only" in argv else None
     backend = CudaBackend(force_turing=force)
     for shape in SHAPES:
         for d, hq, hkv, layout, page in SETUPS:
@@ -32,8 +35,10 @@ def main(argv: list[str]) -> int:
                          data="realistic")
             prep = backend.prepare(make_inputs(pb))
             splits = (False, True) if pb.context >= 32 else (False,)
-            for variant, tiles, split in [("v1", 1, False)] + [(v, t, sp) for v in ("v2", "v2t") for t in (2, 1)
-                                                                for sp in splits]:
+            for variant, tiles, split in [("v1", 1, False), ("v3", 1, False)] + [
+                    (v, t, sp) for v in ("v2", "v2t") for t in (2, 1) for sp in splits]:
+                if only is not None and variant not in only:
+                    continue
                 why = backend.unsupported_parity(variant, pb)
                 if why:
                     print(f"{shape} {variant}: skipped ({why})")
