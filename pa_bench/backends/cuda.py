@@ -502,14 +502,16 @@ class CudaBackend:
 
     def model(self, inputs, tile_keys: int, rows=None, split_keys: int = 0) -> np.ndarray:
         """The numerics model on the GPU: pa_bench.numerics.model on CuPy arrays (the inputs'
-        logical K/V uploaded once per shape), the same bits as on the CPU (tests/gpu)."""
+        logical K/V uploaded once per shape), its key parts computed by the fused kernel
+        kernels/pa_model.cu (engine "kernel"), the same bits as on the CPU (tests/gpu)."""
         from pa_bench.numerics.model import model_arrays, model_attention
 
         cached = getattr(self, "_model_inputs", None)
         if cached is None or cached[0] is not inputs:
             self._model_inputs = cached = (inputs, model_arrays(inputs, self.cp))
         mma_k = 8 if K.mma_shape(self.cc, self.force_turing) == "m16n8k8" else 16
-        out = model_attention(cached[1], tile_keys, rows, split_keys=split_keys, mma_k=mma_k)
+        out = model_attention(cached[1], tile_keys, rows, split_keys=split_keys, mma_k=mma_k,
+                              engine="kernel")
         return self.cp.asnumpy(out)
 
     # ------------------------------------------------------------------ timing

@@ -22,7 +22,9 @@ The parts are the two halves of v2/v2t's split keys (:func:`split_keys`), or the
 SEGMENT_KEYS keys that every kernel runs on long contexts (:func:`segment_keys`). Every step is
 exact or one IEEE rounding in a fixed order, so NumPy and CuPy give the same bits. It is
 vectorised over heads and rows and loops over key tiles; tiles past the last key any selected row
-can see are not visited. This is also the output of the ``numpy`` backend.
+can see are not visited. This is also the output of the ``numpy`` backend. On CuPy arrays,
+``engine="kernel"`` computes the key parts in one fused CUDA kernel (kernels/pa_model.cu,
+pa_bench.numerics.model_kernel) with the same bits.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import os
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -172,8 +174,17 @@ def key_parts(n_visit: int, split: int = 0, segment: int = 0) -> list[tuple[int,
     return [(0, n_visit)]
 
 
+#: Who computes the key parts (model_attention's ``engine``): "xp" the array-module steps below
+#: (NumPy or CuPy), "kernel" the fused CUDA kernel kernels/pa_model.cu (CuPy arrays only,
+#: pa_bench.numerics.model_kernel): the same bits. A callable with _online_softmax_parts'
+#: signature may stand in for either (tests/test_model_kernel_host.py runs the kernel's source on
+#: the CPU through one).
+ENGINES = ("xp", "kernel")
+
+
 def model_attention(inputs: Inputs | ModelArrays, tile_keys: int, rows=None, split_keys: int = 0, *,
-                    segment_keys: int | None = None, mma: str = DEFAULT_MMA, mma_k: int = _SLICE):
+                    segment_keys: int | None = None, mma: str = DEFAULT_MMA, mma_k: int = _SLICE,
+                    pv_chain_keys: int = 0, engine: str | Callable = "xp"):
     """The kernels' arithmetic with ``tile_keys`` keys per tile: float32 [Hq, R, D] on the
     inputs' array module (numpy for :class:`Inputs`; give :func:`model_arrays` for cupy).
 
@@ -181,7 +192,10 @@ def model_attention(inputs: Inputs | ModelArrays, tile_keys: int, rows=None, spl
     of ``tile_keys``, at most the context) at which the keys are split in two halves merged at the
     end. ``segment_keys``: keys per segment (None: :func:`segment_keys` of the context; 0: none).
     ``mma``: how P.V accumulates (MMA_MODES); ``mma_k``: products per MMA (16; 8 for the Turing
-    path's m16n8k8 pairs). With ``out_dtype: float16`` the result is rounded through fp16.
+    path's m16n8k8 pairs). ``pv_chain_keys``: 0 (P.V accumulates straight into acc), or a
+    multiple of 16 dividing ``tile_keys``: per tile, each group of that many keys runs its slices'
+    MMA chain from a fresh fp32 accumulator, added to acc with one fp32 add. ``engine``: who
+    computes the key parts (ENGINES). With ``out_dtype: float16`` the result is rounded through fp16.
     """
     a = inputs if isinstance(inputs, ModelArrays) else model_arrays(inputs)
     xp = a.xp
@@ -192,6 +206,11 @@ def model_attention(inputs: Inputs | ModelArrays, tile_keys: int, rows=None, spl
         raise ValueError(f"mma must be one of {MMA_MODES}, got {mma!r}")
     if mma_k not in (8, 16):
         raise ValueError(f"mma_k must be 8 or 16, got {mma_k}")
+    chain = int(pv_chain_keys)
+    if chain < 0 or chain % _SLICE or (chain and tile % chain):
+        raise ValueError(f"pv_chain_keys must be 0 or a multiple of {_SLICE} dividing {tile}, "
+                         f"got {pv_chain_keys}")
+    parts_fn = _engine(engine, xp)
     hq, nq, d = a.q.shape
     hkv = a.k_i8.shape[0]
     ctx = a.context
@@ -209,13 +228,36 @@ def model_attention(inputs: Inputs | ModelArrays, tile_keys: int, rows=None, spl
     step = max(1, _MAX_STACKED_ROWS // group)
     for r0 in range(0, len(rows), step):
         part = rows[r0:r0 + step]
-        out[:, r0:r0 + len(part)] = _model_rows(a, tile, part, split, seg, mma, mma_k)
+        out[:, r0:r0 + len(part)] = _model_rows(a, tile, part, split, seg, mma, mma_k, chain, parts_fn)
     if a.out_dtype == "float16":
         out = out.astype(xp.float16).astype(xp.float32)
     return out
 
 
-def _model_rows(a: ModelArrays, tile: int, rows: np.ndarray, split: int, seg: int, mma: str, mma_k: int):
+def _engine(engine, xp) -> Callable:
+    """The function that computes the key parts for ``engine`` (ENGINES or a callable)."""
+    if callable(engine):
+        return engine
+    if engine == "xp":
+        return _online_softmax_parts
+    if engine == "kernel":
+        if getattr(xp, "__name__", "") != "cupy":
+            raise ValueError("engine 'kernel' runs on CuPy arrays: give model_arrays(inputs, cupy)")
+        from pa_bench.numerics import model_kernel
+
+        return model_kernel.online_softmax_parts
+    raise ValueError(f"engine must be one of {ENGINES} or a callable, got {engine!r}")
+
+
+def _online_softmax_parts(a: ModelArrays, qf, limit, tile: int, ranges, mma: str, mma_k: int,
+                          pv_chain: int):
+    """The state (m, l per lane, acc) of each key range [k0, k1) of ``ranges``, in order (engine
+    "xp": the array module's steps, one range after the other)."""
+    return [_online_softmax(a, qf, limit, tile, k0, k1, mma, mma_k, pv_chain) for k0, k1 in ranges]
+
+
+def _model_rows(a: ModelArrays, tile: int, rows: np.ndarray, split: int, seg: int, mma: str, mma_k: int,
+                pv_chain: int = 0, parts_fn: Callable | None = None):
     """model_attention for one chunk of rows: float32 [Hq, R, D] (before the output dtype)."""
     xp, f32 = a.xp, a.xp.float32
     hq, _, d = a.q.shape
@@ -225,8 +267,8 @@ def _model_rows(a: ModelArrays, tile: int, rows: np.ndarray, split: int, seg: in
     qf = a.q[:, xp.asarray(rows), :].astype(xp.float64).reshape(hkv, group * n_rows, d)
     limit = xp.asarray(np.tile(ctx + rows, group))  # last visible key of each stacked row
     n_visit = int(ctx + rows.max() + 1)
-    parts = [_online_softmax(a, qf, limit, tile, k0, k1, mma, mma_k)
-             for k0, k1 in key_parts(n_visit, split, seg)]
+    parts = (parts_fn or _online_softmax_parts)(a, qf, limit, tile, key_parts(n_visit, split, seg),
+                                                mma, mma_k, pv_chain)
     if len(parts) == 1:
         _, l, acc = parts[0]
         l = _lane_sum(l)
@@ -257,10 +299,11 @@ def _lane_sum(l):
     return (l[..., 0] + l[..., 1]) + (l[..., 2] + l[..., 3])
 
 
-def _online_softmax(a: ModelArrays, qf, limit, tile: int, k0: int, k1: int, mma: str, mma_k: int):
+def _online_softmax(a: ModelArrays, qf, limit, tile: int, k0: int, k1: int, mma: str, mma_k: int,
+                    pv_chain: int = 0):
     """Online softmax of the stacked rows ``qf`` [Hkv, G*R, D] (float64) over keys [k0, k1) in
     tiles of ``tile`` keys from k0: the state (m, l per lane [.., 4], acc) in fp32.
-    ``limit``: each row's last visible key."""
+    ``limit``: each row's last visible key. ``pv_chain``: see model_attention's pv_chain_keys."""
     from pa_bench.numerics import mma as M
 
     xp = a.xp
@@ -308,17 +351,22 @@ def _online_softmax(a: ModelArrays, qf, limit, tile: int, k0: int, k1: int, mma:
                 for j in range(_SLICE // _LANES):
                     l = l + pl[:, :, t, n, :, j]
             acc = acc * alpha[:, :, t, None]
-            for n in range(tile // _SLICE):
-                c0 = t * tile + n * _SLICE
-                ps, vs = big_p[:, :, t, n * _SLICE:(n + 1) * _SLICE], vb[:, c0:c0 + _SLICE, :]
-                if mma == "emulated":
-                    acc = M.mma_accumulate(acc, ps, vs, xp, k_group=mma_k)
-                else:
-                    acc = M.rn_accumulate(acc, ps, vs, xp)
+            chain = pv_chain or tile
+            for g0 in range(0, tile, chain):
+                # pv_chain 0: the slices add straight into acc; else into a fresh c, then acc + c
+                c = xp.zeros_like(acc) if pv_chain else acc
+                for n in range(g0 // _SLICE, (g0 + chain) // _SLICE):
+                    c0 = t * tile + n * _SLICE
+                    ps, vs = big_p[:, :, t, n * _SLICE:(n + 1) * _SLICE], vb[:, c0:c0 + _SLICE, :]
+                    if mma == "emulated":
+                        c = M.mma_accumulate(c, ps, vs, xp, k_group=mma_k)
+                    else:
+                        c = M.rn_accumulate(c, ps, vs, xp)
+                acc = acc + c if pv_chain else c
         m = run[:, :, -1]
     return m, l, acc
 
 
 __all__ = ["model_attention", "model_arrays", "ModelArrays", "key_parts", "tile_keys", "split_keys",
            "split_point", "SEGMENT_KEYS", "segment_keys", "MMA_MODES", "DEFAULT_MMA", "round_fp16",
-           "exp2_ftz"]
+           "exp2_ftz", "ENGINES"]

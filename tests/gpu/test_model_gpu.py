@@ -1,6 +1,8 @@
 """The numerics model and the FP64 reference on the GPU (`pytest -m gpu`): the CuPy model gives
 the same bits as the NumPy model (every step is exact or one IEEE rounding, so the order of the
-GPU's sums cannot move a bit), and the CuPy reference agrees with NumPy's to float64 rounding."""
+GPU's sums cannot move a bit), with the array-module steps and with the fused kernel
+kernels/pa_model.cu (engine "kernel"), and the CuPy reference agrees with NumPy's to float64
+rounding."""
 
 from __future__ import annotations
 
@@ -49,6 +51,43 @@ def test_gpu_model_gives_the_cpu_models_bits_on_a_long_context_with_fp16_output(
     rows = np.array([0, 31])
     cpu = model_attention(inp, 16, rows)
     np.testing.assert_array_equal(cp.asnumpy(model_attention(model_arrays(inp, cp), 16, rows)), cpu)
+
+
+KERNEL_CASES = [  # (tile, split, segment, pv_chain, D)
+    (16, 0, 0, 0, 128), (64, 0, 0, 0, 128), (16, "half", 0, 0, 128), (64, "half", 0, 0, 64),
+    (64, 0, 1024, 0, 128), (16, 0, 1024, 0, 64), (64, 0, 0, 64, 128), (64, 0, 1024, 64, 64),
+    (64, 0, 0, 16, 128)]
+
+
+@pytest.mark.parametrize("mma, mma_k", [("emulated", 16), ("emulated", 8), ("rn", 16)])
+@pytest.mark.parametrize("data", ["normal", "realistic"])
+@pytest.mark.parametrize("tile, split, segment, chain, d", KERNEL_CASES)
+def test_kernel_engine_gives_the_cpu_models_bits(data, tile, split, segment, chain, d, mma, mma_k):
+    """The fused kernel (kernels/pa_model.cu, engine "kernel") against the NumPy model."""
+    inp = inputs("4Kx96", data, d=d)
+    rows = sample_rows(96, 12, 0)
+    split = split_point(inp.problem.context) if split == "half" else split
+    kw = dict(split_keys=split, segment_keys=segment, mma=mma, mma_k=mma_k, pv_chain_keys=chain)
+    cpu = model_attention(inp, tile, rows, **kw)
+    gpu = model_attention(model_arrays(inp, cp), tile, rows, engine="kernel", **kw)
+    np.testing.assert_array_equal(cp.asnumpy(gpu), cpu)
+
+
+def test_kernel_engine_on_every_row_in_several_row_chunks():
+    inp = inputs("1Kx600", "realistic", hq=8, hkv=2, d=64)      # 256 rows per chunk: 3 chunks
+    for tile in (16, 64):
+        cpu = model_attention(inp, tile)
+        gpu = model_attention(model_arrays(inp, cp), tile, engine="kernel")
+        np.testing.assert_array_equal(cp.asnumpy(gpu), cpu)
+
+
+@pytest.mark.parametrize("tile, chain", [(16, 0), (64, 64)])
+def test_kernel_engine_on_a_long_context_with_segments(tile, chain):
+    inp = inputs("70Kx32", "realistic", hq=4, hkv=1, out_dtype="float16")   # two segments
+    rows = np.array([0, 17, 31])
+    cpu = model_attention(inp, tile, rows, pv_chain_keys=chain)
+    gpu = model_attention(model_arrays(inp, cp), tile, rows, engine="kernel", pv_chain_keys=chain)
+    np.testing.assert_array_equal(cp.asnumpy(gpu), cpu)
 
 
 def test_cuda_backend_model_is_the_gpu_model():
