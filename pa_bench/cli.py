@@ -87,9 +87,9 @@ class PaBenchGroup(click.Group):
         except click.exceptions.Abort:
             return _interrupted(None)
         except Interrupted as exc:
-            return _interrupted(exc.run_dir)
+            return _interrupted(exc.run_dir, _resumable(args))
         except KeyboardInterrupt as exc:
-            return _interrupted(getattr(exc, "run_dir", None))
+            return _interrupted(getattr(exc, "run_dir", None), _resumable(args))
         except CliFailure as exc:
             return _fail(str(exc), exc.exit_code)
         except PaBenchError as exc:
@@ -138,12 +138,22 @@ def _sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, previous)
 
 
-def _interrupted(run_dir: Path | None) -> int:
+# Commands that take --resume (`prompt` writes a run too, but starts over)
+RESUMABLE = ("run", "parity", "time")
+
+
+def _resumable(args) -> bool:
+    """Whether the command in ``args`` (the argv after the program) takes --resume."""
+    words = [a for a in (args or sys.argv[1:]) if not str(a).startswith("-")]
+    return bool(words) and words[0] in RESUMABLE
+
+
+def _interrupted(run_dir: Path | None, resumable: bool = True) -> int:
     what, code = ("terminated (SIGTERM)", EXIT_TERMINATED) if _signals["term"] else \
         ("interrupted", EXIT_INTERRUPTED)
     if run_dir is not None:
-        click.echo(f"{what}: finished rows kept in {run_dir}; resume with --resume {run_dir}",
-                   err=True)
+        again = f"resume with --resume {run_dir}" if resumable else "run the command again to start over"
+        click.echo(f"{what}: finished rows kept in {run_dir}; {again}", err=True)
     else:
         click.echo(what, err=True)
     return code

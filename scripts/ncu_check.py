@@ -12,17 +12,19 @@ For every shape of the config and every variant (kernels and peers) it
    one call — one for a kernel variant, several for a peer — can be told apart and summed;
 
 3. for a call of several kernels (the ``torch-sdpa+dequant`` peer: the dequantisation kernels, then
-   flash attention), runs the child once more under ``ncu --replay-mode range`` with each call
-   between ``cudaProfilerStart`` and ``cudaProfilerStop``: Nsight Compute then flushes the caches
-   once before the whole call and reports the call's GPU time as one range, which is what
-   pa-bench times (one flush, then the call). Kernel replay flushes L2 before *every* kernel, so
-   the attention kernel no longer finds the fp16 K/V that the dequantisation has just written to
-   L2, and the sum over kernels reads 4-6 % high at short shapes (2026-12-01 run: 0.943, 0.957).
+   flash attention) measures the call once more with one cache flush before the whole call, as
+   pa-bench does. Kernel replay flushes L2 before *every* kernel, so the attention kernel no longer
+   finds the fp16 K/V that the dequantisation has just written to L2, and the sum over kernels
+   reads 4-6 % high at short shapes (2026-12-01 run: 0.943, 0.957). Two ways, the first that works:
+   ``range``: ``ncu --replay-mode app-range`` with each call between cudaProfilerStart and
+   cudaProfilerStop (one result per call; ``--replay-mode range`` refuses torch's launches, which
+   call cuKernelSetAttribute during capture); ``flushed``: kernel replay with ``--cache-control
+   none``, the child flushing L2 itself (pa-bench's read of twice the L2) before each call's marker.
 
 and writes ``ncu_check.csv`` (shape, variant, pa_bench_ms, ncu_ms, ratio, within, ncu_kernels,
 ncu_mode, ncu_kernel_sum_ms) with ``within`` = the two medians agree within 3 % or 3 us; ``ncu_ms``
-is the range figure where the call has several kernels (``ncu_mode`` = range) and the kernel's
-figure otherwise (``kernel``); ``ncu_kernel_sum_ms`` keeps the kernel-replay sum for every row.
+is the one-flush figure where the call has several kernels (``ncu_mode`` = range or flushed) and
+the kernel's figure otherwise (``kernel``); ``ncu_kernel_sum_ms`` keeps the kernel-replay sum.
 ``--samples-out`` also writes every pa-bench sample (ms) of every row. Exit code 1 if any row is
 not within.
 """
@@ -87,10 +89,12 @@ def child(args) -> None:
 
     config, plan, names, backend = _setup(args.config, args.shapes, args.variants)
     pairs = range_pairs(args.ranges)
+    only = range_pairs(args.only) or set()
+    flusher = backend.timer() if args.only else None   # pa-bench's L2 flush (flushed mode)
     mod = _marker_module(len(plan.problems), names)
     p_start, p_stop = _profiler(backend.cp)
     for si, problem in enumerate(plan.problems):
-        if pairs is not None and not any(s == si for s, _ in pairs):
+        if (pairs is not None or args.only) and not any(s == si for s, _ in (pairs or only)):
             continue
         prep = backend.prepare(make_inputs(problem))
         fns, _reasons, sessions = backend.callables(prep, names)
@@ -100,7 +104,7 @@ def child(args) -> None:
             for ctx in sessions:
                 stack.enter_context(ctx)
             for vi, name in enumerate(names):
-                if name not in fns or (pairs is not None and (si, vi) not in pairs):
+                if name not in fns or ((pairs is not None or args.only) and (si, vi) not in (pairs or only)):
                     continue
                 mark = mod.get_function(f"pa_mark_{si}_{vi}")
                 if pairs is not None:                 # warm-up outside any range (allocations
@@ -113,6 +117,8 @@ def child(args) -> None:
                         p_stop()
                     continue
                 for _ in range(1 + args.reps):        # the first call is the warm-up
+                    if flusher is not None:
+                        flusher.flush()               # before the marker: not part of the call
                     mark((1,), (1,), ())
                     fns[name]()
                 backend.cp.cuda.runtime.deviceSynchronize()
@@ -130,6 +136,8 @@ def parse_ncu_csv(text: str) -> dict[tuple[int, int], list[tuple[float, int]]]:
         if row.get("Metric Name") != METRIC:
             continue
         name = row["Kernel Name"].split("(")[0].strip()
+        if name.startswith(("pa_l2_scrub", "pa_hold_stream")):   # the child's own flush: no call's
+            continue
         value = float(row["Metric Value"].replace(",", ""))
         unit = row.get("Metric Unit", "nsecond")
         ms = value * _MS_PER_UNIT[unit.strip()]
@@ -171,13 +179,14 @@ def main() -> int:
     ap.add_argument("--config", default="configs/pr2092.yaml")
     ap.add_argument("--shapes", default=None)
     ap.add_argument("--variants", default=None, help="comma list (default: the config's variants)")
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--seconds", type=float, default=3.0, help="pa-bench's timing budget per shape")
     ap.add_argument("--out", default=".")
     ap.add_argument("--ncu", default=os.environ.get("NCU", "ncu"))
     ap.add_argument("--samples-out", default=None, help="also write every pa-bench sample to this CSV")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--ranges", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--only", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         child(args)
@@ -217,20 +226,31 @@ def main() -> int:
         return 2
     theirs = parse_ncu_csv(proc.stdout)
 
-    # calls of several kernels: once more as ranges (one flush before the whole call)
+    # calls of several kernels: once more with one flush before the whole call
     multi = sorted(key for key, calls in theirs.items() if calls and calls[0][1] > 1)
-    ranges: dict[tuple[int, int], list[float]] = {}
+    whole: dict[tuple[int, int], list[float]] = {}
+    whole_mode = "kernel"
     if multi:
         spec = ",".join(f"{s}:{v}" for s, v in multi)
-        rproc = _run_ncu(base[:1] + ["--replay-mode", "range"] + base[1:] + child_args + ["--ranges", spec],
+        rproc = _run_ncu(base[:1] + ["--replay-mode", "app-range"] + base[1:] + child_args + ["--ranges", spec],
                          out_dir / "ncu_check.ranges.log")
         try:
             if rproc.returncode != 0:
                 raise ValueError(f"ncu exited {rproc.returncode}")
-            ranges = parse_ncu_ranges(rproc.stdout, multi, args.reps)
+            whole, whole_mode = parse_ncu_ranges(rproc.stdout, multi, args.reps), "range"
         except ValueError as exc:
-            print(f"warning: range replay failed ({exc}; see {out_dir / 'ncu_check.ranges.log'}); "
-                  "calls of several kernels keep the kernel-replay sum", file=sys.stderr)
+            print(f"note: app-range replay did not work ({exc}; see {out_dir / 'ncu_check.ranges.log'}); "
+                  "timing those calls with kernel replay, no ncu flush, the child flushing L2 before each call",
+                  file=sys.stderr)
+            flushed = [a if a != "all" else "none" for a in base]
+            fproc = _run_ncu(flushed + child_args + ["--only", spec], out_dir / "ncu_check.flushed.log")
+            if fproc.returncode == 0:
+                got = parse_ncu_csv(fproc.stdout)
+                whole = {key: [c[0] for c in got[key]] for key in multi if got.get(key)}
+                whole_mode = "flushed"
+            else:
+                print(f"warning: ncu exited {fproc.returncode} in the flushed pass; calls of several kernels "
+                      "keep the kernel-replay sum", file=sys.stderr)
 
     rows, bad = [], 0
     for si, problem in enumerate(plan.problems):
@@ -239,8 +259,8 @@ def main() -> int:
                 continue
             calls = theirs[(si, vi)]
             kernel_sum = statistics.median(c[0] for c in calls)
-            mode = "range" if ranges.get((si, vi)) else "kernel"
-            ncu_ms = statistics.median(ranges[(si, vi)]) if mode == "range" else kernel_sum
+            mode = whole_mode if whole.get((si, vi)) else "kernel"
+            ncu_ms = statistics.median(whole[(si, vi)]) if mode != "kernel" else kernel_sum
             mine = ours[(si, name)]
             within = abs(mine - ncu_ms) <= max(REL_TOL * ncu_ms, ABS_TOL_MS)
             bad += not within

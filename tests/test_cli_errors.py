@@ -278,3 +278,13 @@ def test_report_json_lists_the_plots(tmp_path):
     assert entry["report"] == str(run.path / "report.md")
     assert entry["plots"] == [str(run.path / "ms_per_chunk.png")]
     assert all(Path(p).is_file() for p in entry["plots"])
+
+
+def test_only_commands_that_take_resume_are_told_to_resume():
+    from pa_bench import cli as C
+
+    assert C._resumable(["run", "configs/smoke.yaml"]) and C._resumable(["parity", "--backend", "numpy"])
+    assert not C._resumable(["prompt", "--config", "configs/prompt98k.yaml"])
+    # every command named resumable really takes --resume
+    for name in C.RESUMABLE:
+        assert any(p.name == "resume" for p in C.cli.commands[name].params), name

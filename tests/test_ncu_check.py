@@ -58,3 +58,11 @@ def test_a_wrong_count_of_ranges_is_an_error_not_a_silent_mapping():
 def test_range_pairs_parse():
     assert ncu_check.range_pairs("0:6,3:5") == {(0, 6), (3, 5)}
     assert ncu_check.range_pairs(None) is None
+
+
+def test_the_childs_own_l2_flush_is_in_no_calls_sum():
+    # flushed mode: [scrub] [marker] [kernels of the call] [scrub] [marker] ...
+    text = "\n".join([HEAD, row(0, "pa_l2_scrub", 50000), row(1, "pa_mark_0_6", 1), row(2, "dequant", 10),
+                      row(3, "flash", 20), row(4, "pa_l2_scrub", 50000), row(5, "pa_mark_0_6", 1),
+                      row(6, "dequant", 11), row(7, "flash", 21), row(8, "pa_l2_scrub", 50000)])
+    assert ncu_check.parse_ncu_csv(text) == {(0, 6): [(pytest.approx(32e-6), 2)]}

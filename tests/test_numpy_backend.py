@@ -10,7 +10,7 @@ from pa_bench.backends import KernelOutput, make_backend
 from pa_bench.errors import BackendUnavailable, PaBenchError
 from pa_bench.problem.inputs import make_inputs
 from pa_bench import variants as registry
-from pa_bench.numerics.model import model_attention, tile_keys
+from pa_bench.numerics.model import model_attention, pv_chain_keys, tile_keys
 from pa_bench.backends.numpy import NumpyBackend
 from pa_bench.problem.plan import Problem
 from pa_bench.numerics.reference import dequantize, reference_attention, sample_rows
@@ -31,7 +31,8 @@ def test_compute_is_the_model_of_the_variants_tile(inputs):
         ko = be.compute(be.prepare(inputs), variant, rows)
         assert isinstance(ko, KernelOutput)
         assert ko.out.dtype == np.float32 and ko.out.shape == (4, len(rows), 64)
-        assert np.array_equal(ko.out, model_attention(inputs, tile, rows))
+        # the variant's tile and P.V chain (v3: a fresh accumulator per 64-key tile)
+        assert np.array_equal(ko.out, model_attention(inputs, tile, rows, pv_chain_keys=pv_chain_keys(variant)))
         assert ko.canary_ok is True
         assert ko.deterministic is True  # small: checked by running twice
 
@@ -148,3 +149,13 @@ def test_numpy_backend_is_a_backend():
 
     assert isinstance(NumpyBackend(), Backend)
     assert NumpyBackend().max_diff(None, "v1", "v2") is None
+
+
+def test_v3s_model_runs_a_fresh_pv_chain_per_tile_and_that_changes_bits(inputs):
+    # the registry says v3 restarts its P.V accumulator every 64 keys; the model must know it
+    assert pv_chain_keys("v3") == 64 and pv_chain_keys("v2") == 0 and pv_chain_keys("torch-sdpa") == 0
+    rows = sample_rows(37, 9, 0)
+    one_chain = model_attention(inputs, 64, rows)
+    per_tile = model_attention(inputs, 64, rows, pv_chain_keys=64)
+    assert not np.array_equal(one_chain, per_tile)
+    np.testing.assert_allclose(per_tile, one_chain, atol=1e-5)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -24,6 +25,9 @@ from pa_bench.errors import BackendUnavailable, PaBenchError
 from pa_bench import fmt
 
 GUARD_ELEMS = 4096                      # canary elements before and after every output
+# Who computes the numerics model's key parts on the GPU (pa_bench.numerics.model.ENGINES): the
+# fused kernel kernels/pa_model.cu, or "xp" (CuPy array steps; the same bits, launch-bound).
+MODEL_ENGINE = os.environ.get("PA_BENCH_MODEL_ENGINE", "kernel")
 CANARY_F32 = np.uint32(0xFFC0DEAD)      # a NaN with a payload no kernel produces
 CANARY_F16 = np.uint16(0xFDEA)
 
@@ -116,6 +120,7 @@ class CudaBackend:
             "force_turing": self.force_turing,
             **_device_identity(self.device.id),
             "model_mma": _model_mma(),
+            "model_engine": MODEL_ENGINE,
         }
 
     def meta(self) -> dict:
@@ -500,10 +505,11 @@ class CudaBackend:
         cp.get_default_memory_pool().free_all_blocks()
         return out
 
-    def model(self, inputs, tile_keys: int, rows=None, split_keys: int = 0) -> np.ndarray:
+    def model(self, inputs, tile_keys: int, rows=None, split_keys: int = 0, pv_chain_keys: int = 0) -> np.ndarray:
         """The numerics model on the GPU: pa_bench.numerics.model on CuPy arrays (the inputs'
         logical K/V uploaded once per shape), its key parts computed by the fused kernel
-        kernels/pa_model.cu (engine "kernel"), the same bits as on the CPU (tests/gpu)."""
+        kernels/pa_model.cu (engine "kernel"; PA_BENCH_MODEL_ENGINE=xp for CuPy's array steps),
+        the same bits as on the CPU (tests/gpu). ``pv_chain_keys``: numerics.model.pv_chain_keys."""
         from pa_bench.numerics.model import model_arrays, model_attention
 
         cached = getattr(self, "_model_inputs", None)
@@ -511,7 +517,7 @@ class CudaBackend:
             self._model_inputs = cached = (inputs, model_arrays(inputs, self.cp))
         mma_k = 8 if K.mma_shape(self.cc, self.force_turing) == "m16n8k8" else 16
         out = model_attention(cached[1], tile_keys, rows, split_keys=split_keys, mma_k=mma_k,
-                              engine="kernel")
+                              pv_chain_keys=pv_chain_keys, engine=MODEL_ENGINE)
         return self.cp.asnumpy(out)
 
     # ------------------------------------------------------------------ timing

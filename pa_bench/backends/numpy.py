@@ -13,7 +13,7 @@ import numpy as np
 
 from pa_bench import variants as registry
 from pa_bench.backends.base import KernelOutput
-from pa_bench.numerics.model import tile_keys
+from pa_bench.numerics.model import pv_chain_keys, tile_keys
 
 # The determinism check runs the model a second time; do it only while that is cheap:
 # at most this many (query head x row x visible key) score elements (about a second).
@@ -89,15 +89,17 @@ class NumpyBackend:
 
         tile = tile_keys(variant)
         split = self.split_keys(variant, prepared.problem)
+        chain = pv_chain_keys(variant)
         check = self.check_determinism if check_determinism is None else check_determinism
-        key = (id(prepared), tile, split, None if rows is None else np.asarray(rows).tobytes(), check)
+        key = (id(prepared), tile, split, chain, None if rows is None else np.asarray(rows).tobytes(), check)
         hit = self._cache.get(key)
         if hit is not None:
             return KernelOutput(out=hit.out.copy(), canary_ok=True, deterministic=hit.deterministic)
-        out = np.asarray(model_attention(prepared, tile, rows, split_keys=split), dtype=np.float32)
+        kw = dict(split_keys=split, pv_chain_keys=chain)
+        out = np.asarray(model_attention(prepared, tile, rows, **kw), dtype=np.float32)
         deterministic = None
         if check and _model_work(prepared, rows) <= DETERMINISM_MAX_WORK:
-            again = np.asarray(model_attention(prepared, tile, rows, split_keys=split), dtype=np.float32)
+            again = np.asarray(model_attention(prepared, tile, rows, **kw), dtype=np.float32)
             deterministic = bool(again.tobytes() == out.tobytes())
         result = KernelOutput(out=out, canary_ok=True, deterministic=deterministic)
         self._cache = {key: result}  # one shape's outputs at a time

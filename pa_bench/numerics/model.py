@@ -46,6 +46,13 @@ def tile_keys(variant: str) -> int:
     return registry.get(variant).tile_keys
 
 
+def pv_chain_keys(variant: str) -> int:
+    """Keys one P.V accumulator of ``variant`` sums before it is added into O (0: one chain over
+    the whole key range; v3: a fresh wgmma accumulator per 64-key tile): pa_bench.variants."""
+    entry = registry.find(variant)
+    return int(entry.pv_chain_keys or 0) if entry is not None else 0
+
+
 # Variants with splits_keys (v2, v2t: pa_bench.variants) split a warp task's keys between the
 # two warps of a CTA when the chunk has few query
 # rows (over all heads) and a long context: few warp tasks with many keys each, so both halves
@@ -367,6 +374,6 @@ def _online_softmax(a: ModelArrays, qf, limit, tile: int, k0: int, k1: int, mma:
     return m, l, acc
 
 
-__all__ = ["model_attention", "model_arrays", "ModelArrays", "key_parts", "tile_keys", "split_keys",
+__all__ = ["model_attention", "model_arrays", "ModelArrays", "key_parts", "tile_keys", "pv_chain_keys", "split_keys",
            "split_point", "SEGMENT_KEYS", "segment_keys", "MMA_MODES", "DEFAULT_MMA", "round_fp16",
            "exp2_ftz", "ENGINES"]
