@@ -132,6 +132,7 @@ class _Job:
     last_phase: dict = field(default_factory=dict)  # variant -> the phase that finishes its row
     kept: set = field(default_factory=set)  # finished rows of a resumed run (only re-timed)
     phases: PhaseClock = field(default_factory=PhaseClock)  # seconds per phase: meta.json
+    prefetch: Any = None  # pa_bench.problem.prefetch.InputsPrefetch: the next shapes' inputs
 
     @property
     def parity(self) -> bool:
@@ -191,17 +192,24 @@ def _run(
                Path(save_outputs) if save_outputs is not None else None, describe, previous)
 
     job.phases = PhaseClock(progress)
+    # the next shapes' inputs are drawn on threads while a shape runs (not when resuming: most
+    # shapes of a resumed run are finished and need none)
+    from pa_bench.problem.prefetch import InputsPrefetch
+
+    job.prefetch = InputsPrefetch([] if previous else plan.problems)
     progress.start(len(plan), f"{mode} {config.name} on {backend.name}")
     try:
         for problem in plan.problems:
             _run_shape(job, problem, plan.variants)
             _sort_records(run, plan)
     except KeyboardInterrupt:
+        job.prefetch.close()
         progress.stop()
         run.update_meta(status="interrupted", finished=R.now_utc_iso(),
                         wall_seconds=round(time.time() - started, 3),
                         phase_seconds=job.phases.rounded(), backend_meta=backend.meta())
         raise RunInterrupted(run.path) from None
+    job.prefetch.close()
     # backend_meta again: the builds and launches are known only once the kernels have run
     run.update_meta(status="complete", finished=R.now_utc_iso(),
                     wall_seconds=round(time.time() - started, 3),
@@ -345,7 +353,7 @@ def _run_shape(job: _Job, problem, variants: list[str]) -> None:
         from pa_bench.problem.inputs import make_inputs
 
         with job.phases.phase("inputs"):
-            inputs = make_inputs(problem)
+            inputs = job.prefetch.take(problem) if job.prefetch is not None else make_inputs(problem)
             prepared = backend.prepare(inputs)
     except PaBenchError as exc:  # e.g. "will not fit", a bad .npz: skip the shape's rows
         return _give_up(job, rows, active, first_line(exc), failed=False)

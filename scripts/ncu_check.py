@@ -12,19 +12,23 @@ For every shape of the config and every variant (kernels and peers) it
    one call — one for a kernel variant, several for a peer — can be told apart and summed;
 
 3. for a call of several kernels (the ``torch-sdpa+dequant`` peer: the dequantisation kernels, then
-   flash attention) measures the call once more with one cache flush before the whole call, as
-   pa-bench does. Kernel replay flushes L2 before *every* kernel, so the attention kernel no longer
-   finds the fp16 K/V that the dequantisation has just written to L2, and the sum over kernels
-   reads 4-6 % high at short shapes (2026-12-01 run: 0.943, 0.957). Two ways, the first that works:
-   ``range``: ``ncu --replay-mode app-range`` with each call between cudaProfilerStart and
-   cudaProfilerStop (one result per call; ``--replay-mode range`` refuses torch's launches, which
-   call cuKernelSetAttribute during capture); ``flushed``: kernel replay with ``--cache-control
-   none``, the child flushing L2 itself (pa-bench's read of twice the L2) before each call's marker.
+   flash attention) measures the call once more with one L2 flush before the whole call, as
+   pa-bench does: kernel replay with ``--cache-control none``, the child flushing L2 itself
+   (pa-bench's read of twice the L2) before each call's marker. With ``--cache-control all``
+   Nsight Compute flushes L2 before *every* kernel, so the attention kernel no longer finds the
+   fp16 K/V that the dequantisation has just written to L2, and the sum over kernels reads 4-6 %
+   high at short shapes (H200, 2026-12-01: 0.943 and 0.957). ``--replay-mode range`` (one flush per
+   range) refuses torch's launches: they call cuKernelSetAttribute, which range capture does not
+   support.
+
+Nsight Compute profiles only between cudaProfilerStart and Stop (``--profile-from-start off``):
+each variant is built and called once before, so torch.compile's and Triton's autotuning kernels
+are not profiled.
 
 and writes ``ncu_check.csv`` (shape, variant, pa_bench_ms, ncu_ms, ratio, within, ncu_kernels,
 ncu_mode, ncu_kernel_sum_ms) with ``within`` = the two medians agree within 3 % or 3 us; ``ncu_ms``
-is the one-flush figure where the call has several kernels (``ncu_mode`` = range or flushed) and
-the kernel's figure otherwise (``kernel``); ``ncu_kernel_sum_ms`` keeps the kernel-replay sum.
+is the one-flush figure where the call has several kernels (``ncu_mode`` = flushed) and the
+kernel's figure otherwise (``kernel``); ``ncu_kernel_sum_ms`` keeps the kernel-replay sum.
 ``--samples-out`` also writes every pa-bench sample (ms) of every row. Exit code 1 if any row is
 not within.
 """
@@ -66,7 +70,8 @@ def _marker_module(n_shapes: int, names: list[str]):
 
 
 def _profiler(cp):
-    """(start, stop): cudaProfilerStart/Stop, which delimit the ranges of ``--replay-mode range``."""
+    """(start, stop): cudaProfilerStart/Stop; under ``--profile-from-start off`` Nsight Compute
+    profiles only the kernels between them (not a torch.compile's or Triton's autotuning)."""
     rt = cp.cuda.runtime
     if hasattr(rt, "profilerStart"):
         return rt.profilerStart, rt.profilerStop
@@ -75,53 +80,53 @@ def _profiler(cp):
     return profiler.start, profiler.stop
 
 
-def range_pairs(text: str | None) -> set[tuple[int, int]] | None:
-    """``"0:6,3:6"`` -> {(0, 6), (3, 6)}: the (shape index, variant index) calls run as ranges."""
+def call_pairs(text: str | None) -> set[tuple[int, int]] | None:
+    """``"0:6,3:6"`` -> {(0, 6), (3, 6)}: the (shape index, variant index) calls to run."""
     if not text:
         return None
     return {(int(a), int(b)) for a, b in (item.split(":") for item in text.split(","))}
 
 
 def child(args) -> None:
-    """Under ncu: warm-up call, then reps calls of every variant, each after its marker; with
-    ``--ranges``, only the listed calls, each between cudaProfilerStart and cudaProfilerStop."""
+    """Under ncu: each variant built and called once unprofiled (compiles, autotuning), then,
+    between cudaProfilerStart and Stop, 1 + reps calls of each, each after its marker (the first
+    is dropped). With ``--only``, just the listed calls, each after pa-bench's own L2 flush (run
+    with ``--cache-control none``: one flush per call, as pa-bench times it)."""
+    import contextlib
+
     from pa_bench.problem.inputs import make_inputs
 
     config, plan, names, backend = _setup(args.config, args.shapes, args.variants)
-    pairs = range_pairs(args.ranges)
-    only = range_pairs(args.only) or set()
-    flusher = backend.timer() if args.only else None   # pa-bench's L2 flush (flushed mode)
+    only = call_pairs(args.only)
+    flusher = backend.timer() if only else None
     mod = _marker_module(len(plan.problems), names)
     p_start, p_stop = _profiler(backend.cp)
+    sync = backend.cp.cuda.runtime.deviceSynchronize
     for si, problem in enumerate(plan.problems):
-        if (pairs is not None or args.only) and not any(s == si for s, _ in (pairs or only)):
+        wanted = [(vi, n) for vi, n in enumerate(names) if only is None or (si, vi) in only]
+        if not wanted:
             continue
         prep = backend.prepare(make_inputs(problem))
-        fns, _reasons, sessions = backend.callables(prep, names)
-        import contextlib
-
+        fns, _reasons, sessions = backend.callables(prep, [n for _, n in wanted])
         with contextlib.ExitStack() as stack:
             for ctx in sessions:
                 stack.enter_context(ctx)
-            for vi, name in enumerate(names):
-                if name not in fns or ((pairs is not None or args.only) and (si, vi) not in (pairs or only)):
+            for _, name in wanted:
+                if name in fns:
+                    fns[name]()
+            sync()
+            p_start()
+            for vi, name in wanted:
+                if name not in fns:
                     continue
                 mark = mod.get_function(f"pa_mark_{si}_{vi}")
-                if pairs is not None:                 # warm-up outside any range (allocations
-                    fns[name]()                       # are not allowed inside one), then reps ranges
-                    for _ in range(args.reps):
-                        backend.cp.cuda.runtime.deviceSynchronize()
-                        p_start()
-                        fns[name]()
-                        backend.cp.cuda.runtime.deviceSynchronize()
-                        p_stop()
-                    continue
-                for _ in range(1 + args.reps):        # the first call is the warm-up
+                for _ in range(1 + args.reps):
                     if flusher is not None:
-                        flusher.flush()               # before the marker: not part of the call
+                        flusher.flush()               # before the marker: in no call's sum
                     mark((1,), (1,), ())
                     fns[name]()
-                backend.cp.cuda.runtime.deviceSynchronize()
+                sync()
+            p_stop()
         backend.release(prep)
 
 
@@ -150,24 +155,6 @@ def parse_ncu_csv(text: str) -> dict[tuple[int, int], list[tuple[float, int]]]:
     return {key: [(sum(c), len(c)) for c in lst[1:] if c] for key, lst in calls.items()}
 
 
-def parse_ncu_ranges(text: str, pairs: list[tuple[int, int]], reps: int) -> dict[tuple[int, int], list[float]]:
-    """{(shape index, variant index): [ms of one call, ...]} from a ``--replay-mode range`` CSV:
-    one result per range, in the child's order (``pairs`` sorted, ``reps`` ranges each; the
-    warm-up call runs outside any range). Raises ValueError when the count of ranges is not that."""
-    lines = [ln for ln in text.splitlines() if ln.startswith('"')]
-    values = []
-    for row in csv.DictReader(lines):
-        if row.get("Metric Name") != METRIC:
-            continue
-        unit = (row.get("Metric Unit") or "nsecond").strip()
-        values.append(float(row["Metric Value"].replace(",", "")) * _MS_PER_UNIT[unit])
-    order = sorted(pairs)
-    if len(values) != len(order) * reps:
-        raise ValueError(f"range replay gave {len(values)} results, expected {len(order)} calls x "
-                         f"{reps} = {len(order) * reps}")
-    return {key: values[i * reps:(i + 1) * reps] for i, key in enumerate(order)}
-
-
 def _run_ncu(cmd: list[str], log: Path) -> subprocess.CompletedProcess:
     proc = subprocess.run(cmd, capture_output=True, text=True)
     log.write_text(" ".join(cmd) + "\n" + proc.stdout[-2_000_000:] + "\n--- stderr\n" + proc.stderr[-200_000:])
@@ -185,7 +172,6 @@ def main() -> int:
     ap.add_argument("--ncu", default=os.environ.get("NCU", "ncu"))
     ap.add_argument("--samples-out", default=None, help="also write every pa-bench sample to this CSV")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--ranges", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--only", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -216,8 +202,8 @@ def main() -> int:
             w = csv.writer(fh)
             w.writerow(["shape", "variant", "ms"])
             w.writerows((a, b, f"{ms:.6f}") for a, b, ms in samples)
-    base = [args.ncu, "--clock-control", "none", "--cache-control", "all", "--metrics", METRIC, "--csv",
-            "--print-units", "base"]
+    base = [args.ncu, "--clock-control", "none", "--cache-control", "all", "--profile-from-start", "off",
+            "--metrics", METRIC, "--csv", "--print-units", "base"]
     child_args = [sys.executable, __file__, "--child", "--config", args.config, "--reps", str(args.reps),
                   "--variants", ",".join(names)] + (["--shapes", args.shapes] if args.shapes else [])
     proc = _run_ncu(base + child_args, out_dir / "ncu_check.ncu.log")
@@ -229,28 +215,16 @@ def main() -> int:
     # calls of several kernels: once more with one flush before the whole call
     multi = sorted(key for key, calls in theirs.items() if calls and calls[0][1] > 1)
     whole: dict[tuple[int, int], list[float]] = {}
-    whole_mode = "kernel"
     if multi:
         spec = ",".join(f"{s}:{v}" for s, v in multi)
-        rproc = _run_ncu(base[:1] + ["--replay-mode", "app-range"] + base[1:] + child_args + ["--ranges", spec],
-                         out_dir / "ncu_check.ranges.log")
-        try:
-            if rproc.returncode != 0:
-                raise ValueError(f"ncu exited {rproc.returncode}")
-            whole, whole_mode = parse_ncu_ranges(rproc.stdout, multi, args.reps), "range"
-        except ValueError as exc:
-            print(f"note: app-range replay did not work ({exc}; see {out_dir / 'ncu_check.ranges.log'}); "
-                  "timing those calls with kernel replay, no ncu flush, the child flushing L2 before each call",
-                  file=sys.stderr)
-            flushed = [a if a != "all" else "none" for a in base]
-            fproc = _run_ncu(flushed + child_args + ["--only", spec], out_dir / "ncu_check.flushed.log")
-            if fproc.returncode == 0:
-                got = parse_ncu_csv(fproc.stdout)
-                whole = {key: [c[0] for c in got[key]] for key in multi if got.get(key)}
-                whole_mode = "flushed"
-            else:
-                print(f"warning: ncu exited {fproc.returncode} in the flushed pass; calls of several kernels "
-                      "keep the kernel-replay sum", file=sys.stderr)
+        flushed = [a if a != "all" else "none" for a in base]
+        fproc = _run_ncu(flushed + child_args + ["--only", spec], out_dir / "ncu_check.flushed.log")
+        if fproc.returncode == 0:
+            got = parse_ncu_csv(fproc.stdout)
+            whole = {key: [c[0] for c in got[key]] for key in multi if got.get(key)}
+        else:
+            print(f"warning: ncu exited {fproc.returncode} in the one-flush pass; calls of several "
+                  "kernels keep the kernel-replay sum", file=sys.stderr)
 
     rows, bad = [], 0
     for si, problem in enumerate(plan.problems):
@@ -259,7 +233,7 @@ def main() -> int:
                 continue
             calls = theirs[(si, vi)]
             kernel_sum = statistics.median(c[0] for c in calls)
-            mode = whole_mode if whole.get((si, vi)) else "kernel"
+            mode = "flushed" if whole.get((si, vi)) else "kernel"
             ncu_ms = statistics.median(whole[(si, vi)]) if mode != "kernel" else kernel_sum
             mine = ours[(si, name)]
             within = abs(mine - ncu_ms) <= max(REL_TOL * ncu_ms, ABS_TOL_MS)

@@ -39,25 +39,9 @@ def test_kernels_before_the_first_marker_are_ignored():
     assert ncu_check.parse_ncu_csv(text) == {(0, 0): [(pytest.approx(20e-6), 1)]}
 
 
-def test_ranges_map_to_the_calls_in_the_childs_order():
-    # two calls run as ranges, 2 reps each (the warm-up runs outside any range)
-    text = "\n".join(["==PROF== Connected", HEAD, row(0, "range", 100), row(1, "range", 110),
-                      row(2, "range", "1,000"), row(2, "range", 5, metric="other__metric"),
-                      row(3, "range", 1.2, unit="usecond")])
-    got = ncu_check.parse_ncu_ranges(text, [(3, 6), (0, 6)], reps=2)
-    assert got[(0, 6)] == pytest.approx([100e-6, 110e-6])   # sorted order: (0, 6) ran first
-    assert got[(3, 6)] == pytest.approx([1000e-6, 1.2e-3])
-
-
-def test_a_wrong_count_of_ranges_is_an_error_not_a_silent_mapping():
-    text = "\n".join([HEAD, row(0, "range", 100), row(1, "range", 110), row(2, "range", 120)])
-    with pytest.raises(ValueError, match="3 results, expected 2 calls x 2 = 4"):
-        ncu_check.parse_ncu_ranges(text, [(0, 6), (1, 6)], reps=2)
-
-
-def test_range_pairs_parse():
-    assert ncu_check.range_pairs("0:6,3:5") == {(0, 6), (3, 5)}
-    assert ncu_check.range_pairs(None) is None
+def test_call_pairs_parse():
+    assert ncu_check.call_pairs("0:6,3:5") == {(0, 6), (3, 5)}
+    assert ncu_check.call_pairs(None) is None
 
 
 def test_the_childs_own_l2_flush_is_in_no_calls_sum():
