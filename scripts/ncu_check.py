@@ -8,8 +8,9 @@ For every shape of the config and every variant (kernels and peers) it
    L2-flushed, interleaved sampling of pa_bench.measure.timing; a short budget), and
 2. runs itself as a child under ``ncu --clock-control none --cache-control all --metrics
    gpu__time_duration.sum``, which calls every variant ``--reps`` times after one warm-up call,
-   each call preceded by a marker kernel (``pa_mark_<shape>_<variant>``) so that the kernels of
-   one call — one for a kernel variant, several for a peer — can be told apart and summed;
+   the calls of a variant preceded by one marker kernel (``pa_mark_<shape>_<variant>``), so that
+   the kernels of each call (one for a kernel variant, several for a peer: every call launches
+   the same kernels) can be told apart and summed;
 
 3. for a call of several kernels (the ``torch-sdpa+dequant`` peer: the dequantisation kernels, then
    flash attention) measures the call once more with one L2 flush before the whole call, as
@@ -89,9 +90,9 @@ def call_pairs(text: str | None) -> set[tuple[int, int]] | None:
 
 def child(args) -> None:
     """Under ncu: each variant built and called once unprofiled (compiles, autotuning), then,
-    between cudaProfilerStart and Stop, 1 + reps calls of each, each after its marker (the first
-    is dropped). With ``--only``, just the listed calls, each after pa-bench's own L2 flush (run
-    with ``--cache-control none``: one flush per call, as pa-bench times it)."""
+    between cudaProfilerStart and Stop, a marker and 1 + reps calls of each (the first is
+    dropped). With ``--only``, just the listed calls, each after pa-bench's own L2 flush with the
+    profiler paused (run with ``--cache-control none``: one flush per call, as pa-bench times it)."""
     import contextlib
 
     from pa_bench.problem.inputs import make_inputs
@@ -115,50 +116,69 @@ def child(args) -> None:
                 if name in fns:
                     fns[name]()
             sync()
-            p_start()
             for vi, name in wanted:
                 if name not in fns:
                     continue
-                mark = mod.get_function(f"pa_mark_{si}_{vi}")
+                p_start()
+                mod.get_function(f"pa_mark_{si}_{vi}")((1,), (1,), ())   # one marker per variant
                 for _ in range(1 + args.reps):
-                    if flusher is not None:
-                        flusher.flush()               # before the marker: in no call's sum
-                    mark((1,), (1,), ())
+                    if flusher is not None:           # pa-bench's flush, not profiled
+                        sync()
+                        p_stop()
+                        flusher.flush()
+                        sync()
+                        p_start()
                     fns[name]()
                 sync()
-            p_stop()
+                p_stop()
         backend.release(prep)
 
 
-def parse_ncu_csv(text: str) -> dict[tuple[int, int], list[tuple[float, int]]]:
-    """{(shape index, variant index): [(ms of one call, kernels in it), ...]} from ncu's CSV,
-    in launch order, warm-up call dropped."""
+def parse_ncu_csv(text: str, calls_per_marker: int) -> dict[tuple[int, int], list[tuple[float, int]]]:
+    """{(shape index, variant index): [(ms of one call, kernels in it), ...]} from ncu's CSV.
+
+    The child launches one marker kernel (``pa_mark_<s>_<v>``) and then ``calls_per_marker``
+    calls of one variant (a warm-up and the reps): the kernels after a marker are split into that
+    many calls of equal kernel count, and the first (the warm-up) is dropped. A group whose kernels
+    do not split evenly is left out (its row is then missing, not wrong). The child's own L2 flush
+    and hold kernels belong to no call."""
     lines = [ln for ln in text.splitlines() if ln.startswith('"')]
-    rows = list(csv.DictReader(lines))
-    calls: dict[tuple[int, int], list[list[float]]] = {}
+    groups: dict[tuple[int, int], list[list[float]]] = {}
     current: list[float] | None = None
-    for row in rows:
+    for row in csv.DictReader(lines):
         if row.get("Metric Name") != METRIC:
             continue
         name = row["Kernel Name"].split("(")[0].strip()
-        if name.startswith(("pa_l2_scrub", "pa_hold_stream")):   # the child's own flush: no call's
+        if name.startswith(("pa_l2_scrub", "pa_hold_stream")):
             continue
-        value = float(row["Metric Value"].replace(",", ""))
-        unit = row.get("Metric Unit", "nsecond")
-        ms = value * _MS_PER_UNIT[unit.strip()]
+        ms = float(row["Metric Value"].replace(",", "")) * _MS_PER_UNIT[(row.get("Metric Unit") or "nsecond").strip()]
         if name.startswith("pa_mark_"):
-            _, _, s, v = name.split("_")[:4]
+            _, _, si, vi = name.split("_")[:4]
             current = []
-            calls.setdefault((int(s), int(v)), []).append(current)
+            groups.setdefault((int(si), int(vi)), []).append(current)
         elif current is not None:
             current.append(ms)
-    return {key: [(sum(c), len(c)) for c in lst[1:] if c] for key, lst in calls.items()}
+    out = {}
+    for key, lst in groups.items():
+        calls = []
+        for group in lst:
+            per = len(group) // calls_per_marker
+            if per == 0 or per * calls_per_marker != len(group):
+                continue
+            calls += [group[i * per:(i + 1) * per] for i in range(1, calls_per_marker)]
+        if calls:
+            out[key] = [(sum(c), len(c)) for c in calls]
+    return out
 
 
-def _run_ncu(cmd: list[str], log: Path) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    log.write_text(" ".join(cmd) + "\n" + proc.stdout[-2_000_000:] + "\n--- stderr\n" + proc.stderr[-200_000:])
-    return proc
+def _run_ncu(cmd: list[str], log: Path) -> tuple[int, str]:
+    """Run ncu, its output going to ``log`` as it comes (so a run stopped by a time limit leaves
+    what it had); (exit code, stdout)."""
+    with open(log, "w") as fh:
+        fh.write(" ".join(cmd) + "\n")
+        fh.flush()
+        rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, text=True).returncode
+    return rc, log.read_text()
 
 
 def main() -> int:
@@ -206,11 +226,11 @@ def main() -> int:
             "--metrics", METRIC, "--csv", "--print-units", "base"]
     child_args = [sys.executable, __file__, "--child", "--config", args.config, "--reps", str(args.reps),
                   "--variants", ",".join(names)] + (["--shapes", args.shapes] if args.shapes else [])
-    proc = _run_ncu(base + child_args, out_dir / "ncu_check.ncu.log")
-    if proc.returncode != 0:
-        print(f"error: ncu exited {proc.returncode}; see {out_dir / 'ncu_check.ncu.log'}", file=sys.stderr)
+    rc, text = _run_ncu(base + child_args, out_dir / "ncu_check.ncu.log")
+    if rc != 0:
+        print(f"error: ncu exited {rc}; see {out_dir / 'ncu_check.ncu.log'}", file=sys.stderr)
         return 2
-    theirs = parse_ncu_csv(proc.stdout)
+    theirs = parse_ncu_csv(text, 1 + args.reps)
 
     # calls of several kernels: once more with one flush before the whole call
     multi = sorted(key for key, calls in theirs.items() if calls and calls[0][1] > 1)
@@ -218,12 +238,12 @@ def main() -> int:
     if multi:
         spec = ",".join(f"{s}:{v}" for s, v in multi)
         flushed = [a if a != "all" else "none" for a in base]
-        fproc = _run_ncu(flushed + child_args + ["--only", spec], out_dir / "ncu_check.flushed.log")
-        if fproc.returncode == 0:
-            got = parse_ncu_csv(fproc.stdout)
+        frc, ftext = _run_ncu(flushed + child_args + ["--only", spec], out_dir / "ncu_check.flushed.log")
+        if frc == 0:
+            got = parse_ncu_csv(ftext, 1 + args.reps)
             whole = {key: [c[0] for c in got[key]] for key in multi if got.get(key)}
         else:
-            print(f"warning: ncu exited {fproc.returncode} in the one-flush pass; calls of several "
+            print(f"warning: ncu exited {frc} in the one-flush pass; calls of several "
                   "kernels keep the kernel-replay sum", file=sys.stderr)
 
     rows, bad = [], 0
