@@ -130,13 +130,18 @@ def worker_argv(config_file: Path, shard: Shard, *, backend: str, results_root: 
 
 def worker_env(device: Device, n_workers: int, base: dict | None = None) -> dict[str, str]:
     """The worker's environment: pinned to its GPU, and a fair share of the host's CPU threads
-    for the FP64 reference and the model (unless the user set them)."""
+    for the FP64 reference and the model, and of the memory for inputs drawn ahead
+    (pa_bench.problem.prefetch), unless the user set them."""
+    from pa_bench.problem.prefetch import default_budget
+
     env = dict(os.environ if base is None else base)
     env["CUDA_VISIBLE_DEVICES"] = device.visible
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-    threads = str(max(1, (os.cpu_count() or 1) // max(n_workers, 1)))
+    n = max(n_workers, 1)
+    threads = str(max(1, (os.cpu_count() or 1) // n))
     for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env.setdefault(name, threads)
+    env.setdefault("PA_BENCH_PREFETCH_BYTES", str(default_budget() // n))
     return env
 
 

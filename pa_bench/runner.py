@@ -203,13 +203,13 @@ def _run(
             _run_shape(job, problem, plan.variants)
             _sort_records(run, plan)
     except KeyboardInterrupt:
-        job.prefetch.close()
         progress.stop()
         run.update_meta(status="interrupted", finished=R.now_utc_iso(),
                         wall_seconds=round(time.time() - started, 3),
                         phase_seconds=job.phases.rounded(), backend_meta=backend.meta())
         raise RunInterrupted(run.path) from None
-    job.prefetch.close()
+    finally:
+        job.prefetch.close()   # drop inputs drawn ahead, whatever ended the walk
     # backend_meta again: the builds and launches are known only once the kernels have run
     run.update_meta(status="complete", finished=R.now_utc_iso(),
                     wall_seconds=round(time.time() - started, 3),

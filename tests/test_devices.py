@@ -135,3 +135,13 @@ def test_clock_and_identity_follow_the_cuda_device_not_nvml_index_0(monkeypatch)
     clock = timing.ClockReader(0)
     assert clock.source == "nvml" and clock.read() == 1755.0
     assert timing.device_identity(0) == {"device_index": 3, "device_uuid": "GPU-3333"}
+
+
+def test_workers_share_the_prefetch_memory_budget(monkeypatch):
+    from pa_bench.problem import prefetch
+
+    monkeypatch.delenv("PA_BENCH_PREFETCH_BYTES", raising=False)
+    monkeypatch.setattr(prefetch, "default_budget", lambda: 90_000)
+    env = devices.worker_env(FAKE[0], 3, base={})
+    assert env["PA_BENCH_PREFETCH_BYTES"] == "30000"           # a third each for three workers
+    assert devices.worker_env(FAKE[0], 3, base={"PA_BENCH_PREFETCH_BYTES": "0"})["PA_BENCH_PREFETCH_BYTES"] == "0"

@@ -107,3 +107,12 @@ def test_input_bytes_grows_with_the_kv_cache():
     small, big = problem("1Kx64", heads_q=32, heads_kv=8, head_dim=128), problem("1024Kx64", heads_q=32, heads_kv=8, head_dim=128)
     assert 10e9 < input_bytes(big) < 20e9          # 1M keys, 8 KV heads, D=128: about 15 GB
     assert input_bytes(big) > 500 * input_bytes(small)
+
+
+def test_the_budget_comes_from_the_environment(monkeypatch):
+    from pa_bench.problem.prefetch import default_budget
+
+    monkeypatch.setenv("PA_BENCH_PREFETCH_BYTES", "12345")
+    assert default_budget() == 12345
+    monkeypatch.setenv("PA_BENCH_PREFETCH_BYTES", "0")
+    assert not InputsPrefetch(labels("10x1"), make=FakeMake()).enabled
