@@ -1,11 +1,13 @@
 """Launch every kernel variant once on a small and a non-aligned shape, for compute-sanitizer.
 
-    compute-sanitizer --tool memcheck python scripts/sanitize_target.py [--force-turing] [--only v3]
+    compute-sanitizer --tool memcheck python scripts/sanitize_target.py [--force-turing] [--only v3] [--small]
 
 Both layouts (paged with 16-key pages, contiguous), both head dims, paired heads (4/2),
 row-paired tiles (2/2), the PR's 32/8 heads, one and two tiles per v2/v2t warp, v2/v2t with split keys (forced on
 1023x113, whose context is long enough for a split point) and without; v3 where the GPU has it
-(sm_90a); no timing, no reference. ``--only NAME[,NAME]`` keeps those variants.
+(sm_90a); no timing, no reference. ``--only NAME[,NAME]`` keeps those variants; ``--small``
+only the small shape (racecheck on v3's 152 KB of shared memory took over 70 s a launch on the
+H200).
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ SETUPS = (  # head_dim, heads_q, heads_kv, layout, page
 def main(argv: list[str]) -> int:
     force = "--force-turing" in argv
     only = set(argv[argv.index("--only") + 1].split(",")) if "--only" in argv else None
+    shapes = SHAPES[:1] if "--small" in argv else SHAPES
     backend = CudaBackend(force_turing=force)
-    for shape in SHAPES:
+    for shape in shapes:
         for d, hq, hkv, layout, page in SETUPS:
             pb = Problem(parse_shape(shape), heads_q=hq, heads_kv=hkv, head_dim=d, layout=layout, page=page,
                          data="realistic")
