@@ -51,3 +51,78 @@ def test_the_childs_own_l2_flush_is_in_no_calls_sum():
                       row(3, "flash", 20), row(4, "pa_l2_scrub", 50000), row(6, "dequant", 11),
                       row(7, "flash", 21)])
     assert ncu_check.parse_ncu_csv(text, calls_per_marker=2) == {(0, 6): [(pytest.approx(32e-6), 2)]}
+
+
+class _Recorder:
+    """A fake CUDA side for ncu_check.child: records launches, flushes and profiler toggles."""
+
+    def __init__(self):
+        self.events, self.profiling = [], False
+
+    def start(self):
+        assert not self.profiling
+        self.profiling = True
+        self.events.append("start")
+
+    def stop(self):
+        assert self.profiling
+        self.profiling = False
+        self.events.append("stop")
+
+
+def _fake_child(monkeypatch, names, only=None, reps=2):
+    import types
+
+    rec = _Recorder()
+
+    class Timer:
+        def flush(self):
+            assert not rec.profiling, "the child's own flush must not be profiled"
+            rec.events.append("flush")
+
+    class Backend:
+        cp = types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(
+            deviceSynchronize=lambda: None)))
+
+        def timer(self):
+            return Timer()
+
+        def prepare(self, inputs):
+            return inputs
+
+        def callables(self, prep, wanted):
+            def call(name):
+                return lambda: rec.events.append(("call", name, rec.profiling))
+            return {n: call(n) for n in wanted}, {}, []
+
+        def release(self, prep):
+            pass
+
+    plan = types.SimpleNamespace(problems=["shape0"])
+    monkeypatch.setattr(ncu_check, "_setup", lambda *a: (None, plan, names, Backend()))
+    monkeypatch.setattr(ncu_check, "_profiler", lambda cp: (rec.start, rec.stop))
+    marker = types.SimpleNamespace(get_function=lambda f: (lambda *a: rec.events.append(("mark", f))))
+    monkeypatch.setattr(ncu_check, "_marker_module", lambda n, names: marker)
+    import pa_bench.problem.inputs as inputs_mod
+    monkeypatch.setattr(inputs_mod, "make_inputs", lambda problem: problem)
+    args = types.SimpleNamespace(config="c", shapes=None, variants=None, only=only, reps=reps)
+    ncu_check.child(args)
+    return rec.events
+
+
+def test_the_child_profiles_a_marker_and_the_calls_only_after_an_unprofiled_first_call(monkeypatch):
+    ev = _fake_child(monkeypatch, ["v1", "torch-sdpa"], reps=2)
+    first = [e for e in ev if isinstance(e, tuple) and e[0] == "call"][:2]
+    assert first == [("call", "v1", False), ("call", "torch-sdpa", False)]   # compiles, autotuning
+    profiled = ev[ev.index("start"):]
+    assert profiled == ["start", ("mark", "pa_mark_0_0")] + [("call", "v1", True)] * 3 + ["stop",
+                        "start", ("mark", "pa_mark_0_1")] + [("call", "torch-sdpa", True)] * 3 + ["stop"]
+
+
+def test_the_flushed_pass_runs_only_the_listed_calls_each_after_an_unprofiled_flush(monkeypatch):
+    ev = _fake_child(monkeypatch, ["v1", "torch-sdpa+dequant"], only="0:1", reps=1)
+    assert ("call", "v1", False) not in ev and ("call", "v1", True) not in ev
+    profiled = ev[ev.index("start"):]
+    assert profiled == ["start", ("mark", "pa_mark_0_1"),
+                        "stop", "flush", "start", ("call", "torch-sdpa+dequant", True),
+                        "stop", "flush", "start", ("call", "torch-sdpa+dequant", True), "stop"]
