@@ -420,9 +420,10 @@ def _rows_for(job: _Job, nq: int, seed: int) -> np.ndarray | None:
 def _model_positions(job: _Job, problem, compared: np.ndarray, seed: int) -> np.ndarray | None:
     """Positions (within the compared rows) the numerics model runs on; None: all of them.
 
-    The model runs on the CPU, so beside a GPU backend it runs on every compared row only
-    while that is at most MODEL_WORK_BUDGET score elements; past that on a seeded sample
-    (first and last row included), and parity is judged on those rows alone.
+    Beside a GPU backend the model runs on every compared row only while that is at most
+    GPU_MODEL_WORK_BUDGET score elements where the backend runs it itself (``backend.model``),
+    MODEL_WORK_BUDGET where it runs on the CPU; past that on a seeded sample (first and last row
+    included), and parity is judged on those rows alone.
     """
     from pa_bench.numerics.reference import sample_rows
 
