@@ -18,20 +18,30 @@
 //     stores the scales premultiplied (k_scale*qk_scale_log2, v_scale*p_scale: the same fp32
 //     products the other kernels form). A thread reads only staging bytes it copied itself, so the
 //     producer has no barrier of its own.
-//   * Warpgroups 1 and 2, the consumers (setmaxnreg.inc to 224 registers), 64 rows each. Per tile:
-//     S[64 x 64] = Q.K^T with KSTEPS wgmma.m64n64k16 (A = Q and B = K from shared memory); the
-//     online softmax in fp32 in registers; Ot[64 x D] = P.V with 4 wgmma.m64nDk16 (A = P from
-//     registers, B = V from shared memory, transposed); then O = O*alpha + Ot.
-// Pipeline and barriers. Two fp16 stages, each with an mbarrier pair:
+//   * Warpgroups 1 and 2, the consumers (setmaxnreg.inc to 224 registers), 64 rows each, in
+//     steps n = 0 .. n_tiles: step n issues S[64 x 64] = Q.K^T of tile n (KSTEPS
+//     wgmma.m64n64k16, A = Q and B = K from shared memory) and, behind it, O += P.V of tile n-1
+//     (4 wgmma.m64nDk16, A = P from registers, B = V from shared memory, transposed; O was first
+//     rescaled by tile n-1's alpha), waits for S only (wgmma.wait_group 1), runs tile n's online
+//     softmax in place in S's registers while P.V still runs, waits for P.V, then packs tile n's
+//     P into the A fragments (only now: the P.V in flight reads the previous ones). Step 0 has
+//     no P.V and step n_tiles no S. The registers of a wgmma in flight are never written (ptxas
+//     would serialise the wgmma: C7513), and the descriptors are formed before wgmma.fence.
+//   * Pingpong: the issue phase of a step is a turn. Named barriers PP_BAR + w give the two
+//     consumer warpgroups turns 0, 1, 0, 1, ... (warpgroup w syncs on its own, then arrives on the
+//     other's), so one warpgroup's softmax runs while the other's wgmma occupy the tensor pipe.
+// Pipeline and barriers. Three fp16 stages (a consumer holds two: S of tile n, P.V of tile n-1),
+//   each with an mbarrier pair:
 //   full[s]  (128 arrivals: every producer thread, after its stores and fence.proxy.async.shared::cta,
 //            since wgmma reads shared memory through the async proxy),
 //   empty[s] (256 arrivals: every consumer thread after wgmma.wait_group 0 of the tile's P.V, i.e.
 //            once the tensor cores have finished reading the stage).
-//   Tile n uses stage n&1; its full phase is n>>1 (parity (n>>1)&1), and the producer waits for
-//   empty with parity ((n>>1)&1)^1 before refilling a stage (not for n < 2). Both consumer
-//   warpgroups wait for and release every tile, also a tile past their rows' diagonal (they skip
-//   its math), so the phase counts stay in lockstep. Q goes to shared memory once (each consumer
-//   warpgroup its 64 rows, fence.proxy.async, a named barrier of its 128 threads).
+//   Tile n uses stage n%3; its full phase is n/3 (parity (n/3)&1), and the producer waits for
+//   empty with parity ((n/3)&1)^1 before refilling a stage (not for n < 3). Both consumer
+//   warpgroups wait for and release every tile and take every turn, also past their rows'
+//   diagonal (they skip the math), so the phase counts and the turns stay in lockstep. Q goes to
+//   shared memory once (each consumer warpgroup its 64 rows, fence.proxy.async, a named barrier
+//   of its 128 threads).
 // Shared-memory layouts and wgmma descriptors (the derivation). Every fp16 operand is stored in
 //   the canonical 128-byte-swizzle layout: a "row" of 128 bytes = 64 fp16 along the contiguous
 //   dimension; 8 rows form a 1024-byte atom in which 16-byte chunk c of row r sits at chunk
@@ -60,18 +70,20 @@
 //   s = S_raw * kq (fp32, kq = k_scale*qk_scale_log2); masked keys -inf; per 64-key tile
 //   m_new = max(m, rowmax), alpha = exp2(m - m_new), p = exp2(s - m_new) (ex2.approx.ftz),
 //   l = l*alpha + sum p (per-lane partial sums, added across the 4 lanes of a row at the end),
-//   P = fp16_rn(p * (v_scale*p_scale)), O = O*alpha + Ot with Ot a FRESH accumulator of the tile's
-//   4 k16 wgmma steps (scale-d = 0 on the first), added with __fadd_rn. So no tensor-core
-//   accumulator lives longer than D/16 k-steps (S) or 4 k-steps (P.V): the long-chain drift of
-//   the MMA's fp32 accumulation (SPEC section 1) cannot build up, at any context length. All fp32
-//   softmax arithmetic uses the _rn intrinsics (no contraction). Key segments (Args::seg_keys,
-//   issue #12) are honoured as in the other kernels: the CTAs of blockIdx.z = z see only keys
+//   P = fp16_rn(p * (v_scale*p_scale)), O = O*alpha (fp32), then the tile's 4 k16 wgmma steps
+//   accumulate P.V into O: one tensor-core chain over the CTA's keys, as in v1/v2 (the model's
+//   pv_chain_keys 0). Past 64K keys the key segments (below) bound that chain, and the long
+//   contexts of configs/long.yaml keep parity (docs/NUMERICS.md). (Until the softmax overlapped
+//   P.V, v3 summed each tile's P.V in a fresh accumulator and added it with __fadd_rn: 64 more
+//   registers than a consumer has once S and P.V are in flight together.) All fp32 softmax
+//   arithmetic uses the _rn intrinsics (no contraction). Key segments (Args::seg_keys, issue
+//   #12) are honoured as in the other kernels: the CTAs of blockIdx.z = z see only keys
 //   [z*S, (z+1)*S) and write their unnormalised (O, m, l) for pa_combine.
 // Why this shape: the warp-private v2 converts every K/V fragment once per warp and issues
 //   mma.sync at a rate that caps the tensor pipe (docs/PERF_NOTES.md); here one producer
 //   warpgroup converts each tile once for 128 rows, and wgmma runs 64 x 64 x 16 per instruction
-//   from shared memory. The first version keeps each consumer warpgroup serial (S, softmax, P.V)
-//   and relies on the two consumer warpgroups to overlap each other's softmax with wgmma.
+//   from shared memory. The softmax of one tile hides under the P.V of the previous one (within
+//   a warpgroup) and under the other warpgroup's wgmma (pingpong), as in FlashAttention-3.
 #include "pa_common.cuh"
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -107,7 +119,7 @@ constexpr int F16_V = NG * KV_BLOCK;
 constexpr int F16_KQ = 2 * NG * KV_BLOCK;
 constexpr int F16_VS = F16_KQ + BN * 4;
 constexpr int F16_STAGE = (F16_VS + BN * 4 + 1023) / 1024 * 1024;
-constexpr int F16_STAGES = 2;
+constexpr int F16_STAGES = 3;               // a consumer holds two (S of tile n, P.V of tile n-1)
 // int8 staging: K rows, V rows, K scales, V scales (each thread's own chunks)
 constexpr int I8_K = 0;
 constexpr int I8_V = BN * D;
@@ -118,8 +130,11 @@ constexpr int I8_STAGES = 3;
 constexpr int SM_Q = 0;
 constexpr int SM_F16 = NG * Q_BLOCK;
 constexpr int SM_I8 = SM_F16 + F16_STAGES * F16_STAGE;
-constexpr int SM_BAR = SM_I8 + I8_STAGES * I8_STAGE;   // full[2], empty[2]: 8 bytes each
-constexpr int SM_BYTES = SM_BAR + 32;
+constexpr int SM_BAR = SM_I8 + I8_STAGES * I8_STAGE;   // full[F16_STAGES], then empty[F16_STAGES]: 8 bytes each
+constexpr int SM_BYTES = SM_BAR + 16 * F16_STAGES;
+// Named barriers: 0 is __syncthreads, 1 + wg a consumer warpgroup's own (Q stored), PP_BAR + wg the
+// pingpong turn of consumer warpgroup wg.
+constexpr int PP_BAR = 3;
 constexpr int SMEM_ALLOC = SM_BYTES + 1024;             // + slack to align the base to 1024
 static_assert(SM_F16 % 1024 == 0 && F16_STAGE % 1024 == 0 && F16_V % 1024 == 0, "swizzle atoms");
 static_assert(SM_I8 % 16 == 0 && I8_STAGE % 16 == 0 && SM_BAR % 8 == 0, "alignment");
@@ -210,8 +225,11 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
 }
 // Ordinary shared-memory stores before this are visible to later async-proxy (wgmma) reads.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-__device__ __forceinline__ void named_barrier(int id, int threads) {
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 // 16-byte cp.async into shared memory, bypassing L1, zero-filling past `src_bytes`.
 __device__ __forceinline__ void cp_async16(u32 dst, const void* src, int src_bytes) {
@@ -238,6 +256,7 @@ __device__ __forceinline__ void pin(float (&x)[N]) {
 #pragma unroll
     for (int i = 0; i < N; ++i) asm volatile("" : "+f"(x[i])::"memory");
 }
+__device__ __forceinline__ void pin(u64& x) { asm volatile("" : "+l"(x)::"memory"); }
 template <int N, int M>
 __device__ __forceinline__ void pin(u32 (&x)[N][M]) {
 #pragma unroll
@@ -316,7 +335,7 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
     const int ch = prod_chunk(lane);
     const int nk = a.ctx + a.n_q;
     const int n_tiles = c.t_end - c.t_begin;
-    const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 16;
+    const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
 
     // Start the copies of tile n (of this CTA) into staging slot n % I8_STAGES: this thread's chunks.
     auto issue = [&](int n) {
@@ -348,8 +367,8 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
         if (n + 2 < n_tiles) issue(n + 2);   // into the slot this thread converted at n-1
         cp_async_commit();
         cp_async_wait<2>();                  // this thread's copies of tile n have landed
-        const int s = n & 1;
-        if (n >= 2) mbar_wait(bar_empty + 8 * s, ((n >> 1) & 1) ^ 1);   // tile n-2 released stage s
+        const int s = n % F16_STAGES;
+        if (n >= F16_STAGES) mbar_wait(bar_empty + 8 * s, ((n / F16_STAGES) & 1) ^ 1);   // tile n-3 released stage s
         const unsigned char* st = sm + SM_I8 + (n % I8_STAGES) * I8_STAGE;
         unsigned char* f = sm + SM_F16 + s * F16_STAGE;
 #pragma unroll
@@ -376,28 +395,36 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
 }
 
 // ---------------------------------------------------------------- the consumer warpgroups
-template <bool MASKED>
-__device__ __forceinline__ void consumer_tile(const pa::Args& a, const unsigned char* f_ptr, u32 f, u64 dq, int j0,
-                                              const int (&lim)[2], float (&m)[2], float (&l)[2],
-                                              float (&o)[O_REGS]) {
-    const int t = threadIdx.x & 3;
-    // ---- S = Q . K^T (raw integer-valued K, fp32)
-    float s[S_REGS];
-    const u64 dk = desc_sw128(f + F16_K, 16, 1024);
-    pin(s);
-    wgmma_fence();
+// S[64 x 64] = Q . K^T of one tile (raw integer-valued K, fp32): KSTEPS wgmma, not waited for.
+__device__ __forceinline__ void issue_s(float (&s)[S_REGS], u64 dq, u64 dk) {
 #pragma unroll
     for (int kk = 0; kk < KSTEPS; ++kk) {
         const u32 koff = (kk >> 2) * KV_BLOCK + (kk & 3) * 32;   // same offset scheme for Q (Q_BLOCK)
         const u32 qoff = (kk >> 2) * Q_BLOCK + (kk & 3) * 32;
         wgmma_ss_n64(s, dq + (qoff >> 4), dk + (koff >> 4), kk > 0);
     }
-    wgmma_commit();
-    wgmma_wait<0>();
-    pin(s);
-    // ---- scale, mask, running max (element 4j+e: row g + 8*(e>>1), key j0 + 8j + 2t + (e&1))
+}
+
+// O[64 x D] += P . V of one tile (O already rescaled by the tile's alpha): PV_STEPS wgmma, not waited for.
+__device__ __forceinline__ void issue_pv(float (&o)[O_REGS], const u32 (&pf)[PV_STEPS][4], u64 dv) {
+#pragma unroll
+    for (int kk = 0; kk < PV_STEPS; ++kk) {
+#if PA_HEAD_DIM == 128
+        wgmma_rs_n128_tb(o, pf[kk], dv + ((kk * 16 * 128) >> 4), 1);
+#else
+        wgmma_rs_n64_tb(o, pf[kk], dv + ((kk * 16 * 128) >> 4), 1);
+#endif
+    }
+}
+
+// The online softmax of one tile's S, in place: scale (k_scale*qk_scale_log2 per key), mask,
+// running max (m), alpha = exp2(m_old - m_new), p = exp2(s - m_new) into s, l = l*alpha + sum p.
+// Element 4j+e of s: row g + 8*(e>>1), key j0 + 8j + 2t + (e&1).
+template <bool MASKED>
+__device__ __forceinline__ void softmax_tile(const unsigned char* f_ptr, int j0, const int (&lim)[2],
+                                             float (&s)[S_REGS], float (&m)[2], float (&l)[2], float (&alpha)[2]) {
+    const int t = threadIdx.x & 3;
     const float* kq = reinterpret_cast<const float*>(f_ptr + F16_KQ);
-    const float* vs = reinterpret_cast<const float*>(f_ptr + F16_VS);
     float mx[2] = {PA_NEG_INF, PA_NEG_INF};
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
@@ -414,7 +441,7 @@ __device__ __forceinline__ void consumer_tile(const pa::Args& a, const unsigned 
     for (int sh = 1; sh <= 2; sh *= 2)
 #pragma unroll
         for (int rr = 0; rr < 2; ++rr) mx[rr] = fmaxf(mx[rr], __shfl_xor_sync(0xffffffffu, mx[rr], sh));
-    float alpha[2], mref[2];
+    float mref[2];
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
         const float mn = fmaxf(m[rr], mx[rr]);
@@ -423,40 +450,25 @@ __device__ __forceinline__ void consumer_tile(const pa::Args& a, const unsigned 
         m[rr] = mn;
         l[rr] = __fmul_rn(l[rr], alpha[rr]);
     }
-    // ---- P = fp16(p * v_scale * p_scale) as the A fragments of P.V's k-steps (n8 blocks 2kk, 2kk+1)
-    u32 pf[PV_STEPS][4];
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            s[4 * j + e] = pa::exp2_ftz(__fsub_rn(s[4 * j + e], mref[e >> 1]));
+            l[e >> 1] = __fadd_rn(l[e >> 1], s[4 * j + e]);
+        }
+}
+
+// P = fp16(p * v_scale*p_scale) as the A fragments of P.V's k-steps (S's n8 blocks 2kk, 2kk+1).
+__device__ __forceinline__ void p_fragments(const unsigned char* f_ptr, const float (&s)[S_REGS], u32 (&pf)[PV_STEPS][4]) {
+    const int t = threadIdx.x & 3;
+    const float* vs = reinterpret_cast<const float*>(f_ptr + F16_VS);
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
         const float2 v2 = *reinterpret_cast<const float2*>(vs + 8 * j + 2 * t);
-        float p[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            p[e] = pa::exp2_ftz(__fsub_rn(s[4 * j + e], mref[e >> 1]));
-            l[e >> 1] = __fadd_rn(l[e >> 1], p[e]);
-        }
-        pf[j >> 1][2 * (j & 1) + 0] = pa::half2_as_u32(__floats2half2_rn(__fmul_rn(p[0], v2.x), __fmul_rn(p[1], v2.y)));
-        pf[j >> 1][2 * (j & 1) + 1] = pa::half2_as_u32(__floats2half2_rn(__fmul_rn(p[2], v2.x), __fmul_rn(p[3], v2.y)));
+        pf[j >> 1][2 * (j & 1) + 0] = pa::half2_as_u32(__floats2half2_rn(__fmul_rn(s[4 * j], v2.x), __fmul_rn(s[4 * j + 1], v2.y)));
+        pf[j >> 1][2 * (j & 1) + 1] = pa::half2_as_u32(__floats2half2_rn(__fmul_rn(s[4 * j + 2], v2.x), __fmul_rn(s[4 * j + 3], v2.y)));
     }
-    // ---- Ot = P . V (a fresh accumulator), then O = O * alpha + Ot
-    float ot[O_REGS];
-    const u64 dv = desc_sw128(f + F16_V, KV_BLOCK, 1024);
-    pin(pf);
-    pin(ot);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < PV_STEPS; ++kk) {
-#if PA_HEAD_DIM == 128
-        wgmma_rs_n128_tb(ot, pf[kk], dv + ((kk * 16 * 128) >> 4), kk > 0);
-#else
-        wgmma_rs_n64_tb(ot, pf[kk], dv + ((kk * 16 * 128) >> 4), kk > 0);
-#endif
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-    pin(ot);
-    pin(pf);
-#pragma unroll
-    for (int i = 0; i < O_REGS; ++i) o[i] = __fadd_rn(__fmul_rn(o[i], alpha[(i >> 1) & 1]), ot[i]);
 }
 
 __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsigned char* sm, u32 base) {
@@ -464,7 +476,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int rows_used = c.ppc * c.group;   // rows of the CTA that hold a query (at most M_CTA)
     const int r0 = 64 * wg;                  // this warpgroup's first row
-    const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 16;
+    const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
 
     // ---- Q rows r0 .. r0+63 into shared memory (128B-swizzled, K-major); zero for rows without a query
     for (int idx = tid; idx < 64 * (D / 8); idx += 128) {
@@ -478,7 +490,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
         *reinterpret_cast<uint4*>(sm + SM_Q + sw128(R, ch, Q_BLOCK)) = v;
     }
     fence_proxy_async();
-    named_barrier(1 + wg, 128);
+    named_barrier_sync(1 + wg, 128);
 
     // ---- this warpgroup's rows: the keys they see
     const bool wg_rows = r0 < rows_used && c.p0 + r0 / c.group < a.n_q;
@@ -495,20 +507,106 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     const int first_masked = (a.ctx + first_pos + 1) / BN;
     const u64 dq = desc_sw128(base + SM_Q + r0 * 128, 16, 1024);
 
-    float o[O_REGS], m[2] = {PA_NEG_INF, PA_NEG_INF}, l[2] = {0.f, 0.f};
+    float o[O_REGS], s[S_REGS], m[2] = {PA_NEG_INF, PA_NEG_INF}, l[2] = {0.f, 0.f};
+    float alpha[2];                          // the rescale of O that the pending P.V's tile asks for
+    u32 pf[PV_STEPS][4];                     // the pending P.V's A fragments
 #pragma unroll
     for (int i = 0; i < O_REGS; ++i) o[i] = 0.f;
     const int n_tiles = c.t_end - c.t_begin;
-    for (int n = 0; n < n_tiles; ++n) {
-        const int tile = c.t_begin + n, s = n & 1;
-        mbar_wait(bar_full + 8 * s, (n >> 1) & 1);
-        if (tile < wg_end) {
-            const u32 f = base + SM_F16 + s * F16_STAGE;
-            const unsigned char* f_ptr = sm + SM_F16 + s * F16_STAGE;
-            if (tile < first_masked) consumer_tile<false>(a, f_ptr, f, dq, tile * BN, lim, m, l, o);
-            else consumer_tile<true>(a, f_ptr, f, dq, tile * BN, lim, m, l, o);
+    const int n_math = wg_end - c.t_begin;   // this warpgroup computes tiles [0, n_math) of the CTA
+
+    // Step n (0 <= n <= n_tiles): O = O*alpha of tile n-1; issue S of tile n and P.V of tile n-1
+    // (into O) back to back; run tile n's softmax while that P.V runs; release tile n-1 once it is
+    // done. Each step's issue phase is a turn: the pingpong barriers give the two warpgroups turns
+    // 0, 1, 0, 1, ... so that one's softmax overlaps the other's wgmma. Every warpgroup takes
+    // n_tiles + 1 turns (issuing nothing past its rows' diagonal), so the barriers stay matched:
+    // warpgroup 1's first arrival opens warpgroup 0's first turn, and it skips its last one.
+    auto turn_begin = [&](int n) {
+        if (n < n_tiles) mbar_wait(bar_full + 8 * (n % F16_STAGES), (n / F16_STAGES) & 1);
+        named_barrier_sync(PP_BAR + wg, 256);
+    };
+    auto turn_end = [&](int n) {
+        if (wg == 0 || n < n_tiles) named_barrier_arrive(PP_BAR + (wg ^ 1), 256);
+    };
+    auto release = [&](int n) { mbar_arrive(bar_empty + 8 * ((n - 1) % F16_STAGES)); };   // tile n-1
+    // descriptors of tile n's K (S's B) and V (P.V's B), formed (and pinned) before a wgmma.fence
+    auto desc_k = [&](int n) { return desc_sw128(base + SM_F16 + (n % F16_STAGES) * F16_STAGE + F16_K, 16, 1024); };
+    auto desc_v = [&](int n) { return desc_sw128(base + SM_F16 + (n % F16_STAGES) * F16_STAGE + F16_V, KV_BLOCK, 1024); };
+    auto f16_stage = [&](int n) { return sm + SM_F16 + (n % F16_STAGES) * F16_STAGE; };
+    auto softmax = [&](int n, float (&al)[2]) {
+        const int tile = c.t_begin + n;
+        if (tile < first_masked) softmax_tile<false>(f16_stage(n), tile * BN, lim, s, m, l, al);
+        else softmax_tile<true>(f16_stage(n), tile * BN, lim, s, m, l, al);
+    };
+    auto rescale = [&]() {
+#pragma unroll
+        for (int i = 0; i < O_REGS; ++i) o[i] = __fmul_rn(o[i], alpha[(i >> 1) & 1]);
+    };
+
+    if (wg == 1) named_barrier_arrive(PP_BAR, 256);
+    int n = 0;
+    if (n_math > 0) {
+        // step 0: S of tile 0
+        turn_begin(0);
+        u64 dk0 = desc_k(0);
+        pin(dk0);
+        pin(s);
+        wgmma_fence();
+        issue_s(s, dq, dk0);
+        wgmma_commit();
+        turn_end(0);
+        wgmma_wait<0>();
+        pin(s);
+        softmax(0, alpha);
+        p_fragments(f16_stage(0), s, pf);
+        // steps 1 .. n_math-1: S of tile n and P.V of tile n-1
+        for (n = 1; n < n_math; ++n) {
+            turn_begin(n);
+            u64 dk = desc_k(n), dv = desc_v(n - 1);
+            pin(dk);
+            pin(dv);
+            rescale();
+            pin(s);
+            pin(pf);
+            pin(o);
+            wgmma_fence();
+            issue_s(s, dq, dk);
+            wgmma_commit();
+            issue_pv(o, pf, dv);
+            wgmma_commit();
+            turn_end(n);
+            wgmma_wait<1>();                 // S of tile n (P.V of tile n-1 may still run)
+            pin(s);
+            float alpha_next[2];
+            softmax(n, alpha_next);
+            wgmma_wait<0>();
+            pin(o);
+            pin(pf);
+            release(n);
+            p_fragments(f16_stage(n), s, pf);   // (after the wait: the P.V just done read pf)
+            alpha[0] = alpha_next[0];
+            alpha[1] = alpha_next[1];
         }
-        mbar_arrive(bar_empty + 8 * s);
+        // step n_math: P.V of the last tile
+        turn_begin(n);
+        u64 dv = desc_v(n - 1);
+        pin(dv);
+        rescale();
+        pin(pf);
+        pin(o);
+        wgmma_fence();
+        issue_pv(o, pf, dv);
+        wgmma_commit();
+        turn_end(n);
+        wgmma_wait<0>();
+        pin(o);
+        release(n);
+        ++n;
+    }
+    for (; n <= n_tiles; ++n) {              // tiles past these rows' diagonal: turns and releases only
+        turn_begin(n);
+        turn_end(n);
+        if (n >= 1) release(n);
     }
     if (wg_end <= c.t_begin) return;         // no row of this warpgroup sees a key of this segment
 
@@ -561,7 +659,7 @@ extern "C" __global__ void __launch_bounds__(v3::THREADS, 1) pa_v3(PA_KERNEL_PAR
 #pragma unroll
         for (int s = 0; s < F16_STAGES; ++s) {
             mbar_init(base + SM_BAR + 8 * s, 128);                   // full: the producer's threads
-            mbar_init(base + SM_BAR + 16 + 8 * s, 128 * NCWG);      // empty: the consumers' threads
+            mbar_init(base + SM_BAR + 8 * (F16_STAGES + s), 128 * NCWG);   // empty: the consumers' threads
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }

@@ -46,8 +46,9 @@ class Variant:
     turing_path: bool = True        # has the forced sm_75 path (--force-turing)
     bitwise_twin: str | None = None  # must be bitwise identical to this variant (same MMA path)
     pv_chain_keys: int | None = None  # keys one P.V accumulator sums before it is added (_rn) into O:
-                                      # None = one MMA chain over the whole key range (v1, v2, v2t);
-                                      # v3: 64 (a fresh wgmma accumulator per tile)
+                                      # None = one MMA chain over the whole key range (every kernel
+                                      # today; v3 ran 64, a fresh wgmma accumulator per tile, until
+                                      # its softmax overlapped its P.V: docs/PERF_NOTES.md)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -168,8 +169,8 @@ register(Variant(
     "v3", CUDA_KERNEL, "Hopper: a producer warpgroup converts K/V to fp16 once per CTA, two consumer warpgroups run wgmma",
     source="v3.cu", min_arch=90, max_arch=90, arch_suffix="a", arch_needs="wgmma, setmaxnreg", tile_keys=64,
     threads=384, cta="384 threads: a producer warpgroup + 2 consumer warpgroups x 64 rows (the query heads of "
-    "one KV group packed into the rows); 149 KB of dynamic shared memory at D=128, 77 KB at D=64",
-    turing_path=False, pv_chain_keys=64))
+    "one KV group packed into the rows); 182 KB of dynamic shared memory at D=128, 94 KB at D=64",
+    turing_path=False))
 register(Variant(
     "triton", TRITON_KERNEL, "the same problem in Triton: int8 K/V gathered and converted in the kernel, "
     "the query heads of a KV group packed into a program's rows",

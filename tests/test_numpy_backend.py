@@ -31,7 +31,7 @@ def test_compute_is_the_model_of_the_variants_tile(inputs):
         ko = be.compute(be.prepare(inputs), variant, rows)
         assert isinstance(ko, KernelOutput)
         assert ko.out.dtype == np.float32 and ko.out.shape == (4, len(rows), 64)
-        # the variant's tile and P.V chain (v3: a fresh accumulator per 64-key tile)
+        # the variant's tile and P.V chain (registry.pv_chain_keys)
         assert np.array_equal(ko.out, model_attention(inputs, tile, rows, pv_chain_keys=pv_chain_keys(variant)))
         assert ko.canary_ok is True
         assert ko.deterministic is True  # small: checked by running twice
@@ -151,11 +151,21 @@ def test_numpy_backend_is_a_backend():
     assert NumpyBackend().max_diff(None, "v1", "v2") is None
 
 
-def test_v3s_model_runs_a_fresh_pv_chain_per_tile_and_that_changes_bits(inputs):
-    # the registry says v3 restarts its P.V accumulator every 64 keys; the model must know it
-    assert pv_chain_keys("v3") == 64 and pv_chain_keys("v2") == 0 and pv_chain_keys("torch-sdpa") == 0
-    rows = sample_rows(37, 9, 0)
-    one_chain = model_attention(inputs, 64, rows)
-    per_tile = model_attention(inputs, 64, rows, pv_chain_keys=64)
-    assert not np.array_equal(one_chain, per_tile)
-    np.testing.assert_allclose(per_tile, one_chain, atol=1e-5)
+def test_a_variants_pv_chain_reaches_the_model_and_changes_bits(inputs):
+    # a kernel that restarts its P.V accumulator every 64 keys (as v3 did): the registry says so,
+    # the numpy backend's model follows, and the bits differ from one chain (within fp32 noise)
+    import dataclasses
+
+    assert pv_chain_keys("v3") == 0 and pv_chain_keys("torch-sdpa") == 0
+    registry.register(dataclasses.replace(registry.get("v3"), name="v3-fresh-pv", pv_chain_keys=64))
+    try:
+        assert pv_chain_keys("v3-fresh-pv") == 64
+        rows = sample_rows(37, 9, 0)
+        be = NumpyBackend()
+        per_tile = be.compute(be.prepare(inputs), "v3-fresh-pv", rows).out
+        one_chain = model_attention(inputs, 64, rows)
+        assert np.array_equal(per_tile, model_attention(inputs, 64, rows, pv_chain_keys=64))
+        assert not np.array_equal(one_chain, per_tile)
+        np.testing.assert_allclose(per_tile, one_chain, atol=1e-5)
+    finally:
+        registry.unregister("v3-fresh-pv")

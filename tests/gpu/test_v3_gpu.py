@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pa_bench.numerics.metrics import evaluate_parity
-from pa_bench.numerics.model import model_arrays, model_attention
+from pa_bench.numerics.model import model_arrays, model_attention, pv_chain_keys, tile_keys
 from pa_bench.numerics.reference import sample_rows
 from pa_bench.problem.inputs import make_inputs
 from pa_bench.problem.plan import Problem
@@ -34,6 +34,7 @@ CASES = {
     "odd-d64-g3-p16": ("1023x113", 64, 24, 8, "paged", 16, "realistic", "float32"),
     "first-d128-gqa-p64": ("0x1536", 128, 32, 8, "paged", 64, "realistic", "float32"),
     "pr-d128-gqa-p64": ("2.1Kx256", 128, 32, 8, "paged", 64, "realistic", "float32"),
+    "long-d128-gqa-p64": ("16Kx200", 128, 32, 8, "paged", 64, "normal", "float32"),
 }
 
 
@@ -56,8 +57,10 @@ def _check(backend, case: str, segments=None, sample=None):
     try:
         ko = backend.compute(prep, "v3", rows=rows, check_determinism=True)
         ref = backend.reference(inp, rows)
-        model = cp.asnumpy(model_attention(model_arrays(inp, cp), 64, rows,
-                                           segment_keys=backend.segment_keys("v3", pb), mma="rn"))
+        # the runner's model of v3 (its tile and P.V chain from the registry), on the GPU
+        model = cp.asnumpy(model_attention(model_arrays(inp, cp), tile_keys("v3"), rows,
+                                           segment_keys=backend.segment_keys("v3", pb),
+                                           pv_chain_keys=pv_chain_keys("v3"), engine="kernel"))
         pm = evaluate_parity(ko.out, ref, model_out=model, canary_ok=ko.canary_ok)
         assert ko.canary_ok, "guard region overwritten or an output element left unwritten"
         assert ko.deterministic, "two launches differ"
@@ -70,6 +73,11 @@ def _check(backend, case: str, segments=None, sample=None):
 @pytest.mark.parametrize("case", list(CASES))
 def test_v3_parity(backend, case):
     _check(backend, case)
+
+
+def test_v3_many_tiles_sampled(backend):
+    """256 key tiles per row block: the three-stage ring wraps many times, both warpgroups' turns."""
+    _check(backend, "long-d128-gqa-p64", sample=32)
 
 
 def test_v3_key_segments(backend):
