@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pa_bench.numerics.metrics import error_metrics, judge_parity, parity_floor
-from pa_bench.numerics.model import model_attention, tile_keys
+from pa_bench.numerics.model import model_arrays, model_attention, pv_chain_keys, tile_keys
 from pa_bench.numerics.reference import sample_rows
 from pa_bench.problem.inputs import make_inputs
 from pa_bench.problem.plan import Problem
@@ -66,6 +66,16 @@ def _case(backend, shape, layout_key, rows_n=None, heads=None):
     return _cache[key]
 
 
+_model_inputs: dict = {}
+
+
+def _model_arrays(inputs):
+    """The GPU model's copy of ``inputs`` (uploaded once per case)."""
+    if _model_inputs.get("inputs") is not inputs:
+        _model_inputs.update(inputs=inputs, arrays=model_arrays(inputs, cp))
+    return _model_inputs["arrays"]
+
+
 def _with(backend, segments, fn):
     backend.segments = segments
     try:
@@ -78,9 +88,12 @@ def _check(backend, inputs, prep, rows, ref, variant):
     """Parity against the model of the same segments, canaries, determinism; the launch's hash."""
     pb = inputs.problem
     res = backend.compute(prep, variant, rows)
-    model = model_attention(inputs, tile_keys(variant), rows, split_keys=backend.split_keys(variant, pb),
-                            segment_keys=backend.segment_keys(variant, pb),
-                            mma_k=8 if backend.describe()["mma"] == "m16n8k8" else 16)
+    # the numerics model on the GPU (the NumPy model's bits: tests/gpu/test_model_gpu.py)
+    model = cp.asnumpy(model_attention(_model_arrays(inputs), tile_keys(variant), rows,
+                                       split_keys=backend.split_keys(variant, pb),
+                                       segment_keys=backend.segment_keys(variant, pb),
+                                       mma_k=8 if backend.describe()["mma"] == "m16n8k8" else 16,
+                                       pv_chain_keys=pv_chain_keys(variant), engine="kernel"))
     kern, mod = error_metrics(res.out, ref), error_metrics(model, ref)
     ok, why = judge_parity(kern["max_abs_err"], mod["max_abs_err"], parity_floor(ref), kern["nan_inf"], res.canary_ok)
     assert res.canary_ok, f"{variant}: guard canaries overwritten or output left unwritten"
