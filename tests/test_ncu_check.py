@@ -126,3 +126,23 @@ def test_the_flushed_pass_runs_only_the_listed_calls_each_after_an_unprofiled_fl
     assert profiled == ["start", ("mark", "pa_mark_0_1"),
                         "stop", "flush", "start", ("call", "torch-sdpa+dequant", True),
                         "stop", "flush", "start", ("call", "torch-sdpa+dequant", True), "stop"]
+
+
+def test_rows_judge_pa_bench_against_ncu_and_against_the_flushed_figure_where_measured():
+    shapes, names = ["1.5K", "2.1Kx256"], ["v1", "torch-sdpa", "torch-sdpa+dequant"]
+    ours = {(0, "v1"): 0.1460, (0, "torch-sdpa"): 0.1099, (0, "torch-sdpa+dequant"): 0.1330,
+            (1, "v1"): 0.0912}                               # (1, sdpa) not timed: no row
+    theirs = {(0, 0): [(0.1455, 1)] * 3, (0, 1): [(0.1053, 1), (0.1057, 1), (0.1060, 1)],
+              (0, 2): [(0.1360, 5)] * 3, (1, 0): [(0.0899, 1)] * 3, (1, 1): [(0.05, 2)] * 3}
+    whole = {(0, 1): [0.1098, 0.1102, 0.1096], (0, 2): [0.1320] * 3}
+    rows = {(r["shape"], r["variant"]): r for r in ncu_check.build_rows(shapes, names, ours, theirs, whole)}
+    assert set(rows) == {("1.5K", "v1"), ("1.5K", "torch-sdpa"), ("1.5K", "torch-sdpa+dequant"), ("2.1Kx256", "v1")}
+    v1 = rows[("1.5K", "v1")]
+    assert v1["within"] is True and v1["ncu_mode"] == "kernel" and v1["ncu_flushed_ms"] == "" and v1["within_flushed"] == ""
+    sdpa = rows[("1.5K", "torch-sdpa")]                     # one kernel: judged on ncu's own flush ...
+    assert sdpa["ncu_ms"] == "0.10570" and sdpa["within"] is False and sdpa["ratio"] == "1.0397"
+    assert sdpa["ncu_flushed_ms"] == "0.10980" and sdpa["within_flushed"] is True   # ... and shown after ours
+    deq = rows[("1.5K", "torch-sdpa+dequant")]              # several kernels: judged on the flushed figure
+    assert deq["ncu_mode"] == "flushed" and deq["ncu_ms"] == "0.13200" and deq["ncu_kernel_sum_ms"] == "0.13600"
+    assert deq["within"] is True
+    assert rows[("2.1Kx256", "v1")]["within"] is True       # 1.3 us over: inside the 3 us floor

@@ -87,7 +87,10 @@ def test_triton_parity_64k_sampled(backend):
 def test_flex_alignment_matches_reference(backend):
     if torch_flex.unavailable_reason():
         pytest.skip(torch_flex.unavailable_reason())
-    pb = _problem("1023x113", "d128-gqa-paged64-realistic")
+    # 256 queries: with 113 (fewer than 128) inductor lowers flex to its decoding kernel, which finds
+    # no valid configuration for this GQA problem on the H200 (torch 2.11: NoValidChoicesError); an
+    # odd context still tests the bottom-right causal alignment
+    pb = _problem("1023x256", "d128-gqa-paged64-realistic")
     inputs = make_inputs(pb)
     ref = backend.reference(inputs, None)
     out = torch_flex.FlexPeer(inputs).output()
