@@ -303,6 +303,11 @@ def test_a_run_writes_prompt_csv_samples_meta_and_the_report(tmp_path):
     report = (path / "report.md").read_text()
     assert "## Prompt read" in report and "1,473" in report and "attention alone" in report
     assert "whole engine" in report
+    # the parameters say how the chunks were timed (records.csv holds only the parity rows)
+    params = {ln.split("|")[1].strip(): ln.split("|")[2].strip() for ln in report.splitlines()
+              if ln.startswith("| ") and ln.count("|") == 3}
+    assert params["timing"].startswith("cold") and params["timing"].endswith("per chunk (prompt.csv)")
+    assert params["variants"] == "v1, v2t"
     pytest.importorskip("matplotlib")
     assert (path / "prompt_cumulative.png").stat().st_size > 0
 

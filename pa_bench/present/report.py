@@ -184,9 +184,11 @@ def _parameters(records: list[Record], meta: Mapping[str, Any]) -> list[str]:
         clock_text += " MHz measured during samples"
     nominal = _env(meta, "sm_clock_max_mhz")
     if nominal is not None:
-        clock_text += f" (nominal {float(nominal):.0f} MHz)" if clocks else f"{float(nominal):.0f} MHz nominal"
+        clock_text = clock_text + f" (nominal {float(nominal):.0f} MHz)" if clocks else f"{float(nominal):.0f} MHz nominal"
     gpu_text = f"{gpu or DASH} ({arch or DASH}" + (f", {sm_count} SMs)" if sm_count else ")")
-    if not any(r.ms_median is not None for r in records):  # claim no settings for no samples
+    prompt = meta.get("prompt") if isinstance(meta.get("prompt"), Mapping) else None
+    timed_prompt = prompt is not None and any(t.get("total_ms") is not None for t in prompt.get("totals") or [])
+    if not any(r.ms_median is not None for r in records) and not timed_prompt:  # no settings for no samples
         timing_text = "nothing was timed in this run" + (
             " (a parity run)" if meta.get("mode") == "parity" else
             " (the numpy backend does not time)" if "numpy" in _unique(records, "backend") else "")
@@ -196,7 +198,7 @@ def _parameters(records: list[Record], meta: Mapping[str, Any]) -> list[str]:
             f"{mode}; {timing.get('warmup', DASH)} warm-up launches; until rel. stdev <= "
             f"{100 * float(timing.get('max_noise', math.nan)):.2g}% with >= {timing.get('min_seconds', DASH)} s "
             f"and >= {timing.get('min_samples', DASH)} samples, or {timing.get('max_seconds', DASH)} s"
-        )
+        ) + ("; per chunk (prompt.csv)" if timed_prompt else "")
     else:
         timing_text = DASH
     seed = _param(records, "seed", cfg) or ([meta["seed"]] if meta.get("seed") is not None else None)
@@ -208,7 +210,8 @@ def _parameters(records: list[Record], meta: Mapping[str, Any]) -> list[str]:
         ["data", f"{_join(_param(records, 'data', cfg))}, seed {_join(seed)}"],
         ["output dtype", _join(_param(records, "out_dtype", cfg))],
         ["softmax scale", scale_text],
-        ["variants", _join(_variants(records))],
+        ["variants", _join(registry.in_order([r.variant for r in records] + [
+            t["variant"] for t in (prompt or {}).get("totals") or [] if t.get("variant")]))],
         ["backend", _rec_or_meta(records, "backend", meta)],
         ["GPU", gpu_text],
         ["SM clock", clock_text],
