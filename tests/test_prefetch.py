@@ -116,3 +116,28 @@ def test_the_budget_comes_from_the_environment(monkeypatch):
     assert default_budget() == 12345
     monkeypatch.setenv("PA_BENCH_PREFETCH_BYTES", "0")
     assert not InputsPrefetch(labels("10x1"), make=FakeMake()).enabled
+
+
+def test_a_process_exits_without_waiting_for_a_shape_being_drawn_ahead():
+    # the shape after the first takes 30 s to draw; the process leaves right after the first
+    # (as an interrupted or failed run does) and must not wait for it
+    import subprocess
+    import sys
+    import time
+
+    code = (
+        "import time\n"
+        "from pa_bench.problem.prefetch import InputsPrefetch\n"
+        "def make(p):\n"
+        "    if p == 'slow':\n"
+        "        time.sleep(30)\n"
+        "    return p\n"
+        "pf = InputsPrefetch(['fast', 'slow'], budget_bytes=10, make=make, size=lambda p: 1)\n"
+        "assert pf.take('fast') == 'fast'\n"
+        "time.sleep(0.2)\n"
+        "raise SystemExit(3)\n"
+    )
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3, proc.stderr
+    assert time.monotonic() - t0 < 15, "the process waited for the shape being drawn ahead"

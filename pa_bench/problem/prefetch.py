@@ -10,12 +10,17 @@ change (tests/test_prefetch.py).
 is taken it starts the next ones on threads, as many as ``workers`` and as fit in ``budget_bytes``
 (an estimate of what a shape's inputs hold, the current shape's included): by default a third of
 the machine's memory, ``PA_BENCH_PREFETCH_BYTES`` to set it (0 turns prefetching off).
+
+The threads are daemon threads: an interrupted run (Ctrl-C) or a failed one exits at once
+instead of waiting for a shape that is being drawn (a pool's threads are joined at exit, which
+took up to a minute at 1M keys).
 """
 
 from __future__ import annotations
 
 import os
-from concurrent.futures import Future, ThreadPoolExecutor
+import threading
+from concurrent.futures import Future
 from typing import Callable, Sequence
 
 from pa_bench.problem.inputs import Inputs, make_inputs
@@ -56,7 +61,6 @@ class InputsPrefetch:
         self._make, self._size = make, size
         self._started: dict[int, Future] = {}   # position in the list -> its inputs
         self._next = 0                          # position of the next problem to hand out
-        self._pool: ThreadPoolExecutor | None = None
 
     @property
     def enabled(self) -> bool:
@@ -79,9 +83,6 @@ class InputsPrefetch:
         for fut in self._started.values():
             fut.cancel()
         self._started.clear()
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
 
     def __enter__(self) -> "InputsPrefetch":
         return self
@@ -106,11 +107,24 @@ class InputsPrefetch:
                 need = self._size(self._ahead[i])
                 if held + need > self._budget:
                     break
-                if self._pool is None:
-                    self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="pa-inputs")
-                self._started[i] = self._pool.submit(self._make, self._ahead[i])
+                self._started[i] = self._submit(self._ahead[i])
                 held += need
             i += 1
+
+    def _submit(self, problem: Problem) -> Future:
+        """``make(problem)`` on a daemon thread of its own (at most ``workers`` are started ahead)."""
+        fut: Future = Future()
+
+        def run() -> None:
+            if not fut.set_running_or_notify_cancel():   # cancelled before it started
+                return
+            try:
+                fut.set_result(self._make(problem))
+            except BaseException as exc:  # noqa: BLE001 - handed to take(), for this problem only
+                fut.set_exception(exc)
+
+        threading.Thread(target=run, name="pa-inputs", daemon=True).start()
+        return fut
 
 
 __all__ = ["InputsPrefetch", "input_bytes", "default_budget", "DEFAULT_WORKERS"]
