@@ -1,0 +1,125 @@
+"""The machine code of a kernel's loops, counted without a GPU: instructions per iteration and
+their mix, per loop (a conditional branch back over at least ``--min-body`` instructions).
+
+    python scripts/sass_loops.py [--variant v3] [--arch sm_90a] [--head-dim 128] [--min-body 100]
+
+It builds the variant with nvcc (pa_bench.backends.kernels.nvcc_cubin) and disassembles it with
+``cuobjdump -sass``, which needs ``nvdisasm`` on PATH (both ship with the CUDA toolkit, and as the
+wheels ``nvidia-cuda-cuobjdump`` and ``nvidia-cuda-nvdisasm``). A loop's count is the static
+length of its body: where the body holds two paths (v3's masked and unmasked softmax) both are
+counted, so compare like with like, or build a flavour with one path.
+
+What it is for: the instruction budget of a step. On the H200 v3's time per key tile follows
+its instruction count (docs/PERF_NOTES.md, "v3 step 2"), and a change's effect on that count is
+known here, before any device time is spent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+
+_INSTR = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+_TARGET = re.compile(r"0x([0-9a-f]+)")
+
+
+@dataclass(frozen=True)
+class Loop:
+    start: int                          # address of the first instruction of the body
+    end: int                            # address of the branch back
+    mix: collections.Counter            # opcode (without modifiers or predicate) -> count
+
+    @property
+    def length(self) -> int:
+        return sum(self.mix.values())
+
+
+def function_instructions(sass: str, function: str) -> list[tuple[int, str]]:
+    """(address, instruction text) of ``function`` in ``cuobjdump -sass`` output."""
+    out: list[tuple[int, str]] = []
+    inside = False
+    for line in sass.splitlines():
+        if "Function :" in line:
+            inside = line.split("Function :", 1)[1].strip() == function
+            continue
+        if inside:
+            m = _INSTR.match(line)
+            if m:
+                out.append((int(m.group(1), 16), m.group(2)))
+    return out
+
+
+def opcode(text: str) -> str:
+    """``@!P0 IMAD.WIDE.U32 R2, ...`` -> ``IMAD``."""
+    words = text.split()
+    if words and words[0].startswith("@"):
+        words = words[1:]
+    return words[0].split(".")[0] if words else ""
+
+
+def loops(instructions: list[tuple[int, str]], min_body: int = 100) -> list[Loop]:
+    """Every conditional backward branch over at least ``min_body`` instructions, outermost
+    last; an unconditional one (a retry path jumping back) is not a loop of the program."""
+    found = []
+    for addr, text in instructions:
+        if not text.startswith("@") or opcode(text) != "BRA":
+            continue
+        m = _TARGET.search(text.split("BRA", 1)[1])
+        if not m:
+            continue
+        target = int(m.group(1), 16)
+        body = [t for a, t in instructions if target <= a <= addr]
+        if target < addr and len(body) >= min_body:
+            found.append(Loop(target, addr, collections.Counter(opcode(t) for t in body)))
+    return sorted(found, key=lambda lp: lp.end - lp.start)
+
+
+def _tool(name: str) -> str | None:
+    return os.environ.get(name.upper()) or shutil.which(name)
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--variant", default="v3")
+    ap.add_argument("--arch", default=None, help="default: sm_90a for v3, else sm_90")
+    ap.add_argument("--head-dim", type=int, default=128)
+    ap.add_argument("--min-body", type=int, default=100)
+    ap.add_argument("--top", type=int, default=12, help="opcodes shown per loop")
+    args = ap.parse_args(argv)
+
+    from pa_bench import variants as registry
+    from pa_bench.backends import kernels as K
+
+    cuobjdump = _tool("cuobjdump")
+    if cuobjdump is None or (_tool("nvdisasm") is None and not os.environ.get("NVDISASM_PATH")):
+        print("error: cuobjdump and nvdisasm must be on PATH (the CUDA toolkit, or the wheels "
+              "nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm)", file=sys.stderr)
+        return 2
+    entry = registry.find(args.variant)
+    if entry is None or entry.kind != registry.CUDA_KERNEL:
+        print(f"error: {args.variant!r} is not a CUDA kernel variant ({', '.join(K.kernel_variants())})",
+              file=sys.stderr)
+        return 2
+    arch = args.arch or f"sm_90{entry.arch_suffix}"
+    build = K.KernelBuild(args.variant, head_dim=args.head_dim)
+    cubin = K.nvcc_cubin(build, arch)
+    sass = subprocess.run([cuobjdump, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    ins = function_instructions(sass, build.function)
+    if not ins:
+        print(f"error: no function {build.function} in the disassembly of {cubin}", file=sys.stderr)
+        return 2
+    print(f"{build.function} ({arch}, D={args.head_dim}): {len(ins)} instructions")
+    for lp in loops(ins, args.min_body):
+        mix = ", ".join(f"{op} {n}" for op, n in lp.mix.most_common(args.top))
+        print(f"  loop {lp.start:#06x}-{lp.end:#06x}: {lp.length} per iteration: {mix}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

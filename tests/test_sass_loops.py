@@ -1,0 +1,50 @@
+"""scripts/sass_loops.py on a made-up disassembly: which branches are loops, and what is counted."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "sass_loops.py"
+spec = importlib.util.spec_from_file_location("sass_loops", SCRIPT)
+sass_loops = importlib.util.module_from_spec(spec)
+sys.modules["sass_loops"] = sass_loops   # its dataclass looks its module up
+spec.loader.exec_module(sass_loops)
+
+SASS = """
+	code for sm_90a
+		Function : pa_other
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/              @!P0 BRA 0x0 ;
+		Function : pa_v3
+        /*0000*/                   MOV R1, c[0x0][0x28] ;                 /* 0x00000a0000017a02 */
+        /*0010*/                   IMAD.WIDE.U32 R2, R0, 0x4, R2 ;
+        /*0020*/                   FMUL R4, R4, R5 ;
+        /*0030*/                   FMUL.FTZ R6, R6, R5 ;
+        /*0040*/                   HGMMA.64x64x16.F32 R24, gdesc[UR4], RZ, !UPT ;
+        /*0050*/               @P1 BRA 0x30 ;
+        /*0060*/              @!P2 BRA 0x10 ;
+        /*0070*/                   BRA 0x0 ;
+        /*0080*/                   EXIT ;
+"""
+
+
+def test_the_function_is_cut_out_by_name():
+    ins = sass_loops.function_instructions(SASS, "pa_v3")
+    assert [a for a, _ in ins] == [0x0, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80]
+    assert ins[2][1] == "FMUL R4, R4, R5"
+
+
+def test_opcodes_drop_predicates_and_modifiers():
+    assert sass_loops.opcode("@!P0 IMAD.WIDE.U32 R2, R0, 0x4, R2") == "IMAD"
+    assert sass_loops.opcode("HGMMA.64x64x16.F32 R24, gdesc[UR4], RZ, !UPT") == "HGMMA"
+
+
+def test_conditional_backward_branches_are_loops_and_an_unconditional_one_is_not():
+    ins = sass_loops.function_instructions(SASS, "pa_v3")
+    found = sass_loops.loops(ins, min_body=2)
+    assert [(lp.start, lp.end, lp.length) for lp in found] == [(0x30, 0x50, 3), (0x10, 0x60, 6)]
+    inner = found[0]
+    assert inner.mix == {"FMUL": 1, "HGMMA": 1, "BRA": 1}
+    assert sass_loops.loops(ins, min_body=4) == found[1:]   # the short one is below the floor
