@@ -472,7 +472,10 @@ __device__ __forceinline__ void p_fragments(const unsigned char* f_ptr, const fl
 }
 
 __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsigned char* sm, u32 base) {
-    const int wg = (threadIdx.x >> 7) - 1, tid = threadIdx.x & 127;
+    // The warpgroup index, made warp-uniform for ptxas (a shuffle from lane 0, as CUTLASS's
+    // canonical_warp_group_idx does): then the wgmma descriptors are provably uniform and live in
+    // uniform registers (no R2UR per descriptor half and wgmma; 463 -> 393 instructions a step).
+    const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7) - 1, 0), tid = threadIdx.x & 127;
     const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int rows_used = c.ppc * c.group;   // rows of the CTA that hold a query (at most M_CTA)
     const int r0 = 64 * wg;                  // this warpgroup's first row
@@ -508,7 +511,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     const u64 dq = desc_sw128(base + SM_Q + r0 * 128, 16, 1024);
 
     float o[O_REGS], s[S_REGS], m[2] = {PA_NEG_INF, PA_NEG_INF}, l[2] = {0.f, 0.f};
-    float alpha[2];                          // the rescale of O that the pending P.V's tile asks for
+    float alpha[2] = {1.f, 1.f};             // the rescale of O that the pending P.V's tile asks for
     u32 pf[PV_STEPS][4];                     // the pending P.V's A fragments
 #pragma unroll
     for (int i = 0; i < O_REGS; ++i) o[i] = 0.f;
@@ -538,7 +541,10 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
         if (tile < first_masked) softmax_tile<false>(f16_stage(n), tile * BN, lim, s, m, l, al);
         else softmax_tile<true>(f16_stage(n), tile * BN, lim, s, m, l, al);
     };
+    // O *= alpha, skipped where every alpha of the warp is 1 (O*1 == O: the same bits), as it is
+    // on most tiles of a long context, where a row's running maximum rarely moves.
     auto rescale = [&]() {
+        if (__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) return;
 #pragma unroll
         for (int i = 0; i < O_REGS; ++i) o[i] = __fmul_rn(o[i], alpha[(i >> 1) & 1]);
     };

@@ -143,3 +143,15 @@ def test_parse_ptxas_separates_the_entry_functions():
         "ptxas info    : Used 40 registers, used 0 barriers\n")
     got = ki._parse_ptxas(log, "pa_v2")
     assert (got["registers"], got["combine_registers"], got["smem_bytes"], got["spill_bytes"]) == (250, 40, 33280, 16)
+
+
+def test_parse_ptxas_reports_serialised_wgmma():
+    """ptxas's remark that a kernel's warpgroup MMAs were serialised (they then run one at a time:
+    v3's overlap is gone) is kept with its reason; a log without it gives None."""
+    remark = ("ptxas info    : (C7513) Potential Performance Loss: wgmma.mma_async instructions are serialized "
+              "due to non wgmma instructions defining input registers of a wgmma between start and end of the "
+              "pipeline stage in the function 'pa_v3'\n")
+    clean = "ptxas info    : Compiling entry function 'pa_v3' for 'sm_90a'\nptxas info    : Used 168 registers\n"
+    assert ki._parse_ptxas(remark + clean, "pa_v3")["wgmma_serialized"] == (
+        "non wgmma instructions defining input registers of a wgmma between start and end of the pipeline stage")
+    assert ki._parse_ptxas(clean, "pa_v3")["wgmma_serialized"] is None

@@ -28,6 +28,7 @@ def test_v3_builds_for_sm90a_only_without_spills(head_dim):
         if r["arch"] == "sm_90":
             assert r["compiled"], r["reason"]
             assert r["spill_bytes"] == 0 and r["stack_bytes"] == 0
+            assert r["wgmma_serialized"] is None, f"ptxas serialised v3's wgmma: {r['wgmma_serialized']}"
             assert 32 <= r["registers"] <= REG_CAP
             assert r["mma"] == ("wgmma.m64n64k16" if head_dim == 64 else "wgmma.m64n128k16,wgmma.m64n64k16")
             assert r["cp_async"]
@@ -43,6 +44,7 @@ def test_v3_has_no_turing_path():
 def test_v3_flavours_compile(paged, out_f16):
     r = ki.compile_one("v3", "sm_90", 128, False, paged, out_f16)
     assert r["compiled"] and r["spill_bytes"] == 0, r["reason"]
+    assert r["wgmma_serialized"] is None, r["wgmma_serialized"]
 
 
 def test_v3_machine_code_uses_hgmma_and_setmaxnreg():

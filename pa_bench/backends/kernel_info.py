@@ -50,7 +50,15 @@ def _parse_ptxas(log: str, function: str | None = None) -> dict:
         "smem_bytes": max(map(int, smem)) if smem else 0,
         "stack_bytes": max(map(int, stack)) if stack else 0,
         "combine_registers": int(comb[0]) if comb else None,
+        # ptxas's "(C75xx) Potential Performance Loss: wgmma.mma_async instructions are serialized
+        # due to ...": the warpgroup MMAs then run one at a time; the reason, or None
+        "wgmma_serialized": _wgmma_serialized(log),
     }
+
+
+def _wgmma_serialized(log: str) -> str | None:
+    m = re.search(r"wgmma\S* instructions are serialized due to ([^\n]*?)(?: in the function '\w+')?\s*$", log, re.M)
+    return m.group(1).strip() if m else None
 
 
 def _parse_ptx(ptx: str) -> dict:
@@ -66,7 +74,8 @@ def compile_one(variant: str, arch: str, head_dim: int = 128, force_turing: bool
     cc = int(arch.removeprefix("sm_").rstrip("a"))  # sm_90a: the variant adds its suffix itself
     row = {"variant": variant, "arch": arch, "head_dim": head_dim, "force_turing": force_turing,
            "cta": registry.get(variant).cta, "compiled": False, "reason": None, "registers": None, "spill_bytes": None,
-           "smem_bytes": None, "stack_bytes": None, "cp_async": None, "mma": None, "combine_registers": None}
+           "smem_bytes": None, "stack_bytes": None, "cp_async": None, "mma": None, "combine_registers": None,
+           "wgmma_serialized": None}
     why = K.build_unsupported(variant, cc, force_turing, head_dim)
     if why:
         row["reason"] = f"not built: {why}"
