@@ -141,3 +141,9 @@ def text_table(header: Sequence[str], rows: Iterable[Sequence[Any]], right: Iter
     Console(file=buf, width=sum(widths) + 3 * len(widths) + 10, color_system=None,
             force_terminal=False, legacy_windows=False).print(table)
     return "\n".join(ln.rstrip() for ln in buf.getvalue().splitlines())
+
+
+def l2_flush_text(timing: dict) -> str:
+    """How a cold sample's L2 flush was done, from a run's timing settings (older runs lack the key)."""
+    return {"discard": "L2 read, then its lines discarded",
+            "read": "L2 flushed by a read of twice its size"}.get(timing.get("l2_flush"), "L2 flushed")

@@ -55,12 +55,14 @@ _MS_PER_UNIT = {"nsecond": 1e-6, "ns": 1e-6, "usecond": 1e-3, "us": 1e-3, "mseco
                 "second": 1e3, "s": 1e3}
 
 
-def _setup(config_path: str, shapes: str | None, variants: str | None):
+def _setup(config_path: str, shapes: str | None, variants: str | None, l2_flush: str | None = None):
     from pa_bench.backends.cuda import CudaBackend
     from pa_bench.problem.config import load_config
     from pa_bench.problem.plan import make_plan
 
     config = load_config(config_path)
+    if l2_flush:
+        config = replace(config, timing=replace(config.timing, l2_flush=l2_flush))
     plan = make_plan(config, shapes)
     names = variants.split(",") if variants else list(config.variants)
     return config, plan, names, CudaBackend(config)
@@ -101,7 +103,7 @@ def child(args) -> None:
 
     from pa_bench.problem.inputs import make_inputs
 
-    config, plan, names, backend = _setup(args.config, args.shapes, args.variants)
+    config, plan, names, backend = _setup(args.config, args.shapes, args.variants, args.l2_flush)
     only = call_pairs(args.only)
     flusher = backend.timer() if only else None
     mod = _marker_module(len(plan.problems), names)
@@ -232,6 +234,9 @@ def main() -> int:
                     help="also measure every single-kernel call after pa-bench's own L2 flush (column "
                          "ncu_flushed_ms): the same cold state as pa-bench, where ncu's --cache-control all "
                          "invalidates L2 instead")
+    ap.add_argument("--l2-flush", choices=("read", "discard"), default=None,
+                    help="pa-bench's cold flush, here and in the flushed pass (default: the config's "
+                         "timing.l2_flush)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--only", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -241,7 +246,8 @@ def main() -> int:
 
     from pa_bench.problem.inputs import make_inputs
 
-    config, plan, names, backend = _setup(args.config, args.shapes, args.variants)
+    config, plan, names, backend = _setup(args.config, args.shapes, args.variants, args.l2_flush)
+    print(f"pa-bench's L2 flush: {backend.timer().flush_method}")
     settings = replace(config.timing, max_seconds=args.seconds)
     ours: dict[tuple[int, str], float] = {}
     samples: list[tuple[str, str, float]] = []
@@ -266,7 +272,8 @@ def main() -> int:
     base = [args.ncu, "--clock-control", "none", "--cache-control", "all", "--profile-from-start", "off",
             "--metrics", METRIC, "--csv", "--print-units", "base"]
     child_args = [sys.executable, __file__, "--child", "--config", args.config, "--reps", str(args.reps),
-                  "--variants", ",".join(names)] + (["--shapes", args.shapes] if args.shapes else [])
+                  "--variants", ",".join(names)] + (["--shapes", args.shapes] if args.shapes else []) + (
+                  ["--l2-flush", args.l2_flush] if args.l2_flush else [])
     rc, text = _run_ncu(base + child_args, out_dir / "ncu_check.ncu.log")
     if rc != 0:
         print(f"error: ncu exited {rc}; see {out_dir / 'ncu_check.ncu.log'}", file=sys.stderr)

@@ -187,6 +187,7 @@ def test_structural_errors(tmp_path, text, words):
     ("timing: {max_noise: 0}\n", ["timing.max_noise"]),
     ("timing: {min_samples: 20, max_samples: 10}\n", ["timing.max_samples", "min_samples"]),
     ("timing: {hot: 1}\n", ["timing.hot", "true or false"]),
+    ("timing: {l2_flush: memset}\n", ["timing.l2_flush", "read, discard", "memset"]),
     ("parity: {sample_rows: 0}\n", ["parity.sample_rows"]),
     ("name: has space\n", ["name"]),
 ])

@@ -105,7 +105,7 @@ def _fake_child(monkeypatch, names, only=None, reps=2):
     monkeypatch.setattr(ncu_check, "_marker_module", lambda n, names: marker)
     import pa_bench.problem.inputs as inputs_mod
     monkeypatch.setattr(inputs_mod, "make_inputs", lambda problem: problem)
-    args = types.SimpleNamespace(config="c", shapes=None, variants=None, only=only, reps=reps)
+    args = types.SimpleNamespace(config="c", shapes=None, variants=None, only=only, reps=reps, l2_flush=None)
     ncu_check.child(args)
     return rec.events
 

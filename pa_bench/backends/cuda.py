@@ -571,7 +571,8 @@ class CudaBackend:
         if self._timer is None:
             from pa_bench.measure import timing
 
-            self._timer = timing.CupyTimer(int(self.props["l2CacheSize"]))
+            flush = self.config.timing.l2_flush if self.config is not None else "discard"
+            self._timer = timing.CupyTimer(int(self.props["l2CacheSize"]), flush=flush)
         return self._timer
 
 

@@ -18,9 +18,12 @@ marked ``host_bound`` (nvbench warns in that case).
 
 Cold samples (the default) flush L2 before the start event by *reading* a buffer of twice the
 device's L2 size: every line the last sample left dirty is written back then, outside the
-interval, and L2 holds only clean lines of no use to the kernel — the state Nsight Compute's
-``--cache-control all`` gives. (A memset, nvbench's flush, leaves L2 full of dirty lines whose
-write-back the timed kernel then pays for: on the H200 that read 2.5-7 % above Nsight Compute.)
+interval. (A memset, nvbench's flush, leaves L2 full of dirty lines whose write-back the timed
+kernel then pays for: on the H200 that read 2.5-7 % above Nsight Compute.) With
+``timing.l2_flush: discard`` (the default; sm_80+) a second pass then drops the buffer's lines
+(``discard.global.L2``), so the kernel starts on an empty L2, as after Nsight Compute's
+``--cache-control all``, instead of one full of clean lines (``read``). docs/TIMING.md has the
+measurements behind the choice.
 Hot samples (``hot``) time a batch of back-to-back launches with no flush and
 divide by the batch size (the batch is sized from the warm-up to about ``HOT_BATCH_MS``).
 
@@ -344,13 +347,25 @@ extern "C" __global__ void pa_l2_scrub(const uint4* buf, unsigned long long n, u
     }
     if (acc == 0x9e3779b9u) *sink = acc;
 }
+
+// After pa_l2_scrub: drops the buffer's lines from L2 without writing them back (discard.global.L2,
+// one 128-byte line per thread), so L2 is left empty rather than full of clean lines.
+extern "C" __global__ void pa_l2_discard(const char* buf, unsigned long long lines) {
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < lines;
+         i += (unsigned long long)gridDim.x * blockDim.x)
+#if __CUDA_ARCH__ >= 800
+        asm volatile("discard.global.L2 [%0], 128;\n" ::"l"(buf + 128 * i) : "memory");
+#else
+        ;   // no discard before sm_80: the timer does not launch this there
+#endif
+}
 """
 
 
 class CupyTimer:
     """:class:`Timer` on CuPy's current stream; ``flush_bytes``: the device's L2 size."""
 
-    def __init__(self, flush_bytes: int, hold_timeout_s: float = HOLD_TIMEOUT_S):
+    def __init__(self, flush_bytes: int, hold_timeout_s: float = HOLD_TIMEOUT_S, flush: str = "discard"):
         import cupy as cp
         import numpy as np
 
@@ -365,11 +380,19 @@ class CupyTimer:
         ptr = self._pinned.ptr                                     # unified addressing: also
         self._args = (np.uint64(ptr), np.uint64(ptr + 4),          # the device's pointer
                       np.uint64(int(hold_timeout_s * 1e9)))
-        self._flush = cp.zeros(2 * max(int(flush_bytes), 1 << 20) // 16 * 16, dtype=cp.uint8)
+        self._flush = cp.zeros(2 * max(int(flush_bytes), 1 << 20) // 128 * 128, dtype=cp.uint8)
         self._sink = cp.zeros(1, dtype=cp.uint32)
         sms = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"]
         self._scrub_args = (self._flush, np.uint64(self._flush.nbytes // 16), self._sink)
         self._scrub_grid = (4 * int(sms),)
+        if flush not in ("read", "discard"):
+            raise ValueError(f"flush must be 'read' or 'discard', not {flush!r}")
+        dev = cp.cuda.Device()
+        if flush == "discard" and int(dev.compute_capability) < 80:
+            flush = "read"                 # discard.global.L2 is sm_80+
+        self.flush_method = flush
+        self._discard_fn = mod.get_function("pa_l2_discard") if flush == "discard" else None
+        self._discard_args = (self._flush, np.uint64(self._flush.nbytes // 128))
         self._start, self._end = cp.cuda.Event(), cp.cuda.Event()
 
     def hold(self) -> None:
@@ -379,6 +402,8 @@ class CupyTimer:
 
     def flush(self) -> None:
         self._scrub_fn(self._scrub_grid, (512,), self._scrub_args, stream=self.stream)
+        if self._discard_fn is not None:
+            self._discard_fn(self._scrub_grid, (512,), self._discard_args, stream=self.stream)
 
     def start(self) -> None:
         self._start.record(self.stream)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pa_bench import fmt
 from pa_bench.fmt import DASH
 from pa_bench.store.prompt_rows import MEASURED, PromptRow, read_prompt_csv
 
@@ -90,7 +91,7 @@ def _timing_line(prompt: Mapping[str, Any]) -> str:
     t = ((prompt.get("config") or {}).get("timing")) or {}
     if not t:
         return "Timing settings: not recorded."
-    mode = "hot (back-to-back launches)" if t.get("hot") else "cold (L2 flushed before each sample)"
+    mode = "hot (back-to-back launches)" if t.get("hot") else f"cold ({fmt.l2_flush_text(t)} before each sample)"
     return (f"Timing per timed chunk, all variants interleaved: {mode}, {t.get('warmup')} warm-up "
             f"launches, until rel. stdev <= {100 * float(t.get('max_noise', math.nan)):.2g}% with "
             f">= {t.get('min_seconds')} s and >= {t.get('min_samples')} samples, or "

@@ -193,7 +193,7 @@ def _parameters(records: list[Record], meta: Mapping[str, Any]) -> list[str]:
             " (a parity run)" if meta.get("mode") == "parity" else
             " (the numpy backend does not time)" if "numpy" in _unique(records, "backend") else "")
     elif timing:
-        mode = "hot (back-to-back launches)" if timing.get("hot") else "cold (L2 flushed before each launch)"
+        mode = "hot (back-to-back launches)" if timing.get("hot") else f"cold ({fmt.l2_flush_text(timing)} before each launch)"
         timing_text = (
             f"{mode}; {timing.get('warmup', DASH)} warm-up launches; until rel. stdev <= "
             f"{100 * float(timing.get('max_noise', math.nan)):.2g}% with >= {timing.get('min_seconds', DASH)} s "
@@ -677,3 +677,4 @@ def linked_plots(report_path: str | Path) -> list[Path]:
     path = Path(report_path)
     names = re.findall(r"!\[[^\]]*\]\(([^)\s]+\.png)\)", path.read_text(encoding="utf-8"))
     return [path.parent / n for n in dict.fromkeys(names) if (path.parent / n).is_file()]
+

@@ -46,6 +46,10 @@ class TimingSettings:
     max_noise: float = 0.005
     min_samples: int = 10
     max_samples: int = 10000
+    l2_flush: str = "discard"       # cold samples: "read" twice L2, or that and "discard" its lines
+
+
+L2_FLUSHES = ("read", "discard")
 
 
 @dataclass(frozen=True)
@@ -540,6 +544,7 @@ def _timing(c: _Checker, value: Any) -> TimingSettings:
         max_noise=c.number(get("max_noise"), "timing.max_noise", positive=True),
         min_samples=c.integer(get("min_samples"), "timing.min_samples", 1),
         max_samples=c.integer(get("max_samples"), "timing.max_samples", 1),
+        l2_flush=c.choice(get("l2_flush"), "timing.l2_flush", L2_FLUSHES),
     )
     if t.max_samples < t.min_samples:
         raise c.fail("timing.max_samples",

@@ -1,0 +1,57 @@
+"""pa-bench's GPU timer on a real GPU (`pytest -m gpu`): the cold flush loses no data, and a
+timed call's samples come back through the blocking path with a stop reason."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+cp = pytest.importorskip("cupy")
+try:
+    HAVE_GPU = cp.cuda.runtime.getDeviceCount() > 0
+except Exception:  # pragma: no cover
+    HAVE_GPU = False
+if not HAVE_GPU:  # pragma: no cover
+    pytest.skip("no GPU visible to CuPy", allow_module_level=True)
+
+from pa_bench.measure import timing  # noqa: E402
+
+
+def _l2_bytes() -> int:
+    return int(cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["l2CacheSize"])
+
+
+@pytest.mark.parametrize("flush", ["read", "discard"])
+def test_flush_keeps_every_other_buffer(flush):
+    """The discard pass drops lines without writing them back: it must touch the flush buffer's
+    lines only. Data written just before (dirty in L2) survives either flush."""
+    timer = timing.CupyTimer(_l2_bytes(), flush=flush)
+    cc = int(cp.cuda.Device().compute_capability)
+    assert timer.flush_method == (flush if cc >= 80 else "read")
+    x = cp.arange(4 << 20, dtype=cp.int32)          # 16 MB, written by a kernel: dirty in L2
+    y = x * 3 + 1
+    timer.flush()
+    timer.synchronize()
+    assert bool((x == cp.arange(4 << 20, dtype=cp.int32)).all())
+    assert bool((y == cp.arange(4 << 20, dtype=cp.int32) * 3 + 1).all())
+
+
+def test_bad_flush_is_refused():
+    with pytest.raises(ValueError, match="flush"):
+        timing.CupyTimer(_l2_bytes(), flush="memset")
+
+
+def test_a_timed_call_goes_through_the_hold():
+    """time_interleaved on the real timer: samples, a stop reason, no late sample on an idle host."""
+    timer = timing.CupyTimer(_l2_bytes())
+    a = cp.ones(1 << 20, dtype=cp.float32)
+    from pa_bench.problem.config import TimingSettings
+
+    settings = TimingSettings(warmup=2, min_seconds=0.0, max_seconds=2.0, max_noise=1.0, min_samples=5,
+                              max_samples=20)
+    res = timing.time_interleaved({"scale": lambda: cp.multiply(a, 2.0, out=a)}, settings, timer=timer)
+    r = res["scale"]
+    assert len(r.samples_ms) >= 5 and all(ms > 0 for ms in r.samples_ms)
+    assert r.stop_reason in ("noise", "timeout", "max_samples")
+    assert r.late_samples == 0
