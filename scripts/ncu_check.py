@@ -7,7 +7,9 @@ For every shape of the config and every variant (kernels and peers) it
 1. times the variant with pa-bench's own method (``backend.time``: the blocking-kernel,
    L2-flushed, interleaved sampling of pa_bench.measure.timing; a short budget), and
 2. runs itself as a child under ``ncu --clock-control none --cache-control all --metrics
-   gpu__time_duration.sum``, which calls every variant ``--reps`` times after one warm-up call,
+   gpu__time_duration.sum``, which calls every variant ``--reps`` times (short calls more: about
+   REP_BUDGET_MS of GPU time per row, since ncu's figure of a short kernel varies by several per
+   cent from call to call) after one warm-up call,
    the calls of a variant preceded by one marker kernel (``pa_mark_<shape>_<variant>``), so that
    the kernels of each call (one for a kernel variant, several for a peer: every call launches
    the same kernels) can be told apart and summed;
@@ -34,6 +36,7 @@ kernel's figure otherwise (``kernel``); ``ncu_kernel_sum_ms`` keeps the kernel-r
 ``within_flushed``): the cold state differs between the two flushes, and one kernel shows it
 (H200, 2026-12-01: PyTorch's flash kernel at 0x1536 runs 105.3 us after ncu's invalidation and
 109.8 us after pa-bench's read of twice the L2, 40 calls each; v1 145.9 and 145.3 us).
+``ncu_calls`` and ``ncu_iqr_ms`` say how many calls ncu's median is over and how much they spread.
 ``--samples-out`` also writes every pa-bench sample (ms) of every row. Exit code 1 if any row is
 not within.
 """
@@ -42,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import os
 import statistics
 import subprocess
@@ -50,6 +54,11 @@ from dataclasses import replace
 from pathlib import Path
 
 REL_TOL, ABS_TOL_MS = 0.03, 0.003
+# ncu's figure of one short kernel varies by several per cent from call to call (PyTorch's flash
+# kernel at 0x1536 on the H200: 97.6-111.6 us over 40 calls), so its median over a few calls is
+# itself uncertain by more than 1 %. Short calls get more reps: about REP_BUDGET_MS of GPU time per
+# row (pa-bench's own median says how long a call is), at least --reps, at most MAX_REPS.
+REP_BUDGET_MS, MAX_REPS = 6.0, 60
 METRIC = "gpu__time_duration.sum"
 _MS_PER_UNIT = {"nsecond": 1e-6, "ns": 1e-6, "usecond": 1e-3, "us": 1e-3, "msecond": 1.0, "ms": 1.0,
                 "second": 1e3, "s": 1e3}
@@ -87,6 +96,21 @@ def _profiler(cp):
     return profiler.start, profiler.stop
 
 
+def reps_for(call_ms: float | None, base: int, budget_ms: float = REP_BUDGET_MS, cap: int = MAX_REPS) -> int:
+    """Profiled calls of one row: enough for ``budget_ms`` of GPU time, at least ``base`` and at
+    most ``max(base, cap)``; ``base`` where pa-bench has no time for the call."""
+    if not call_ms or call_ms <= 0:
+        return base
+    return max(base, min(cap, math.ceil(budget_ms / call_ms)))
+
+
+def reps_map(text: str | None) -> dict[tuple[int, int], int]:
+    """``"0:6:40,3:5:10"`` -> {(0, 6): 40, (3, 5): 10}: reps per (shape index, variant index)."""
+    if not text:
+        return {}
+    return {(int(a), int(b)): int(n) for a, b, n in (item.split(":") for item in text.split(","))}
+
+
 def call_pairs(text: str | None) -> set[tuple[int, int]] | None:
     """``"0:6,3:6"`` -> {(0, 6), (3, 6)}: the (shape index, variant index) calls to run."""
     if not text:
@@ -105,6 +129,7 @@ def child(args) -> None:
 
     config, plan, names, backend = _setup(args.config, args.shapes, args.variants, args.l2_flush)
     only = call_pairs(args.only)
+    reps = reps_map(args.reps_map)
     flusher = backend.timer() if only else None
     mod = _marker_module(len(plan.problems), names)
     p_start, p_stop = _profiler(backend.cp)
@@ -127,7 +152,7 @@ def child(args) -> None:
                     continue
                 p_start()
                 mod.get_function(f"pa_mark_{si}_{vi}")((1,), (1,), ())   # one marker per variant
-                for _ in range(1 + args.reps):
+                for _ in range(1 + reps.get((si, vi), args.reps)):
                     if flusher is not None:           # pa-bench's flush, not profiled
                         sync()
                         p_stop()
@@ -140,11 +165,12 @@ def child(args) -> None:
         backend.release(prep)
 
 
-def parse_ncu_csv(text: str, calls_per_marker: int) -> dict[tuple[int, int], list[tuple[float, int]]]:
+def parse_ncu_csv(text: str, calls_per_marker: int | dict[tuple[int, int], int]) -> dict[tuple[int, int], list[tuple[float, int]]]:
     """{(shape index, variant index): [(ms of one call, kernels in it), ...]} from ncu's CSV.
 
     The child launches one marker kernel (``pa_mark_<s>_<v>``) and then ``calls_per_marker``
-    calls of one variant (a warm-up and the reps): the kernels after a marker are split into that
+    calls of one variant (a warm-up and the reps; a dict gives the number per (shape index,
+    variant index)): the kernels after a marker are split into that
     many calls of equal kernel count, and the first (the warm-up) is dropped. A group whose kernels
     do not split evenly is left out (its row is then missing, not wrong). The child's own L2 flush
     and hold kernels belong to no call."""
@@ -166,15 +192,24 @@ def parse_ncu_csv(text: str, calls_per_marker: int) -> dict[tuple[int, int], lis
             current.append(ms)
     out = {}
     for key, lst in groups.items():
+        n_calls = calls_per_marker.get(key, 0) if isinstance(calls_per_marker, dict) else calls_per_marker
         calls = []
         for group in lst:
-            per = len(group) // calls_per_marker
-            if per == 0 or per * calls_per_marker != len(group):
+            per = len(group) // n_calls if n_calls else 0
+            if per == 0 or per * n_calls != len(group):
                 continue
-            calls += [group[i * per:(i + 1) * per] for i in range(1, calls_per_marker)]
+            calls += [group[i * per:(i + 1) * per] for i in range(1, n_calls)]
         if calls:
             out[key] = [(sum(c), len(c)) for c in calls]
     return out
+
+
+def _iqr(xs: list[float]) -> float:
+    """Interquartile range of ``xs`` (0 for fewer than two): how much ncu's own figure varies."""
+    if len(xs) < 2:
+        return 0.0
+    q = statistics.quantiles(xs, n=4, method="inclusive")
+    return q[2] - q[0]
 
 
 def _within(mine: float, ref: float) -> bool:
@@ -206,7 +241,8 @@ def build_rows(shapes: list[str], names: list[str], ours: dict, theirs: dict, wh
                          "within": _within(mine, ncu_ms), "ncu_kernels": calls[0][1], "ncu_mode": mode,
                          "ncu_kernel_sum_ms": f"{kernel_sum:.5f}",
                          "ncu_flushed_ms": "" if flushed is None else f"{flushed:.5f}",
-                         "within_flushed": "" if flushed is None else _within(mine, flushed)})
+                         "within_flushed": "" if flushed is None else _within(mine, flushed),
+                         "ncu_calls": len(calls), "ncu_iqr_ms": f"{_iqr([c[0] for c in calls]):.5f}"})
     return rows
 
 
@@ -225,7 +261,9 @@ def main() -> int:
     ap.add_argument("--config", default="configs/pr2092.yaml")
     ap.add_argument("--shapes", default=None)
     ap.add_argument("--variants", default=None, help="comma list (default: the config's variants)")
-    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--reps", type=int, default=15,
+                    help=f"profiled calls per row at least (short calls get more: about {REP_BUDGET_MS:g} ms "
+                         f"of GPU time, at most {MAX_REPS})")
     ap.add_argument("--seconds", type=float, default=3.0, help="pa-bench's timing budget per shape")
     ap.add_argument("--out", default=".")
     ap.add_argument("--ncu", default=os.environ.get("NCU", "ncu"))
@@ -239,6 +277,7 @@ def main() -> int:
                          "timing.l2_flush)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--only", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--reps-map", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         child(args)
@@ -271,14 +310,18 @@ def main() -> int:
             w.writerows((a, b, f"{ms:.6f}") for a, b, ms in samples)
     base = [args.ncu, "--clock-control", "none", "--cache-control", "all", "--profile-from-start", "off",
             "--metrics", METRIC, "--csv", "--print-units", "base"]
+    reps = {(si, vi): reps_for(ours.get((si, name)), args.reps)
+            for si in range(len(plan.problems)) for vi, name in enumerate(names)}
     child_args = [sys.executable, __file__, "--child", "--config", args.config, "--reps", str(args.reps),
+                  "--reps-map", ",".join(f"{si}:{vi}:{n}" for (si, vi), n in reps.items()),
                   "--variants", ",".join(names)] + (["--shapes", args.shapes] if args.shapes else []) + (
                   ["--l2-flush", args.l2_flush] if args.l2_flush else [])
     rc, text = _run_ncu(base + child_args, out_dir / "ncu_check.ncu.log")
     if rc != 0:
         print(f"error: ncu exited {rc}; see {out_dir / 'ncu_check.ncu.log'}", file=sys.stderr)
         return 2
-    theirs = parse_ncu_csv(text, 1 + args.reps)
+    calls_per_marker = {key: 1 + n for key, n in reps.items()}
+    theirs = parse_ncu_csv(text, calls_per_marker)
 
     # calls of several kernels (every call with --flushed-all): once more with one flush before the
     # whole call, pa-bench's own
@@ -289,7 +332,7 @@ def main() -> int:
         flushed = [a if a != "all" else "none" for a in base]
         frc, ftext = _run_ncu(flushed + child_args + ["--only", spec], out_dir / "ncu_check.flushed.log")
         if frc == 0:
-            got = parse_ncu_csv(ftext, 1 + args.reps)
+            got = parse_ncu_csv(ftext, calls_per_marker)
             whole = {key: [c[0] for c in got[key]] for key in multi if got.get(key)}
         else:
             print(f"warning: ncu exited {frc} in the one-flush pass; calls of several "

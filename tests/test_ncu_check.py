@@ -70,7 +70,7 @@ class _Recorder:
         self.events.append("stop")
 
 
-def _fake_child(monkeypatch, names, only=None, reps=2):
+def _fake_child(monkeypatch, names, only=None, reps=2, reps_map=None):
     import types
 
     rec = _Recorder()
@@ -105,7 +105,8 @@ def _fake_child(monkeypatch, names, only=None, reps=2):
     monkeypatch.setattr(ncu_check, "_marker_module", lambda n, names: marker)
     import pa_bench.problem.inputs as inputs_mod
     monkeypatch.setattr(inputs_mod, "make_inputs", lambda problem: problem)
-    args = types.SimpleNamespace(config="c", shapes=None, variants=None, only=only, reps=reps, l2_flush=None)
+    args = types.SimpleNamespace(config="c", shapes=None, variants=None, only=only, reps=reps, l2_flush=None,
+                                 reps_map=reps_map)
     ncu_check.child(args)
     return rec.events
 
@@ -146,3 +147,33 @@ def test_rows_judge_pa_bench_against_ncu_and_against_the_flushed_figure_where_me
     assert deq["ncu_mode"] == "flushed" and deq["ncu_ms"] == "0.13200" and deq["ncu_kernel_sum_ms"] == "0.13600"
     assert deq["within"] is True
     assert rows[("2.1Kx256", "v1")]["within"] is True       # 1.3 us over: inside the 3 us floor
+
+
+def test_short_calls_get_more_reps_within_the_cap():
+    assert ncu_check.reps_for(1.5, 10) == 10                  # a long call: the base
+    assert ncu_check.reps_for(0.15, 10) == 40                 # 6 ms of GPU time
+    assert ncu_check.reps_for(0.05, 10) == ncu_check.MAX_REPS
+    assert ncu_check.reps_for(None, 10) == 10                 # not timed by pa-bench: the base
+    assert ncu_check.reps_for(0.05, 80) == 80                 # the cap never lowers --reps
+    assert ncu_check.reps_map("0:6:40,3:5:10") == {(0, 6): 40, (3, 5): 10}
+    assert ncu_check.reps_map(None) == {}
+
+
+def test_calls_per_marker_may_differ_per_row():
+    text = "\n".join([HEAD, row(0, "pa_mark_0_0", 1), row(1, "pa_v1", 10), row(2, "pa_v1", 20),
+                      row(3, "pa_mark_0_1", 1), row(4, "k", 1), row(5, "k", 2), row(6, "k", 3), row(7, "k", 4)])
+    got = ncu_check.parse_ncu_csv(text, {(0, 0): 2, (0, 1): 4})
+    assert got[(0, 0)] == [(pytest.approx(20e-6), 1)]
+    assert [c[0] for c in got[(0, 1)]] == pytest.approx([2e-6, 3e-6, 4e-6])
+
+
+def test_rows_say_how_many_calls_ncus_median_is_over_and_their_spread():
+    rows = ncu_check.build_rows(["1.5K"], ["v1"], {(0, "v1"): 0.1},
+                                {(0, 0): [(0.098, 1), (0.100, 1), (0.102, 1), (0.110, 1), (0.090, 1)]}, {})
+    assert rows[0]["ncu_calls"] == 5 and rows[0]["ncu_iqr_ms"] == "0.00400"
+
+
+def test_the_child_makes_each_rows_own_number_of_calls(monkeypatch):
+    ev = _fake_child(monkeypatch, ["v1", "torch-sdpa"], reps=2, reps_map="0:1:4")
+    profiled = [e for e in ev[ev.index("start"):] if isinstance(e, tuple) and e[0] == "call"]
+    assert profiled.count(("call", "v1", True)) == 3 and profiled.count(("call", "torch-sdpa", True)) == 5

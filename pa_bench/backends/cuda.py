@@ -571,7 +571,7 @@ class CudaBackend:
         if self._timer is None:
             from pa_bench.measure import timing
 
-            flush = self.config.timing.l2_flush if self.config is not None else "discard"
+            flush = self.config.timing.l2_flush if self.config is not None else "read"
             self._timer = timing.CupyTimer(int(self.props["l2CacheSize"]), flush=flush)
         return self._timer
 

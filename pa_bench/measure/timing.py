@@ -365,7 +365,7 @@ extern "C" __global__ void pa_l2_discard(const char* buf, unsigned long long lin
 class CupyTimer:
     """:class:`Timer` on CuPy's current stream; ``flush_bytes``: the device's L2 size."""
 
-    def __init__(self, flush_bytes: int, hold_timeout_s: float = HOLD_TIMEOUT_S, flush: str = "discard"):
+    def __init__(self, flush_bytes: int, hold_timeout_s: float = HOLD_TIMEOUT_S, flush: str = "read"):
         import cupy as cp
         import numpy as np
 

@@ -46,7 +46,7 @@ class TimingSettings:
     max_noise: float = 0.005
     min_samples: int = 10
     max_samples: int = 10000
-    l2_flush: str = "discard"       # cold samples: "read" twice L2, or that and "discard" its lines
+    l2_flush: str = "read"          # cold samples: "read" twice L2, or that and "discard" its lines
 
 
 L2_FLUSHES = ("read", "discard")
