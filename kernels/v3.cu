@@ -78,7 +78,9 @@
 //   registers than a consumer has once S and P.V are in flight together.) All fp32 softmax
 //   arithmetic uses the _rn intrinsics (no contraction). Key segments (Args::seg_keys, issue
 //   #12) are honoured as in the other kernels: the CTAs of blockIdx.z = z see only keys
-//   [z*S, (z+1)*S) and write their unnormalised (O, m, l) for pa_combine.
+//   [z*S, (z+1)*S) and write their unnormalised (O, m, l) for pa_combine. Besides long contexts,
+//   v3 gets segments where its grid would have fewer than 128 CTAs (2.1Kx256 with 32/8 heads: 64),
+//   so that the GPU is filled (pa_bench.numerics.model.segment_keys, registry fill_rows = M_CTA).
 // Why this shape: the warp-private v2 converts every K/V fragment once per warp and issues
 //   mma.sync at a rate that caps the tensor pipe (docs/PERF_NOTES.md); here one producer
 //   warpgroup converts each tile once for 128 rows, and wgmma runs 64 x 64 x 16 per instruction

@@ -472,21 +472,25 @@ def load_prompt_config(path: str | Path | None = None, *, tokens: Any = None, ch
 
 
 def regime_of(backend, variants, problem) -> tuple:
-    """What the kernels do on a chunk beyond its size: how many key segments the softmax runs
-    in, and which variants split the chunk's keys in two halves (time is affine in context only
-    while this stays the same)."""
+    """What the kernels do on a chunk beyond its size: per kernel variant, how many key segments
+    its softmax runs in (long contexts; v3 also on chunks with few CTAs) and whether it splits the
+    chunk's keys in two halves (time is affine in context only while this stays the same)."""
     from pa_bench.numerics.model import segment_keys
 
-    seg = segment_keys(problem.context)
-    segments = 1 if not seg else -(-problem.keys // seg)
-    splits = []
+    out = []
     for v in variants:
-        if registry.is_kernel(v):
-            try:
-                splits.append(bool(backend.split_keys(v, problem)))
-            except Exception:  # a backend that cannot say: treat as not splitting
-                splits.append(False)
-    return (segments, tuple(splits))
+        if not registry.is_kernel(v):
+            continue
+        try:
+            seg = int(backend.segment_keys(v, problem))
+        except Exception:  # a backend that cannot say: the rule every variant follows
+            seg = segment_keys(problem.context)
+        try:
+            split = bool(backend.split_keys(v, problem))
+        except Exception:  # a backend that cannot say: treat as not splitting
+            split = False
+        out.append((1 if not seg else -(-problem.keys // seg), split))
+    return tuple(out)
 
 
 def time_chunks(backend, config: Config, chunks: list[Chunk], measured: list[int], *,

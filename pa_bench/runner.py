@@ -462,18 +462,21 @@ def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
     model_errs: dict[tuple[int, int], float] = {}
 
     def model_err(variant: str, kernel_out: np.ndarray | None) -> float:
-        # the arithmetic the backend's kernel does: its tile size and where it splits the keys
-        # and how long one P.V accumulator chain runs
-        key = (tile_keys(variant), backend.split_keys(variant, problem), pv_chain_keys(variant))
+        # the arithmetic the backend's kernel does: its tile size, where it splits the keys, how
+        # long one P.V accumulator chain runs and its key segments
+        key = (tile_keys(variant), backend.split_keys(variant, problem), pv_chain_keys(variant),
+               backend.segment_keys(variant, problem))
         if key not in model_errs:
             if backend.name == "numpy" and kernel_out is not None:
                 out = kernel_out  # the numpy backend's output is the model's
             elif hasattr(backend, "model"):  # the backend runs the model itself (cuda: on the GPU)
                 with job.phases.phase("model"):
-                    out = backend.model(inputs, key[0], model_rows, split_keys=key[1], pv_chain_keys=key[2])
+                    out = backend.model(inputs, key[0], model_rows, split_keys=key[1], pv_chain_keys=key[2],
+                                        segment_keys=key[3])
             else:
                 with job.phases.phase("model"):
-                    out = model_attention(inputs, key[0], model_rows, split_keys=key[1], pv_chain_keys=key[2])
+                    out = model_attention(inputs, key[0], model_rows, split_keys=key[1], pv_chain_keys=key[2],
+                                          segment_keys=key[3])
             model_errs[key] = float(metrics.error_metrics(out, ref_model)["max_abs_err"])
         return model_errs[key]
 

@@ -45,6 +45,9 @@ class Variant:
     warp_tiles: bool = False        # takes -DPA_TILES (m16 tiles per warp, kernels.choose_tiles)
     turing_path: bool = True        # has the forced sm_75 path (--force-turing)
     bitwise_twin: str | None = None  # must be bitwise identical to this variant (same MMA path)
+    fill_rows: int | None = None    # rows of one CTA (the query heads of a KV group packed in): a
+                                    # chunk with too few CTAs runs its keys in segments to fill
+                                    # the GPU (model.segment_keys); None: never (v1, v2, v2t)
     pv_chain_keys: int | None = None  # keys one P.V accumulator sums before it is added (_rn) into O:
                                       # None = one MMA chain over the whole key range (every kernel
                                       # today; v3 ran 64, a fresh wgmma accumulator per tile, until
@@ -170,7 +173,7 @@ register(Variant(
     source="v3.cu", min_arch=90, max_arch=90, arch_suffix="a", arch_needs="wgmma, setmaxnreg", tile_keys=64,
     threads=384, cta="384 threads: a producer warpgroup + 2 consumer warpgroups x 64 rows (the query heads of "
     "one KV group packed into the rows); 182 KB of dynamic shared memory at D=128, 94 KB at D=64",
-    turing_path=False))
+    turing_path=False, fill_rows=128))
 register(Variant(
     "triton", TRITON_KERNEL, "the same problem in Triton: int8 K/V gathered and converted in the kernel, "
     "the query heads of a KV group packed into a program's rows",

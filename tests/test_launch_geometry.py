@@ -187,3 +187,46 @@ def test_segments_are_whole_v1_tiles_and_exclude_split_keys():
         K.launch_geometry("v1", 512, 32, 8, context=4096, segment_keys=48)
     with pytest.raises(ValueError, match="split_keys and segment_keys"):
         K.launch_geometry("v2", 512, 32, 8, context=4096, segment_keys=1024, split_keys=64)
+
+
+# ---------------------------------------------------------------- v3's key segments that fill the GPU
+
+def test_v3_fills_a_small_grid_with_key_segments():
+    """2.1Kx256 with 32/8 heads gives v3 8 x 8 = 64 CTAs, half the H200's SMs: the rule runs its
+    2,406 keys in two segments of 1,216 (pa_combine merges them), 128 CTAs in all."""
+    from pa_bench.numerics.model import segment_keys
+
+    seg = segment_keys(2150, "v3", 256, 32, 8)
+    assert seg == 1216
+    geo = K.launch_geometry("v3", 256, 32, 8, context=2150, segment_keys=seg)
+    assert geo.grid == (8, 8, 2) and geo.segments == 2
+    assert segment_keys(2150, "v1", 256, 32, 8) == segment_keys(2150, "v2", 256, 32, 8) == 0   # v3 only
+    assert segment_keys(2150, "v3", 256, 32, 8) != segment_keys(2150)                        # not the context's rule
+    assert segment_keys(16384, "v3", 200, 32, 8) == 5568   # 56 CTAs: three segments
+
+
+@pytest.mark.parametrize("ctx, queries, hq, hkv", [
+    (32768, 1024, 32, 8), (65536, 512, 32, 8), (0, 1536, 32, 8), (2150, 256, 32, 8), (1023, 113, 32, 8),
+    (16384, 200, 32, 8), (4096, 64, 16, 16), (100, 2000, 32, 8), (3000, 1, 32, 8), (65000, 64, 8, 1),
+    (20000, 700, 64, 8), (70000, 16, 32, 8)])
+def test_v3_fill_segments_follow_its_launch_geometry(ctx, queries, hq, hkv):
+    """The rule, checked against the CTAs v3's launch geometry really has: segments only where
+    the grid has fewer than FILL_CTAS CTAs (or the context is long), about FILL_CTAS CTAs with
+    them, whole 64-key tiles, none under FILL_MIN_KEYS keys; long contexts keep SEGMENT_KEYS."""
+    from pa_bench.numerics.model import FILL_CTAS, FILL_MIN_KEYS, SEGMENT_KEYS, segment_keys
+
+    seg = segment_keys(ctx, "v3", queries, hq, hkv)
+    plain = K.launch_geometry("v3", queries, hq, hkv, context=ctx)
+    ctas = plain.grid[0] * plain.grid[1]
+    keys = ctx + queries
+    if ctx > SEGMENT_KEYS:
+        assert seg == SEGMENT_KEYS
+        return
+    if ctas >= FILL_CTAS or keys < 2 * FILL_MIN_KEYS:
+        assert seg == 0
+        return
+    assert seg % 64 == 0 and seg >= FILL_MIN_KEYS
+    geo = K.launch_geometry("v3", queries, hq, hkv, context=ctx, segment_keys=seg)
+    assert geo.grid[:2] == plain.grid[:2]
+    assert 2 <= geo.segments <= -(-FILL_CTAS // ctas)
+    assert ctas * geo.segments >= min(FILL_CTAS, ctas * (keys // FILL_MIN_KEYS))

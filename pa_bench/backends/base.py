@@ -52,6 +52,9 @@ class Backend(Protocol):
     def split_keys(self, variant: str, problem) -> int:
         """Where ``variant`` splits the keys on ``problem`` (0: it does not); the model follows."""
 
+    def segment_keys(self, variant: str, problem) -> int:
+        """Keys per key segment of ``variant`` on ``problem`` (0: one segment); the model follows."""
+
     def compute(self, prepared, variant: str, rows: np.ndarray | None,
                 check_determinism: bool | None = None) -> KernelOutput:
         """``variant``'s output on the query ``rows`` (None: every row)."""

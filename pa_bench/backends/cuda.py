@@ -320,13 +320,14 @@ class CudaBackend:
 
     def segment_keys(self, variant: str, problem) -> int:
         """Keys per key segment of ``variant`` on ``problem`` (0: no segments): pa_bench.numerics.model's
-        rule, unless ``self.segments`` forces them off (False), on at SEGMENT_KEYS (True), or on at a
+        rule (long contexts, and v3's fill rule), unless ``self.segments`` forces them off (False), on
+        at SEGMENT_KEYS (True), or on at a
         given number of keys (an int, a multiple of 64: small segments put the combine to work on
         small shapes in tests). The numerics model needs the same value."""
         from pa_bench.numerics.model import SEGMENT_KEYS, segment_keys
 
         if self.segments is None:
-            return segment_keys(problem.context)
+            return segment_keys(problem.context, variant, problem.queries, problem.heads_q, problem.heads_kv)
         if self.segments is False:
             return 0
         if self.segments is True:
@@ -505,11 +506,13 @@ class CudaBackend:
         cp.get_default_memory_pool().free_all_blocks()
         return out
 
-    def model(self, inputs, tile_keys: int, rows=None, split_keys: int = 0, pv_chain_keys: int = 0) -> np.ndarray:
+    def model(self, inputs, tile_keys: int, rows=None, split_keys: int = 0, pv_chain_keys: int = 0,
+              segment_keys: int | None = None) -> np.ndarray:
         """The numerics model on the GPU: pa_bench.numerics.model on CuPy arrays (the inputs'
         logical K/V uploaded once per shape), its key parts computed by the fused kernel
         kernels/pa_model.cu (engine "kernel"; PA_BENCH_MODEL_ENGINE=xp for CuPy's array steps),
-        the same bits as on the CPU (tests/gpu). ``pv_chain_keys``: numerics.model.pv_chain_keys."""
+        the same bits as on the CPU (tests/gpu). ``pv_chain_keys``: numerics.model.pv_chain_keys;
+        ``segment_keys``: the variant's (``self.segment_keys``; None: the context's rule)."""
         from pa_bench.numerics.model import model_arrays, model_attention
 
         cached = getattr(self, "_model_inputs", None)
@@ -517,7 +520,7 @@ class CudaBackend:
             self._model_inputs = cached = (inputs, model_arrays(inputs, self.cp))
         mma_k = 8 if K.mma_shape(self.cc, self.force_turing) == "m16n8k8" else 16
         out = model_attention(cached[1], tile_keys, rows, split_keys=split_keys, mma_k=mma_k,
-                              pv_chain_keys=pv_chain_keys, engine=MODEL_ENGINE)
+                              pv_chain_keys=pv_chain_keys, segment_keys=segment_keys, engine=MODEL_ENGINE)
         return self.cp.asnumpy(out)
 
     # ------------------------------------------------------------------ timing

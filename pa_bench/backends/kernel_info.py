@@ -29,8 +29,9 @@ def nvcc_path() -> str | None:
 
 
 COMBINE_FUNCTION = "pa_combine"
-SEGMENTS_NOTE = ("key segments (contexts above 64K keys, pa_bench.numerics.model.segment_keys): grid.z = "
-                 "ceil(keys / 65536) CTAs per row block, each on one segment, then pa_combine "
+SEGMENTS_NOTE = ("key segments (contexts above 64K keys, and v3 on chunks of fewer than 128 CTAs: "
+                 "pa_bench.numerics.model.segment_keys): grid.z = ceil(keys / segment keys) CTAs per "
+                 "row block, each on one segment, then pa_combine "
                  f"({32 * K.COMBINE_ROWS_PER_CTA} threads: a warp per row) merges them")
 
 

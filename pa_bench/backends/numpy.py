@@ -79,6 +79,12 @@ class NumpyBackend:
 
         return split_keys(variant, problem.queries, problem.context, problem.heads_q)
 
+    def segment_keys(self, variant: str, problem) -> int:
+        """Keys per key segment of ``variant``'s arithmetic (pa_bench.numerics.model.segment_keys)."""
+        from pa_bench.numerics.model import segment_keys
+
+        return segment_keys(problem.context, variant, problem.queries, problem.heads_q, problem.heads_kv)
+
     def compute(self, prepared, variant: str, rows: np.ndarray | None,
                 check_determinism: bool | None = None) -> KernelOutput:
         """The model's output for ``variant``'s tile size on ``rows`` (None: every row).
@@ -90,12 +96,13 @@ class NumpyBackend:
         tile = tile_keys(variant)
         split = self.split_keys(variant, prepared.problem)
         chain = pv_chain_keys(variant)
+        seg = self.segment_keys(variant, prepared.problem)
         check = self.check_determinism if check_determinism is None else check_determinism
-        key = (id(prepared), tile, split, chain, None if rows is None else np.asarray(rows).tobytes(), check)
+        key = (id(prepared), tile, split, chain, seg, None if rows is None else np.asarray(rows).tobytes(), check)
         hit = self._cache.get(key)
         if hit is not None:
             return KernelOutput(out=hit.out.copy(), canary_ok=True, deterministic=hit.deterministic)
-        kw = dict(split_keys=split, pv_chain_keys=chain)
+        kw = dict(split_keys=split, pv_chain_keys=chain, segment_keys=seg)
         out = np.asarray(model_attention(prepared, tile, rows, **kw), dtype=np.float32)
         deterministic = None
         if check and _model_work(prepared, rows) <= DETERMINISM_MAX_WORK:

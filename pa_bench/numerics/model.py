@@ -70,10 +70,34 @@ SPLIT_MIN_CONTEXT = 1024       # keys before the chunk
 SEGMENT_KEYS = 65536
 
 
-def segment_keys(context: int) -> int:
-    """The keys per segment for a chunk after ``context`` keys: SEGMENT_KEYS on contexts longer
-    than SEGMENT_KEYS, else 0 (one segment: the whole key range)."""
-    return SEGMENT_KEYS if int(context) > SEGMENT_KEYS else 0
+# Key segments to fill the GPU (#13): a variant whose CTA packs the query heads of one KV group
+# into ``fill_rows`` rows (pa_bench.variants; v3: 128) launches heads_kv * ceil(queries /
+# (fill_rows / group)) CTAs. Fewer than FILL_CTAS leave SMs idle (2.1Kx256 with 32/8 heads: 64
+# CTAs for the H200's 132 SMs), so such a chunk runs its keys in n segments merged by pa_combine,
+# as long contexts do: n = ceil(FILL_CTAS / CTAs), but no segment under FILL_MIN_KEYS keys. The
+# rule depends on the problem only (not on the GPU's SM count), so a row's bits never depend on
+# the GPU.
+FILL_CTAS = 128
+FILL_MIN_KEYS = 1024
+
+
+def segment_keys(context: int, variant: str | None = None, queries: int = 0, heads_q: int = 1,
+                 heads_kv: int = 1) -> int:
+    """The keys per segment for a chunk of ``queries`` rows after ``context`` keys (0: one
+    segment, the whole key range): SEGMENT_KEYS on contexts longer than SEGMENT_KEYS (every
+    variant); else, for a ``variant`` with ``fill_rows``, the fill rule above (a multiple of 64)."""
+    ctx = int(context)
+    if ctx > SEGMENT_KEYS:
+        return SEGMENT_KEYS
+    entry = registry.find(variant) if variant else None
+    rows = entry.fill_rows if entry is not None else None
+    if not rows or queries <= 0:
+        return 0
+    per_cta = max(1, rows // max(1, int(heads_q) // max(1, int(heads_kv))))   # query positions per CTA
+    ctas = int(heads_kv) * -(-int(queries) // per_cta)
+    keys = ctx + int(queries)
+    n = min(-(-FILL_CTAS // ctas), keys // FILL_MIN_KEYS)
+    return -(-keys // (64 * n)) * 64 if n >= 2 else 0
 
 
 def split_point(context: int) -> int:
@@ -197,7 +221,9 @@ def model_attention(inputs: Inputs | ModelArrays, tile_keys: int, rows=None, spl
 
     ``rows``: sorted query-row indices (None: all rows). ``split_keys``: 0, or the key (a multiple
     of ``tile_keys``, at most the context) at which the keys are split in two halves merged at the
-    end. ``segment_keys``: keys per segment (None: :func:`segment_keys` of the context; 0: none).
+    end. ``segment_keys``: keys per segment (None: :func:`segment_keys` of the context, the rule
+    every variant follows on long contexts; a variant's own, with its fill rule, comes from
+    ``segment_keys(context, variant, ...)``; 0: none).
     ``mma``: how P.V accumulates (MMA_MODES); ``mma_k``: products per MMA (16; 8 for the Turing
     path's m16n8k8 pairs). ``pv_chain_keys``: 0 (P.V accumulates straight into acc), or a
     multiple of 16 dividing ``tile_keys``: per tile, each group of that many keys runs its slices'
@@ -375,5 +401,5 @@ def _online_softmax(a: ModelArrays, qf, limit, tile: int, k0: int, k1: int, mma:
 
 
 __all__ = ["model_attention", "model_arrays", "ModelArrays", "key_parts", "tile_keys", "pv_chain_keys", "split_keys",
-           "split_point", "SEGMENT_KEYS", "segment_keys", "MMA_MODES", "DEFAULT_MMA", "round_fp16",
+           "split_point", "SEGMENT_KEYS", "segment_keys", "FILL_CTAS", "FILL_MIN_KEYS", "MMA_MODES", "DEFAULT_MMA", "round_fp16",
            "exp2_ftz", "ENGINES"]
