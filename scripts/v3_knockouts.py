@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Where v3's time goes: the kernel timed with one part of its work knocked out at a time.
+
+    python3 scripts/v3_knockouts.py [--shapes 32Kx1024,2.1Kx256] [--out DIR]
+
+Each knock-out is a copy of kernels/ whose v3.cu has one block of work removed by a text edit
+(``KNOCKOUTS``); the copy is timed with ``pa-bench time --variant v3`` (PA_BENCH_KERNELS points at
+it), the real v3 first. The outputs of a knock-out are wrong by design: only its time means
+anything, and only as "how much faster without this", an upper bound on what making that part
+free could give. A knock-out whose edit no longer matches the source fails loudly rather than
+timing the real kernel under a wrong name.
+
+- ``no-convert``: the producer copies int8 K/V but neither converts nor stores the fp16 tiles;
+- ``no-copy``: the producer issues no cp.async (it converts stale staging bytes);
+- ``no-producer``: both (the producer only waits and arrives: the consumers alone);
+- ``no-softmax``: the consumers skip the online softmax (P is packed from raw S; no rescale);
+- ``gemm-only``: no-producer and no-softmax: wgmma, barriers and P packing only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+_CONVERT = re.compile(r"\n#pragma unroll\n        for \(int i = 0; i < NI; \+\+i\) \{\n            const int r = prod_row\(pw, lane, i\);\n"
+                      r"            uint4 lo, hi;.*?\n        \}\n", re.S)
+_COPY = re.compile(r"(    auto issue = \[&\]\(int n\) \{\n).*?(\n    \};\n)", re.S)
+_SOFTMAX = re.compile(r"(    auto softmax = \[&\]\(int n, float \(&al\)\[2\]\) \{\n).*?(\n    \};\n)", re.S)
+
+
+def _sub(pattern: re.Pattern, repl: str, text: str, what: str) -> str:
+    out, n = pattern.subn(repl, text, count=1)
+    if n != 1:
+        raise SystemExit(f"v3_knockouts: the {what} edit no longer matches kernels/v3.cu; update the script")
+    return out
+
+
+def no_convert(src: str) -> str:
+    return _sub(_CONVERT, "\n", src, "no-convert")
+
+
+def no_copy(src: str) -> str:
+    return _sub(_COPY, r"\1        (void)n;\2", src, "no-copy")
+
+
+def no_softmax(src: str) -> str:
+    return _sub(_SOFTMAX, r"\1        (void)n; al[0] = al[1] = 1.f;\2", src, "no-softmax")
+
+
+KNOCKOUTS = {
+    "no-convert": [no_convert],
+    "no-copy": [no_copy],
+    "no-producer": [no_copy, no_convert],
+    "no-softmax": [no_softmax],
+    "gemm-only": [no_copy, no_convert, no_softmax],
+}
+
+
+def kernel_dir(base: Path, name: str, edits) -> Path:
+    d = base / name
+    shutil.copytree(ROOT / "kernels", d)
+    src = (d / "v3.cu").read_text()
+    for edit in edits:
+        src = edit(src)
+    (d / "v3.cu").write_text(src)
+    return d
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default="32Kx1024,2.1Kx256")
+    ap.add_argument("--only", default=None, help="comma list of knock-outs (default: all)")
+    ap.add_argument("--max-seconds", default="3")
+    ap.add_argument("--out", default=None, help="keep each run's output here")
+    args = ap.parse_args()
+    names = args.only.split(",") if args.only else list(KNOCKOUTS)
+    with tempfile.TemporaryDirectory(prefix="v3-ko-") as tmp:
+        runs = [("v3", ROOT / "kernels")] + [(n, kernel_dir(Path(tmp), n, KNOCKOUTS[n])) for n in names]
+        for name, kdir in runs:
+            env = dict(os.environ, PA_BENCH_KERNELS=str(kdir), COLUMNS="200")
+            res = Path(args.out or tmp) / f"results-{name}"
+            cmd = [sys.executable, "-m", "pa_bench", "time", "--variant", "v3", "--shapes", args.shapes,
+                   "--max-seconds", args.max_seconds, "--results", str(res), "--json"]
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
+            if args.out:
+                Path(args.out, f"{name}.log").write_text(proc.stdout + proc.stderr)
+            rows = _records(proc.stdout)
+            if proc.returncode != 0 or not rows:
+                print(f"{name:<12} failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}")
+                continue
+            print(f"{name:<12} " + "  ".join(f"{r['shape']} {r['ms_median']:.4f} ms" for r in rows))
+    return 0
+
+
+def _records(stdout: str) -> list[dict]:
+    import json
+
+    start = stdout.find("{")
+    try:
+        data = json.loads(stdout[start:]).get("records", []) if start >= 0 else []
+    except json.JSONDecodeError:
+        return []
+    return [r for r in data if r.get("variant") == "v3" and r.get("ms_median") is not None]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""scripts/v3_knockouts.py: every knock-out edit still matches kernels/v3.cu and removes what it
+names (a stale edit would time the real kernel under a knock-out's name)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import v3_knockouts as K  # noqa: E402
+
+SRC = (ROOT / "kernels" / "v3.cu").read_text()
+
+
+@pytest.mark.parametrize("name", sorted(K.KNOCKOUTS))
+def test_each_knockout_edits_the_kernel(name):
+    out = SRC
+    for edit in K.KNOCKOUTS[name]:
+        out = edit(out)
+    assert out != SRC
+    if "no-copy" in name or name in ("no-producer", "gemm-only"):
+        assert out.count("cp_async16(") == SRC.count("cp_async16(") - 3   # the producer's three copies
+    if name in ("no-convert", "no-producer", "gemm-only"):
+        assert "i8x16_to_f16(*reinterpret_cast" not in out
+    if name in ("no-softmax", "gemm-only"):
+        assert "softmax_tile<true>(f16_stage" not in out
+
+
+def test_a_stale_edit_fails_loudly():
+    with pytest.raises(SystemExit, match="no longer matches"):
+        K.no_softmax("nothing to edit here")
+
+
+def test_records_are_read_from_the_json_output():
+    out = 'noise\n{"run": "x", "records": [{"variant": "v3", "shape": "2.1Kx256", "ms_median": 0.05},' \
+          ' {"variant": "v3", "shape": "a", "ms_median": null}]}'
+    assert K._records(out) == [{"variant": "v3", "shape": "2.1Kx256", "ms_median": 0.05}]
