@@ -30,14 +30,15 @@
 //   * Pingpong: the issue phase of a step is a turn. Named barriers PP_BAR + w give the two
 //     consumer warpgroups turns 0, 1, 0, 1, ... (warpgroup w syncs on its own, then arrives on the
 //     other's), so one warpgroup's softmax runs while the other's wgmma occupy the tensor pipe.
-// Pipeline and barriers. Three fp16 stages (a consumer holds two: S of tile n, P.V of tile n-1),
-//   each with an mbarrier pair:
+// Pipeline and barriers. Four fp16 stages (F16_STAGES; a consumer holds two: S of tile n, P.V of
+//   tile n-1; with three the producer could convert only one tile ahead, and cost v3 a fifth of
+//   its time at 32Kx1024: docs/PERF_NOTES.md, "v3 step 4"), each with an mbarrier pair:
 //   full[s]  (128 arrivals: every producer thread, after its stores and fence.proxy.async.shared::cta,
 //            since wgmma reads shared memory through the async proxy),
 //   empty[s] (256 arrivals: every consumer thread after wgmma.wait_group 0 of the tile's P.V, i.e.
 //            once the tensor cores have finished reading the stage).
-//   Tile n uses stage n%3; its full phase is n/3 (parity (n/3)&1), and the producer waits for
-//   empty with parity ((n/3)&1)^1 before refilling a stage (not for n < 3). Both consumer
+//   Tile n uses stage n%4; its full phase is n/4 (parity (n/4)&1), and the producer waits for
+//   empty with parity ((n/4)&1)^1 before refilling a stage (not for n < 4). Both consumer
 //   warpgroups wait for and release every tile and take every turn, also past their rows'
 //   diagonal (they skip the math), so the phase counts and the turns stay in lockstep. Q goes to
 //   shared memory once (each consumer warpgroup its 64 rows, fence.proxy.async, a named barrier
@@ -121,7 +122,7 @@ constexpr int F16_V = NG * KV_BLOCK;
 constexpr int F16_KQ = 2 * NG * KV_BLOCK;
 constexpr int F16_VS = F16_KQ + BN * 4;
 constexpr int F16_STAGE = (F16_VS + BN * 4 + 1023) / 1024 * 1024;
-constexpr int F16_STAGES = 3;               // a consumer holds two (S of tile n, P.V of tile n-1)
+constexpr int F16_STAGES = 4;               // a consumer holds two (S of tile n, P.V of tile n-1)
 // int8 staging: K rows, V rows, K scales, V scales (each thread's own chunks)
 constexpr int I8_K = 0;
 constexpr int I8_V = BN * D;
@@ -370,7 +371,7 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
         cp_async_commit();
         cp_async_wait<2>();                  // this thread's copies of tile n have landed
         const int s = n % F16_STAGES;
-        if (n >= F16_STAGES) mbar_wait(bar_empty + 8 * s, ((n / F16_STAGES) & 1) ^ 1);   // tile n-3 released stage s
+        if (n >= F16_STAGES) mbar_wait(bar_empty + 8 * s, ((n / F16_STAGES) & 1) ^ 1);   // tile n-F16_STAGES released stage s
         const unsigned char* st = sm + SM_I8 + (n % I8_STAGES) * I8_STAGE;
         unsigned char* f = sm + SM_F16 + s * F16_STAGE;
 #pragma unroll
