@@ -151,7 +151,7 @@ def test_rows_judge_pa_bench_against_ncu_and_against_the_flushed_figure_where_me
 
 def test_short_calls_get_more_reps_within_the_cap():
     assert ncu_check.reps_for(1.5, 10) == 10                  # a long call: the base
-    assert ncu_check.reps_for(0.15, 10) == 40                 # 6 ms of GPU time
+    assert ncu_check.reps_for(0.15, 10) == 14                 # 2 ms of GPU time
     assert ncu_check.reps_for(0.05, 10) == ncu_check.MAX_REPS
     assert ncu_check.reps_for(None, 10) == 10                 # not timed by pa-bench: the base
     assert ncu_check.reps_for(0.05, 80) == 80                 # the cap never lowers --reps
