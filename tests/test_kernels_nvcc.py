@@ -155,3 +155,11 @@ def test_parse_ptxas_reports_serialised_wgmma():
     assert ki._parse_ptxas(remark + clean, "pa_v3")["wgmma_serialized"] == (
         "non wgmma instructions defining input registers of a wgmma between start and end of the pipeline stage")
     assert ki._parse_ptxas(clean, "pa_v3")["wgmma_serialized"] is None
+
+
+def test_the_table_shows_a_serialised_wgmma():
+    row = {"variant": "v3", "arch": "sm_90", "compiled": True, "registers": 168, "spill_bytes": 0,
+           "smem_bytes": 0, "cp_async": True, "mma": "wgmma.m64n64k16", "combine_registers": 40,
+           "cta": "384 threads", "wgmma_serialized": "non wgmma instructions defining input registers"}
+    assert "WGMMA SERIALISED by ptxas: non wgmma instructions" in ki.format_table([row])
+    assert "SERIALISED" not in ki.format_table([dict(row, wgmma_serialized=None)])

@@ -127,7 +127,9 @@ def format_table(rows: list[dict]) -> str:
             comb = r.get("combine_registers")
             lines.append([r["variant"], r["arch"], "yes", str(r["registers"]), str(r["spill_bytes"]),
                           str(r["smem_bytes"]), "yes" if r["cp_async"] else "no", r["mma"] or "-",
-                          "-" if comb is None else str(comb), r["cta"]])
+                          "-" if comb is None else str(comb),
+                          r["cta"] + (f"; WGMMA SERIALISED by ptxas: {r['wgmma_serialized']}"
+                                      if r.get("wgmma_serialized") else "")])
         else:
             lines.append([r["variant"], r["arch"], "no", "-", "-", "-", "-", "-", "-", r["reason"]])
     table = fmt.text_table(head, lines, right={3, 4, 5, 8})
