@@ -177,3 +177,19 @@ def test_the_child_makes_each_rows_own_number_of_calls(monkeypatch):
     ev = _fake_child(monkeypatch, ["v1", "torch-sdpa"], reps=2, reps_map="0:1:4")
     profiled = [e for e in ev[ev.index("start"):] if isinstance(e, tuple) and e[0] == "call"]
     assert profiled.count(("call", "v1", True)) == 3 and profiled.count(("call", "torch-sdpa", True)) == 5
+
+
+def test_a_hung_ncu_is_killed_and_what_it_wrote_is_kept(tmp_path):
+    import time
+
+    t0 = time.monotonic()
+    rc, text = ncu_check._run_ncu(["sh", "-c", "echo measured; sleep 30"], tmp_path / "log", timeout_s=1.0)
+    assert rc == 124 and time.monotonic() - t0 < 10
+    assert "measured" in text and "stopped after 1 s" in text
+
+
+def test_rows_ncu_never_measured_are_named():
+    ours = {(0, "v1"): 0.1, (0, "torch-sdpa"): 0.1, (1, "v1"): 0.2}
+    rows = [{"shape": "1.5K", "variant": "v1"}]
+    assert ncu_check.missing_rows(["1.5K", "2.1Kx256"], ["v1", "torch-sdpa"], ours, rows) == [
+        "1.5K torch-sdpa", "2.1Kx256 v1"]
