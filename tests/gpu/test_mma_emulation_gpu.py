@@ -14,13 +14,9 @@ from pa_bench.numerics import mma as M
 
 pytestmark = pytest.mark.gpu
 
-cp = pytest.importorskip("cupy")
-try:
-    HAVE_GPU = cp.cuda.runtime.getDeviceCount() > 0
-except Exception:  # pragma: no cover
-    HAVE_GPU = False
-if not HAVE_GPU:  # pragma: no cover
-    pytest.skip("no GPU visible to CuPy", allow_module_level=True)
+from gpu_env import require_cupy_gpu  # noqa: E402  (tests/gpu/gpu_env.py)
+
+cp = require_cupy_gpu()
 
 # One warp per problem: A [16,16] f16 row-major, B [16,8] f16 ([k][n]), C and D [16,8] f32.
 # Fragments (PTX ISA, mma.m16n8k16 .f16): g = lane/4, t = lane%4; A regs: (g, 2t..2t+1),

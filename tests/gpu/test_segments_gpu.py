@@ -19,13 +19,9 @@ from pa_bench.problem.shapes import parse_shape
 
 pytestmark = pytest.mark.gpu
 
-cp = pytest.importorskip("cupy")
-try:
-    HAVE_GPU = cp.cuda.runtime.getDeviceCount() > 0
-except Exception:  # pragma: no cover
-    HAVE_GPU = False
-if not HAVE_GPU:  # pragma: no cover
-    pytest.skip("no GPU visible to CuPy", allow_module_level=True)
+from gpu_env import require_cupy_gpu  # noqa: E402  (tests/gpu/gpu_env.py)
+
+cp = require_cupy_gpu()
 
 from pa_bench.backends.cuda import CudaBackend  # noqa: E402
 
