@@ -62,56 +62,24 @@ constexpr int SLICE = 16;      // keys per MMA slice (k of m16n8k16)
 constexpr int LANES = 4;       // lanes sharing a row: lane t holds keys 4t..4t+3 of a slice
 constexpr int K_PAD = 4;       // bytes of padding per K row in shared memory
 
-// ---- IEEE basic operations, one rounding each, never fused
-PAM_HD float fmul(float a, float b) {
+// ---- IEEE basic operations, one rounding each, never fused: the _rn intrinsic on the device,
+// the plain operator on the host (g++ with -ffp-contract=off: tests/test_model_kernel_host.py)
 #ifdef __CUDA_ARCH__
-    return __fmul_rn(a, b);
+#define PAM_OP(name, T, intrinsic, op) \
+    PAM_HD T name(T a, T b) { return intrinsic(a, b); }
 #else
-    return a * b;
+#define PAM_OP(name, T, intrinsic, op) \
+    PAM_HD T name(T a, T b) { return a op b; }
 #endif
-}
-PAM_HD float fadd(float a, float b) {
-#ifdef __CUDA_ARCH__
-    return __fadd_rn(a, b);
-#else
-    return a + b;
-#endif
-}
-PAM_HD float fsub(float a, float b) {
-#ifdef __CUDA_ARCH__
-    return __fsub_rn(a, b);
-#else
-    return a - b;
-#endif
-}
-PAM_HD double dmul(double a, double b) {
-#ifdef __CUDA_ARCH__
-    return __dmul_rn(a, b);
-#else
-    return a * b;
-#endif
-}
-PAM_HD double dadd(double a, double b) {
-#ifdef __CUDA_ARCH__
-    return __dadd_rn(a, b);
-#else
-    return a + b;
-#endif
-}
-PAM_HD double dsub(double a, double b) {
-#ifdef __CUDA_ARCH__
-    return __dsub_rn(a, b);
-#else
-    return a - b;
-#endif
-}
-PAM_HD double ddiv(double a, double b) {
-#ifdef __CUDA_ARCH__
-    return __ddiv_rn(a, b);
-#else
-    return a / b;
-#endif
-}
+PAM_OP(fmul, float, __fmul_rn, *)
+PAM_OP(fadd, float, __fadd_rn, +)
+PAM_OP(fsub, float, __fsub_rn, -)
+PAM_OP(dmul, double, __dmul_rn, *)
+PAM_OP(dadd, double, __dadd_rn, +)
+PAM_OP(dsub, double, __dsub_rn, -)
+PAM_OP(ddiv, double, __ddiv_rn, /)
+#undef PAM_OP
+
 PAM_HD float to_f32(double x) {   // round to nearest even
 #ifdef __CUDA_ARCH__
     return __double2float_rn(x);
