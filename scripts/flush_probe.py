@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""Which cold state does a benchmark time? One call timed after different "cold" preparations,
+by Nsight Compute and by pa-bench's own events.
+
+    python3 scripts/flush_probe.py [--config configs/pr2092.yaml] [--calls 0x1536:torch-sdpa,2.1Kx256:v2]
+
+For each call it takes interleaved samples under these preparations (``MODES``):
+
+- ``ncu``: nothing; Nsight Compute's ``--cache-control all`` flushes and invalidates its caches;
+- ``read``: pa-bench's flush (reads twice the L2 size of fresh memory);
+- ``read+touch``: the flush, then one 4-byte read per 64 KB of every buffer the call may use
+  (CuPy arrays of the prepared inputs, every segment of torch's allocator): L2 stays cold (a
+  32-byte sector per 64 KB is brought in), the GPU's address translations of those buffers warm;
+- ``half``: a flush that reads the L2 size once, not twice (fewer fresh pages).
+
+and times each three ways: under ``ncu --cache-control all`` (mode ``ncu`` only), under
+``ncu --cache-control none`` (the other modes, the preparation not profiled), and with pa-bench's
+blocking-kernel events outside Nsight Compute. It prints one line per call and mode: medians and
+interquartile ranges in microseconds. The question it answers (docs/TIMING.md): is the gap
+between pa-bench and Nsight Compute on a short call a difference of cold state, and which one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ncu_check import METRIC, _MS_PER_UNIT, _profiler, _setup  # noqa: E402
+
+MODES = ("read", "read+touch", "half")
+TOUCH_STRIDE = 64 * 1024
+
+_TOUCH_SRC = r"""
+extern "C" __global__ void pa_touch(const unsigned char* p, unsigned long long n, unsigned long long stride,
+                                    unsigned* sink) {
+    unsigned acc = 0;
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i * stride < n;
+         i += (unsigned long long)gridDim.x * blockDim.x)
+        acc += *(const volatile unsigned char*)(p + i * stride);
+    if (acc == 0xdeadbeefu) *sink = acc;
+}
+"""
+
+
+def parse_calls(text: str) -> list[tuple[str, str]]:
+    """``"0x1536:torch-sdpa,2.1Kx256:v2"`` -> [("0x1536", "torch-sdpa"), ("2.1Kx256", "v2")]."""
+    out = []
+    for item in text.split(","):
+        shape, _, variant = item.partition(":")
+        if not shape or not variant:
+            raise SystemExit(f"--calls: {item!r} is not SHAPE:VARIANT")
+        out.append((shape, variant))
+    return out
+
+
+def buffers(prep) -> list[tuple[int, int]]:
+    """(pointer, bytes) of every CuPy array of the prepared inputs and every torch segment."""
+    import cupy as cp
+
+    seen: list[tuple[int, int]] = []
+    for value in vars(prep).values():
+        if isinstance(value, cp.ndarray) and value.nbytes:
+            seen.append((int(value.data.ptr), int(value.nbytes)))
+    with contextlib.suppress(Exception):
+        import torch
+
+        for seg in torch.cuda.memory_snapshot():
+            seen.append((int(seg["address"]), int(seg["total_size"])))
+    return seen
+
+
+class Prep:
+    """The cold preparations of MODES, enqueued on CuPy's current stream."""
+
+    def __init__(self, backend, prep):
+        import cupy as cp
+        import numpy as np
+        from pa_bench.measure import timing
+
+        self.cp, self.np = cp, np
+        self.timer = backend.timer()
+        self.half = timing.CupyTimer(int(backend.props["l2CacheSize"]) // 2, flush="read")
+        self._touch = cp.RawModule(code=_TOUCH_SRC).get_function("pa_touch")
+        self._sink = cp.zeros(1, dtype=cp.uint32)
+        self.ranges = buffers(prep)
+
+    def refresh(self, prep) -> None:
+        self.ranges = buffers(prep)
+
+    def __call__(self, mode: str) -> None:
+        np = self.np
+        if mode == "ncu":
+            return
+        if mode == "half":
+            self.half.flush()
+            return
+        self.timer.flush()
+        if mode == "read+touch":
+            for ptr, nbytes in self.ranges:
+                n = max(1, nbytes // TOUCH_STRIDE)
+                self._touch((min(1024, (n + 255) // 256),), (256,),
+                            (np.uint64(ptr), np.uint64(nbytes), np.uint64(TOUCH_STRIDE), self._sink))
+
+
+def by_shape(calls: list[tuple[str, str]]) -> dict[str, list[str]]:
+    """The calls grouped by shape, in the order given (the order the samples are taken in)."""
+    out: dict[str, list[str]] = {}
+    for s, v in calls:
+        out.setdefault(s, []).append(v)
+    return out
+
+
+def _problems(args):
+    """[(problem, [variant, ...])] in the order of --calls, and the backend."""
+    calls = by_shape(parse_calls(args.calls))
+    config, plan, names, backend = _setup(args.config, ",".join(calls), ",".join({v for vs in calls.values() for v in vs}))
+    problems = {p.shape.label: p for p in plan.problems}
+    return [(problems[s], vs) for s, vs in calls.items()], backend
+
+
+def child(args) -> None:
+    """Under ncu: for each call, samples of each mode interleaved; the preparation unprofiled."""
+    from pa_bench.problem.inputs import make_inputs
+
+    work, backend = _problems(args)
+    modes = args.modes.split(",")
+    p_start, p_stop = _profiler(backend.cp)
+    sync = backend.cp.cuda.runtime.deviceSynchronize
+    for problem, wanted in work:
+        prep = backend.prepare(make_inputs(problem))
+        fns, reasons, sessions = backend.callables(prep, wanted)
+        with contextlib.ExitStack() as stack:
+            for ctx in sessions:
+                stack.enter_context(ctx)
+            for name in wanted:
+                fns[name]()
+            sync()
+            cold = Prep(backend, prep)
+            for name in wanted:
+                for _ in range(args.samples):
+                    for mode in modes:
+                        cold(mode)
+                        sync()
+                        p_start()
+                        fns[name]()
+                        sync()
+                        p_stop()
+        backend.release(prep)
+
+
+def events(args) -> dict[tuple[str, str, str], list[float]]:
+    """Outside ncu: pa-bench's hold, the preparation, the events around one call."""
+    from pa_bench.problem.inputs import make_inputs
+
+    work, backend = _problems(args)
+    out: dict[tuple[str, str, str], list[float]] = {}
+    for problem, wanted in work:
+        prep = backend.prepare(make_inputs(problem))
+        fns, reasons, sessions = backend.callables(prep, wanted)
+        with contextlib.ExitStack() as stack:
+            for ctx in sessions:
+                stack.enter_context(ctx)
+            for name in wanted:
+                fns[name]()
+            cold = Prep(backend, prep)
+            t = cold.timer
+            t.synchronize()
+            for _ in range(args.samples * 3):
+                for name in wanted:
+                    for mode in MODES:
+                        t.hold()
+                        cold(mode)
+                        t.start()
+                        fns[name]()
+                        t.stop()
+                        t.release()
+                        ms, _late = t.elapsed()
+                        out.setdefault((problem.shape.label, name, mode), []).append(ms)
+        backend.release(prep)
+    return out
+
+
+def parse(text: str, calls: list[tuple[str, str]], modes: list[str], samples: int) -> dict:
+    """ncu's CSV -> {(shape, variant, mode): [ms]}, kernels in the child's order (one per call:
+    the calls of this probe are single-kernel)."""
+    import csv
+    import io
+
+    rows = [r for r in csv.DictReader(io.StringIO(text[text.find('"ID"'):])) if r.get("Metric Name") == METRIC]
+    vals = [float(r["Metric Value"].replace(",", "")) * _MS_PER_UNIT[r["Metric Unit"]] for r in rows]
+    order = []
+    for s, vs in by_shape(calls).items():
+        for v in vs:
+            order += [(s, v, m) for _ in range(samples) for m in modes]
+    if len(vals) != len(order):
+        raise SystemExit(f"ncu gave {len(vals)} kernels, expected {len(order)} (a call of several kernels?)")
+    out: dict = {}
+    for key, ms in zip(order, vals):
+        out.setdefault(key, []).append(ms)
+    return out
+
+
+def _q(xs: list[float]) -> tuple[float, float]:
+    qs = statistics.quantiles(xs, n=4) if len(xs) > 1 else [xs[0]] * 3
+    return statistics.median(xs), qs[2] - qs[0]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="configs/pr2092.yaml")
+    ap.add_argument("--calls", default="0x1536:torch-sdpa,2.1Kx256:v2")
+    ap.add_argument("--samples", type=int, default=20)
+    ap.add_argument("--ncu", default=os.environ.get("NCU", "ncu"))
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--modes", default=",".join(MODES), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args)
+        return 0
+    calls = parse_calls(args.calls)
+    me = [sys.executable, os.path.abspath(__file__), "--child", "--config", args.config, "--calls", args.calls,
+          "--samples", str(args.samples)]
+    base = [args.ncu, "--clock-control", "none", "--profile-from-start", "off", "--metrics", METRIC, "--csv",
+            "--print-units", "base"]
+    results: dict = {}
+    for cache, modes in (("all", ["ncu"]), ("none", list(MODES))):
+        p = subprocess.run(base[:1] + ["--cache-control", cache] + base[1:] + me + ["--modes", ",".join(modes)],
+                           capture_output=True, text=True)
+        if p.returncode:
+            print(p.stdout[-3000:], p.stderr[-3000:], sep="\n")
+            return 1
+        results.update({(s, v, m, f"ncu/{cache}"): x for (s, v, m), x in parse(p.stdout, calls, modes, args.samples).items()})
+    results.update({(s, v, m, "events"): x for (s, v, m), x in events(args).items()})
+    print(f"{'shape':9} {'variant':12} {'mode':11} {'timed by':10} {'n':>3} {'median us':>10} {'IQR us':>8}")
+    for (s, v, m, how), xs in sorted(results.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][3], kv[0][2])):
+        med, iqr = _q(xs)
+        print(f"{s:9} {v:12} {m:11} {how:10} {len(xs):3d} {1e3 * med:10.2f} {1e3 * iqr:8.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
