@@ -9,16 +9,17 @@
 //   (blockIdx.y counts down the positions), grid = (Hkv, ceil(Nq / PPC), n_seg).
 //   Keys are visited in tiles of BN = 64 from key 0 (or from the CTA's key segment, below).
 // Warp roles (384 threads, __launch_bounds__(384, 1): one CTA per SM).
-//   * Warpgroup 0, the producer (setmaxnreg.dec to 56 registers). Each thread owns fixed 16-byte
+//   * Warpgroup 0, the producer (setmaxnreg.dec to 72 registers). Each thread owns fixed 16-byte
 //     chunks of every tile (prod_row/prod_chunk; a static_assert checks that every chunk of K and V
 //     is owned exactly once): it cp.async-copies its int8 K and V chunks (through the page table;
 //     zero-filled past the cache) and, in warp 0, the tile's K and V scales into a 3-deep int8
-//     staging ring (two tiles ahead), then converts its own chunks exactly to fp16 (0x6400|x+128
+//     staging ring (two tiles ahead), then loads all its staged chunks of the tile into registers,
+//     waits for the fp16 stage to be free, and converts them exactly to fp16 (0x6400|x+128
 //     is the f16 1024+x+128; minus 1152: pa_common.cuh) into the 128-byte-swizzled fp16 stage, and
 //     stores the scales premultiplied (k_scale*qk_scale_log2, v_scale*p_scale: the same fp32
 //     products the other kernels form). A thread reads only staging bytes it copied itself, so the
 //     producer has no barrier of its own.
-//   * Warpgroups 1 and 2, the consumers (setmaxnreg.inc to 224 registers), 64 rows each, in
+//   * Warpgroups 1 and 2, the consumers (setmaxnreg.inc to 216 registers), 64 rows each, in
 //     steps n = 0 .. n_tiles: step n issues S[64 x 64] = Q.K^T of tile n (KSTEPS
 //     wgmma.m64n64k16, A = Q and B = K from shared memory) and, behind it, O += P.V of tile n-1
 //     (4 wgmma.m64nDk16, A = P from registers, B = V from shared memory, transposed; O was first
@@ -110,9 +111,15 @@ constexpr int KSTEPS = D / 16;                  // k16 steps of S = Q.K^T
 constexpr int PV_STEPS = BN / 16;               // k16 steps of O = P.V
 constexpr int S_REGS = BN / 2;                  // fp32 accumulator registers per thread: S (64 x 64)
 constexpr int O_REGS = D / 2;                   // ... and O (64 x D)
-constexpr int PRODUCER_REGS = 56;
-constexpr int CONSUMER_REGS = 224;
-static_assert(128 * PRODUCER_REGS + 128 * NCWG * CONSUMER_REGS <= 65536, "register file");
+constexpr int PRODUCER_REGS = 72;
+constexpr int CONSUMER_REGS = 216;
+// setmaxnreg moves registers within what the CTA was launched with: (65536 / THREADS) per thread,
+// rounded down to a multiple of 8 (168 at 384 threads). Asking the consumers' increase for more
+// than the producer's decrease frees makes setmaxnreg.inc wait forever: the kernel hangs.
+constexpr int LAUNCH_REGS = 65536 / THREADS / 8 * 8;
+static_assert(PRODUCER_REGS % 8 == 0 && CONSUMER_REGS % 8 == 0, "setmaxnreg takes multiples of 8");
+static_assert(128 * PRODUCER_REGS + 128 * NCWG * CONSUMER_REGS <= LAUNCH_REGS * THREADS,
+              "the consumers' setmaxnreg.inc must fit in what the producer's setmaxnreg.dec frees");
 
 constexpr int Q_BLOCK = M_CTA * 128;            // bytes of one 64-dim block of Q
 constexpr int KV_BLOCK = BN * 128;              // bytes of one 64-dim block of a K or V tile
@@ -371,17 +378,28 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
         cp_async_commit();
         cp_async_wait<2>();                  // this thread's copies of tile n have landed
         const int s = n % F16_STAGES;
-        if (n >= F16_STAGES) mbar_wait(bar_empty + 8 * s, ((n / F16_STAGES) & 1) ^ 1);   // tile n-F16_STAGES released stage s
         const unsigned char* st = sm + SM_I8 + (n % I8_STAGES) * I8_STAGE;
         unsigned char* f = sm + SM_F16 + s * F16_STAGE;
+        // All of this thread's int8 chunks of the tile into registers first, then the wait for the
+        // stage, then convert and store: the loads' latency passes during the wait, and no
+        // conversion waits on its own load (they were interleaved with the stores, which the
+        // compiler cannot move the loads above).
+        uint4 kx[NI], vx[NI];
+#pragma unroll
+        for (int i = 0; i < NI; ++i) {
+            const int r = prod_row(pw, lane, i);
+            kx[i] = *reinterpret_cast<const uint4*>(st + I8_K + stage_off(r, ch));
+            vx[i] = *reinterpret_cast<const uint4*>(st + I8_V + stage_off(r, ch));
+        }
+        if (n >= F16_STAGES) mbar_wait(bar_empty + 8 * s, ((n / F16_STAGES) & 1) ^ 1);   // tile n-F16_STAGES released stage s
 #pragma unroll
         for (int i = 0; i < NI; ++i) {
             const int r = prod_row(pw, lane, i);
             uint4 lo, hi;
-            i8x16_to_f16(*reinterpret_cast<const uint4*>(st + I8_K + stage_off(r, ch)), lo, hi);
+            i8x16_to_f16(kx[i], lo, hi);
             *reinterpret_cast<uint4*>(f + F16_K + sw128(r, 2 * ch, KV_BLOCK)) = lo;
             *reinterpret_cast<uint4*>(f + F16_K + sw128(r, 2 * ch + 1, KV_BLOCK)) = hi;
-            i8x16_to_f16(*reinterpret_cast<const uint4*>(st + I8_V + stage_off(r, ch)), lo, hi);
+            i8x16_to_f16(vx[i], lo, hi);
             *reinterpret_cast<uint4*>(f + F16_V + sw128(r, 2 * ch, KV_BLOCK)) = lo;
             *reinterpret_cast<uint4*>(f + F16_V + sw128(r, 2 * ch + 1, KV_BLOCK)) = hi;
         }

@@ -117,11 +117,17 @@ def by_shape(calls: list[tuple[str, str]]) -> dict[str, list[str]]:
 
 
 def _problems(args):
-    """[(problem, [variant, ...])] in the order of --calls, and the backend."""
+    """[(shape as given, problem, [variant, ...])] in the order of --calls, and the backend."""
     calls = by_shape(parse_calls(args.calls))
     config, plan, names, backend = _setup(args.config, ",".join(calls), ",".join({v for vs in calls.values() for v in vs}))
-    problems = {p.shape.label: p for p in plan.problems}
-    return [(problems[s], vs) for s, vs in calls.items()], backend
+    # the plan keeps the config's labels (0x1536 shows as 1.5K): match by the problem's sizes
+    from pa_bench.problem.shapes import parse_shape
+
+    def same(shape, spec) -> bool:
+        want = parse_shape(spec)
+        return (shape.context, shape.queries) == (want.context, want.queries)
+
+    return [(s, next(p for p in plan.problems if same(p.shape, s)), vs) for s, vs in calls.items()], backend
 
 
 def child(args) -> None:
@@ -132,7 +138,7 @@ def child(args) -> None:
     modes = args.modes.split(",")
     p_start, p_stop = _profiler(backend.cp)
     sync = backend.cp.cuda.runtime.deviceSynchronize
-    for problem, wanted in work:
+    for spec, problem, wanted in work:
         prep = backend.prepare(make_inputs(problem))
         fns, reasons, sessions = backend.callables(prep, wanted)
         with contextlib.ExitStack() as stack:
@@ -160,7 +166,7 @@ def events(args) -> dict[tuple[str, str, str], list[float]]:
 
     work, backend = _problems(args)
     out: dict[tuple[str, str, str], list[float]] = {}
-    for problem, wanted in work:
+    for spec, problem, wanted in work:
         prep = backend.prepare(make_inputs(problem))
         fns, reasons, sessions = backend.callables(prep, wanted)
         with contextlib.ExitStack() as stack:
@@ -181,7 +187,7 @@ def events(args) -> dict[tuple[str, str, str], list[float]]:
                         t.stop()
                         t.release()
                         ms, _late = t.elapsed()
-                        out.setdefault((problem.shape.label, name, mode), []).append(ms)
+                        out.setdefault((spec, name, mode), []).append(ms)
         backend.release(prep)
     return out
 
