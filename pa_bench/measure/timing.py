@@ -20,7 +20,7 @@ Cold samples (the default) flush L2 before the start event by *reading* a buffer
 device's L2 size: every line the last sample left dirty is written back then, outside the
 interval. (A memset, nvbench's flush, leaves L2 full of dirty lines whose write-back the timed
 kernel then pays for: on the H200 that read 2.5-7 % above Nsight Compute.) With
-``timing.l2_flush: discard`` (the default; sm_80+) a second pass then drops the buffer's lines
+``timing.l2_flush: discard`` (sm_80+; the default is ``read``) a second pass then drops the buffer's lines
 (``discard.global.L2``), so the kernel starts on an empty L2, as after Nsight Compute's
 ``--cache-control all``, instead of one full of clean lines (``read``). docs/TIMING.md has the
 measurements behind the choice.
