@@ -14,7 +14,10 @@ timing the real kernel under a wrong name.
 - ``no-copy``: the producer issues no cp.async (it converts stale staging bytes);
 - ``no-producer``: both (the producer only waits and arrives: the consumers alone);
 - ``no-softmax``: the consumers skip the online softmax (P is packed from raw S; no rescale);
-- ``gemm-only``: no-producer and no-softmax: wgmma, barriers and P packing only.
+- ``gemm-only``: no-producer and no-softmax: wgmma, barriers and P packing only;
+- ``no-pingpong``: the consumers' turns removed (no named barrier orders the two warpgroups'
+  wgmma issue). Unlike the others this one still computes the right output: the turns order
+  only when each warpgroup issues, so it answers "do the turns still pay?".
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ ROOT = Path(__file__).resolve().parents[1]
 _CONVERT = re.compile(r"\n#pragma unroll\n        for \(int i = 0; i < NI; \+\+i\) \{\n            const int r = prod_row\(pw, lane, i\);\n"
                       r"            uint4 lo, hi;.*?\n        \}\n", re.S)
 _COPY = re.compile(r"(    auto issue = \[&\]\(int n\) \{\n).*?(\n    \};\n)", re.S)
+_TURN_SYNC = re.compile(r"\n        named_barrier_sync\(PP_BAR \+ wg, 256\);")
+_TURN_ARRIVE = re.compile(r"\n        if \(wg == 0 \|\| n < n_tiles\) named_barrier_arrive\(PP_BAR \+ \(wg \^ 1\), 256\);")
+_TURN_OPEN = re.compile(r"\n    if \(wg == 1\) named_barrier_arrive\(PP_BAR, 256\);")
 _SOFTMAX = re.compile(r"(    auto softmax = \[&\]\(int n, float \(&al\)\[2\]\) \{\n).*?(\n    \};\n)", re.S)
 
 
@@ -55,12 +61,19 @@ def no_softmax(src: str) -> str:
     return _sub(_SOFTMAX, r"\1        (void)n; al[0] = al[1] = 1.f;\2", src, "no-softmax")
 
 
+def no_pingpong(src: str) -> str:
+    src = _sub(_TURN_SYNC, "", src, "no-pingpong (turn sync)")
+    src = _sub(_TURN_ARRIVE, "", src, "no-pingpong (turn arrive)")
+    return _sub(_TURN_OPEN, "", src, "no-pingpong (first turn)")
+
+
 KNOCKOUTS = {
     "no-convert": [no_convert],
     "no-copy": [no_copy],
     "no-producer": [no_copy, no_convert],
     "no-softmax": [no_softmax],
     "gemm-only": [no_copy, no_convert, no_softmax],
+    "no-pingpong": [no_pingpong],
 }
 
 

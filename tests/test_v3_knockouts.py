@@ -27,6 +27,25 @@ def test_each_knockout_edits_the_kernel(name):
         assert "i8x16_to_f16(*reinterpret_cast" not in out
     if name in ("no-softmax", "gemm-only"):
         assert "softmax_tile<true>(f16_stage" not in out
+    if name == "no-pingpong":
+        assert "PP_BAR" in SRC and "named_barrier_sync(PP_BAR" not in out
+        assert "named_barrier_arrive(PP_BAR" not in out
+        assert "named_barrier_sync(1 + wg, 128)" in out          # Q's own barrier stays
+
+
+def test_every_knockout_still_compiles_for_sm90a(tmp_path):
+    import shutil
+    import subprocess
+
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc is not on PATH")
+    for name, edits in sorted(K.KNOCKOUTS.items()):
+        d = K.kernel_dir(tmp_path, name, edits)
+        proc = subprocess.run([nvcc, "-cubin", "-arch=sm_90a", "-DPA_HEAD_DIM=128", "-DPA_PAGED=1",
+                               f"-I{d}", "-o", str(tmp_path / f"{name}.cubin"), str(d / "v3.cu")],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, f"{name}: {proc.stderr[-500:]}"
 
 
 def test_a_stale_edit_fails_loudly():
