@@ -175,7 +175,7 @@ def _no_interrupt_traceback(fn: Callable) -> Callable:
 @click.group(cls=PaBenchGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="pa-bench")
 def cli() -> None:
-    """Build, check and time int8-KV prompt-attention CUDA kernels (v1, v2, v2t).
+    """Build, check and time int8-KV prompt-attention kernels (v1, v2, v2t, v3, triton) and their PyTorch peers.
 
     \b
     pa-bench run                  parity + timing of configs/pr2092.yaml
