@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ncu_check import METRIC, _MS_PER_UNIT, _profiler, _setup  # noqa: E402
+from ncu_check import METRIC, _MS_PER_UNIT, _profiler, _setup, ready_calls  # noqa: E402
 
 MODES = ("read", "read+touch", "half")
 TOUCH_STRIDE = 64 * 1024
@@ -132,21 +132,12 @@ def _problems(args):
 
 def child(args) -> None:
     """Under ncu: for each call, samples of each mode interleaved; the preparation unprofiled."""
-    from pa_bench.problem.inputs import make_inputs
-
     work, backend = _problems(args)
     modes = args.modes.split(",")
     p_start, p_stop = _profiler(backend.cp)
     sync = backend.cp.cuda.runtime.deviceSynchronize
     for spec, problem, wanted in work:
-        prep = backend.prepare(make_inputs(problem))
-        fns, reasons, sessions = backend.callables(prep, wanted)
-        with contextlib.ExitStack() as stack:
-            for ctx in sessions:
-                stack.enter_context(ctx)
-            for name in wanted:
-                fns[name]()
-            sync()
+        with ready_calls(backend, problem, wanted) as (prep, fns):
             cold = Prep(backend, prep)
             for name in wanted:
                 for _ in range(args.samples):
@@ -157,26 +148,16 @@ def child(args) -> None:
                         fns[name]()
                         sync()
                         p_stop()
-        backend.release(prep)
 
 
 def events(args) -> dict[tuple[str, str, str], list[float]]:
     """Outside ncu: pa-bench's hold, the preparation, the events around one call."""
-    from pa_bench.problem.inputs import make_inputs
-
     work, backend = _problems(args)
     out: dict[tuple[str, str, str], list[float]] = {}
     for spec, problem, wanted in work:
-        prep = backend.prepare(make_inputs(problem))
-        fns, reasons, sessions = backend.callables(prep, wanted)
-        with contextlib.ExitStack() as stack:
-            for ctx in sessions:
-                stack.enter_context(ctx)
-            for name in wanted:
-                fns[name]()
+        with ready_calls(backend, problem, wanted) as (prep, fns):
             cold = Prep(backend, prep)
             t = cold.timer
-            t.synchronize()
             for _ in range(args.samples * 3):
                 for name in wanted:
                     for mode in MODES:
@@ -188,7 +169,6 @@ def events(args) -> dict[tuple[str, str, str], list[float]]:
                         t.release()
                         ms, _late = t.elapsed()
                         out.setdefault((spec, name, mode), []).append(ms)
-        backend.release(prep)
     return out
 
 

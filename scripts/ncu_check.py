@@ -47,6 +47,7 @@ not within.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import math
 import os
@@ -122,15 +123,33 @@ def call_pairs(text: str | None) -> set[tuple[int, int]] | None:
     return {(int(a), int(b)) for a, b in (item.split(":") for item in text.split(","))}
 
 
+@contextlib.contextmanager
+def ready_calls(backend, problem, names: list[str]):
+    """One shape's calls, ready to profile or time: the inputs on the GPU, ``{variant: one call}``
+    (those that can run), their sessions entered, each called once unprofiled (compiles,
+    autotuning) and the GPU synchronised; the inputs released on the way out. Yields (prep, fns)."""
+    from pa_bench.problem.inputs import make_inputs
+
+    prep = backend.prepare(make_inputs(problem))
+    try:
+        fns, _reasons, sessions = backend.callables(prep, names)
+        with contextlib.ExitStack() as stack:
+            for ctx in sessions:
+                stack.enter_context(ctx)
+            for name in names:
+                if name in fns:
+                    fns[name]()
+            backend.cp.cuda.runtime.deviceSynchronize()
+            yield prep, fns
+    finally:
+        backend.release(prep)
+
+
 def child(args) -> None:
     """Under ncu: each variant built and called once unprofiled (compiles, autotuning), then,
     between cudaProfilerStart and Stop, a marker and 1 + reps calls of each (the first is
     dropped). With ``--only``, just the listed calls, each after pa-bench's own L2 flush with the
     profiler paused (run with ``--cache-control none``: one flush per call, as pa-bench times it)."""
-    import contextlib
-
-    from pa_bench.problem.inputs import make_inputs
-
     config, plan, names, backend = _setup(args.config, args.shapes, args.variants, args.l2_flush)
     only = call_pairs(args.only)
     reps = reps_map(args.reps_map)
@@ -142,15 +161,7 @@ def child(args) -> None:
         wanted = [(vi, n) for vi, n in enumerate(names) if only is None or (si, vi) in only]
         if not wanted:
             continue
-        prep = backend.prepare(make_inputs(problem))
-        fns, _reasons, sessions = backend.callables(prep, [n for _, n in wanted])
-        with contextlib.ExitStack() as stack:
-            for ctx in sessions:
-                stack.enter_context(ctx)
-            for _, name in wanted:
-                if name in fns:
-                    fns[name]()
-            sync()
+        with ready_calls(backend, problem, [n for _, n in wanted]) as (_prep, fns):
             for vi, name in wanted:
                 if name not in fns:
                     continue
@@ -166,7 +177,6 @@ def child(args) -> None:
                     fns[name]()
                 sync()
                 p_stop()
-        backend.release(prep)
 
 
 def parse_ncu_csv(text: str, calls_per_marker: int | dict[tuple[int, int], int]) -> dict[tuple[int, int], list[tuple[float, int]]]:
