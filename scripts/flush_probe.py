@@ -11,11 +11,16 @@ For each call it takes interleaved samples under these preparations (``MODES``):
 - ``read+touch``: the flush, then one 4-byte read per 64 KB of every buffer the call may use
   (CuPy arrays of the prepared inputs, every segment of torch's allocator): L2 stays cold (a
   32-byte sector per 64 KB is brought in), the GPU's address translations of those buffers warm;
-- ``half``: a flush that reads the L2 size once, not twice (fewer fresh pages).
+- ``half``: a flush that reads the L2 size once, not twice (fewer fresh pages);
+- ``read+smem``: the flush, then an empty kernel on every SM that asks for the most dynamic
+  shared memory a block may have, so the SMs' L1/shared split is the large-shared one again (the
+  flush kernel uses no shared memory; in ncu's own mode the kernel before the call is the call's
+  own previous run).
 
-and times each three ways: under ``ncu --cache-control all`` (mode ``ncu`` only), under
-``ncu --cache-control none`` (the other modes, the preparation not profiled), and with pa-bench's
-blocking-kernel events outside Nsight Compute. It prints one line per call and mode: medians and
+and times each three ways: under ``ncu --cache-control all`` (modes ``ncu`` and ``read``: does the
+kernel *before* the call matter when ncu flushes anyway?), under ``ncu --cache-control none``
+(the other modes, the preparation not profiled), and with pa-bench's blocking-kernel events
+outside Nsight Compute. It prints one line per call and mode: medians and
 interquartile ranges in microseconds. The question it answers (docs/TIMING.md): is the gap
 between pa-bench and Nsight Compute on a short call a difference of cold state, and which one.
 """
@@ -33,7 +38,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ncu_check import METRIC, _MS_PER_UNIT, _profiler, _setup, ready_calls  # noqa: E402
 
-MODES = ("read", "read+touch", "half")
+MODES = ("read", "read+touch", "half", "read+smem")
+NCU_ALL_MODES = ("ncu", "read")
 TOUCH_STRIDE = 64 * 1024
 
 _TOUCH_SRC = r"""
@@ -86,8 +92,13 @@ class Prep:
         self.cp, self.np = cp, np
         self.timer = backend.timer()
         self.half = timing.CupyTimer(int(backend.props["l2CacheSize"]) // 2, flush="read")
-        self._touch = cp.RawModule(code=_TOUCH_SRC).get_function("pa_touch")
+        mod = cp.RawModule(code=_TOUCH_SRC)
+        self._touch = mod.get_function("pa_touch")
         self._sink = cp.zeros(1, dtype=cp.uint32)
+        self._smem = mod.get_function("pa_smem")
+        self._smem_bytes = int(backend.props.get("sharedMemPerBlockOptin", 0)) or 48 * 1024
+        self._smem.max_dynamic_shared_size_bytes = self._smem_bytes
+        self._sms = int(backend.props["multiProcessorCount"])
         self.ranges = buffers(prep)
 
     def refresh(self, prep) -> None:
@@ -101,6 +112,8 @@ class Prep:
             self.half.flush()
             return
         self.timer.flush()
+        if mode == "read+smem":
+            self._smem((self._sms,), (128,), (self._sink,), shared_mem=self._smem_bytes)
         if mode == "read+touch":
             for ptr, nbytes in self.ranges:
                 n = max(1, nbytes // TOUCH_STRIDE)
@@ -215,7 +228,7 @@ def main() -> int:
     base = [args.ncu, "--clock-control", "none", "--profile-from-start", "off", "--metrics", METRIC, "--csv",
             "--print-units", "base"]
     results: dict = {}
-    for cache, modes in (("all", ["ncu"]), ("none", list(MODES))):
+    for cache, modes in (("all", list(NCU_ALL_MODES)), ("none", list(MODES))):
         p = subprocess.run(base[:1] + ["--cache-control", cache] + base[1:] + me + ["--modes", ",".join(modes)],
                            capture_output=True, text=True)
         if p.returncode:
