@@ -51,6 +51,12 @@ extern "C" __global__ void pa_touch(const unsigned char* p, unsigned long long n
         acc += *(const volatile unsigned char*)(p + i * stride);
     if (acc == 0xdeadbeefu) *sink = acc;
 }
+extern "C" __global__ void pa_smem(unsigned* sink) {
+    extern __shared__ unsigned s[];
+    if (threadIdx.x == 0) s[0] = blockIdx.x;
+    __syncthreads();
+    if (s[0] == 0xdeadbeefu) *sink = s[0];
+}
 """
 
 

@@ -1,6 +1,9 @@
 """scripts/flush_probe.py's CPU parts: the --calls grammar and the reading of ncu's CSV."""
 
 import importlib.util
+import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -43,3 +46,17 @@ def test_parse_assigns_kernels_in_the_childs_order():
 def test_parse_refuses_a_call_of_several_kernels():
     with pytest.raises(SystemExit, match="expected 4"):
         fp.parse(_csv([1, 2, 3, 4, 5]), [("0x1536", "v2")], ["read", "half"], 2)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+def test_the_preparation_kernels_compile_and_are_named_as_the_probe_looks_them_up(tmp_path):
+    # the probe's kernels are compiled by CuPy on the GPU machine only: a missing or misspelt
+    # kernel would otherwise first show there, as CUDA_ERROR_NOT_FOUND after the machine started
+    src = tmp_path / "prep.cu"
+    src.write_text(fp._TOUCH_SRC)
+    subprocess.run(["nvcc", "-ptx", "-arch=sm_90", "-o", str(tmp_path / "prep.ptx"), str(src)], check=True)
+    ptx = (tmp_path / "prep.ptx").read_text()
+    looked_up = set(re.findall(r'get_function\("(\w+)"\)', SCRIPT.read_text()))
+    assert looked_up == {"pa_touch", "pa_smem"}
+    for name in looked_up:
+        assert re.search(rf"\.entry {name}\(", ptx), name
