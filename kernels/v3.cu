@@ -9,16 +9,21 @@
 //   (blockIdx.y counts down the positions), grid = (Hkv, ceil(Nq / PPC), n_seg).
 //   Keys are visited in tiles of BN = 64 from key 0 (or from the CTA's key segment, below).
 // Warp roles (384 threads, __launch_bounds__(384, 1): one CTA per SM).
-//   * Warpgroup 0, the producer (setmaxnreg.dec to 72 registers). Each thread owns fixed 16-byte
-//     chunks of every tile (prod_row/prod_chunk; a static_assert checks that every chunk of K and V
-//     is owned exactly once): it cp.async-copies its int8 K and V chunks (through the page table;
-//     zero-filled past the cache) and, in warp 0, the tile's K and V scales into a 3-deep int8
-//     staging ring (two tiles ahead), then loads all its staged chunks of the tile into registers,
-//     waits for the fp16 stage to be free, and converts them exactly to fp16 (0x6400|x+128
-//     is the f16 1024+x+128; minus 1152: pa_common.cuh) into the 128-byte-swizzled fp16 stage, and
-//     stores the scales premultiplied (k_scale*qk_scale_log2, v_scale*p_scale: the same fp32
-//     products the other kernels form). A thread reads only staging bytes it copied itself, so the
-//     producer has no barrier of its own.
+//   * Warpgroup 0, the producer (setmaxnreg.dec to 72 registers). Its thread 0 starts each tile's
+//     bulk copies (cp.async.bulk, the TMA unit without a tensor map) of the int8 K and V rows and
+//     their scales into a 3-deep int8 staging ring (three tiles ahead): one copy of each per run
+//     of keys contiguous in memory (a page, or the whole tile where a page of >= 64 keys or the
+//     contiguous cache holds it), completing on the slot's `landed` mbarrier (expect_tx). Every
+//     producer thread owns fixed 16-byte chunks of every tile (prod_row/prod_chunk; a
+//     static_assert checks that every chunk of K and V is owned exactly once): it waits for
+//     `landed`, loads all its chunks into registers, waits for the fp16 stage to be free, and
+//     converts them exactly to fp16 (0x6400|x+128 is the f16 1024+x+128; minus 1152:
+//     pa_common.cuh) into the 128-byte-swizzled fp16 stage; warp 0 stores the scales
+//     premultiplied (k_scale*qk_scale_log2, v_scale*p_scale: the same fp32 products the other
+//     kernels form), zero for keys past the cache (the copies stop there, the slot's bytes past
+//     them are stale). After its arrive on `full` the warpgroup meets on a named barrier
+//     (PROD_BAR: every thread has read the slot), and thread 0 refills the slot with the tile
+//     three ahead.
 //   * Warpgroups 1 and 2, the consumers (setmaxnreg.inc to 216 registers), 64 rows each, in
 //     steps n = 0 .. n_tiles: step n issues S[64 x 64] = Q.K^T of tile n (KSTEPS
 //     wgmma.m64n64k16, A = Q and B = K from shared memory) and, behind it, O += P.V of tile n-1
@@ -32,12 +37,15 @@
 //     consumer warpgroups turns 0, 1, 0, 1, ... (warpgroup w syncs on its own, then arrives on the
 //     other's), so one warpgroup's softmax runs while the other's wgmma occupy the tensor pipe.
 // Pipeline and barriers. Four fp16 stages (F16_STAGES; a consumer holds two: S of tile n, P.V of
-//   tile n-1; with three the producer could convert only one tile ahead, and cost v3 a fifth of
-//   its time at 32Kx1024: docs/PERF_NOTES.md, "v3 step 4"), each with an mbarrier pair:
+//   tile n-1, so the producer converts up to two tiles ahead; three stages timed the same:
+//   docs/PERF_NOTES.md, "v3 step 4"), each with an mbarrier pair:
 //   full[s]  (128 arrivals: every producer thread, after its stores and fence.proxy.async.shared::cta,
 //            since wgmma reads shared memory through the async proxy),
 //   empty[s] (256 arrivals: every consumer thread after wgmma.wait_group 0 of the tile's P.V, i.e.
-//            once the tensor cores have finished reading the stage).
+//            once the tensor cores have finished reading the stage);
+//   and one per int8 staging slot, landed[i] (thread 0's arrive.expect_tx with the bytes of the
+//            tile's copies: the phase completes when they have all landed; tile n is in slot n%3,
+//            parity (n/3)&1).
 //   Tile n uses stage n%4; its full phase is n/4 (parity (n/4)&1), and the producer waits for
 //   empty with parity ((n/4)&1)^1 before refilling a stage (not for n < 4). Both consumer
 //   warpgroups wait for and release every tile and take every turn, also past their rows'
@@ -106,6 +114,8 @@ constexpr int NCWG = 2;                         // consumer warpgroups
 constexpr int THREADS = 128 * (1 + NCWG);       // producer warpgroup + consumers
 constexpr int M_CTA = 64 * NCWG;                // rows of a CTA
 constexpr int BN = 64;                          // keys per tile
+constexpr int BN_LOG2 = 6;
+static_assert(BN == 1 << BN_LOG2, "BN_LOG2");
 constexpr int NG = D / 64;                      // 64-dim (128-byte) column blocks
 constexpr int KSTEPS = D / 16;                  // k16 steps of S = Q.K^T
 constexpr int PV_STEPS = BN / 16;               // k16 steps of O = P.V
@@ -140,11 +150,12 @@ constexpr int I8_STAGES = 3;
 constexpr int SM_Q = 0;
 constexpr int SM_F16 = NG * Q_BLOCK;
 constexpr int SM_I8 = SM_F16 + F16_STAGES * F16_STAGE;
-constexpr int SM_BAR = SM_I8 + I8_STAGES * I8_STAGE;   // full[F16_STAGES], then empty[F16_STAGES]: 8 bytes each
-constexpr int SM_BYTES = SM_BAR + 16 * F16_STAGES;
+constexpr int SM_BAR = SM_I8 + I8_STAGES * I8_STAGE;   // full[F16_STAGES], empty[F16_STAGES], landed[I8_STAGES]: 8 bytes each
+constexpr int SM_BYTES = SM_BAR + 8 * (2 * F16_STAGES + I8_STAGES);
 // Named barriers: 0 is __syncthreads, 1 + wg a consumer warpgroup's own (Q stored), PP_BAR + wg the
-// pingpong turn of consumer warpgroup wg.
+// pingpong turn of consumer warpgroup wg, PROD_BAR the producer warpgroup's (staging slot read).
 constexpr int PP_BAR = 3;
+constexpr int PROD_BAR = 5;
 constexpr int SMEM_ALLOC = SM_BYTES + 1024;             // + slack to align the base to 1024
 static_assert(SM_F16 % 1024 == 0 && F16_STAGE % 1024 == 0 && F16_V % 1024 == 0, "swizzle atoms");
 static_assert(SM_I8 % 16 == 0 && I8_STAGE % 16 == 0 && SM_BAR % 8 == 0, "alignment");
@@ -155,30 +166,30 @@ __host__ __device__ constexpr int sw128(int r, int ch, int block) {
     return (ch >> 3) * block + r * 128 + (((ch & 7) ^ (r & 7)) << 4);
 }
 
-// The producer's ownership of a tile: lane (cc = lane%4, r_off = (lane/4)%2, q = lane/8) of producer
-// warp pw owns int8 chunk c = 4*(q % NG) + cc (dims 16c..16c+15) of key rows
-// prod_row(pw, lane, i), i < NI. A warp's copy instruction reads 8/NG whole key rows (coalesced),
-// and each quarter warp's fp16 stores cover rows r, r+1 (r even) x 4 chunk pairs: chunk positions
-// (2cc+h) ^ (r&7) and (2cc+h) ^ (r+1 & 7) are 8 distinct 16-byte bank groups (no conflict).
-constexpr int RW = 8 / NG;                      // key rows a producer warp covers per round
+// The producer's ownership of a tile. The bulk copies land each tile's int8 K and V rows densely
+// in staging (row r at r*D). Lane (cc = lane%4, r_off = (lane/4)%2, q = lane/8) of producer warp pw
+// owns int8 chunk prod_chunk(lane) (dims 16c..16c+15) of key rows prod_row(pw, lane, i), i < NI:
+// each quarter warp takes two rows r, r+1 (r even) and at D = 128 the low four chunks of one and
+// the high four of the other, so its 16-byte staging loads are 128 contiguous-or-complementary
+// bytes (8 distinct bank groups), and its fp16 stores (chunks 2c+h, positions (2c+h) ^ (row&7))
+// hit 8 distinct bank groups as well (static_asserts below check both). A warp instruction reads
+// RW whole rows.
+constexpr int CPR = D / 16;                     // int8 chunks of a key row
+constexpr int RW = 32 / CPR;                    // key rows a producer warp reads per round
 constexpr int NI = BN / (4 * RW);               // rounds per tile (chunks of K per thread)
 __host__ __device__ constexpr int prod_row(int pw, int lane, int i) {
     return pw * RW + 2 * ((lane >> 3) / NG) + ((lane >> 2) & 1) + 4 * RW * i;
 }
-__host__ __device__ constexpr int prod_chunk(int lane) { return 4 * ((lane >> 3) % NG) + (lane & 3); }
-// Byte offset of int8 chunk c of key row r in a staging slot's K (or V) rows. At D = 128 a quarter
-// warp moves chunks 0-3 (or 4-7) of rows r and r+1, which are 128 bytes apart (the same banks), so
-// odd rows swap their two halves; at D = 64 the two rows already sit in different banks. Only the
-// thread that copies a chunk reads it back, so any such bijection will do.
-__host__ __device__ constexpr int stage_off(int r, int c) { return r * D + 16 * (NG == 2 ? c ^ ((r & 1) << 2) : c); }
+__host__ __device__ constexpr int prod_chunk(int lane) { return (lane & 3) + 4 * ((((lane >> 2) ^ (lane >> 3)) & 1) & (NG - 1)); }
+__host__ __device__ constexpr int stage_off(int r, int c) { return r * D + 16 * c; }
 __host__ __device__ constexpr bool producer_plan_ok() {
-    bool seen[BN * (D / 16)] = {};
+    bool seen[BN * CPR] = {};
     for (int pw = 0; pw < 4; ++pw)
         for (int lane = 0; lane < 32; ++lane)
             for (int i = 0; i < NI; ++i) {
                 const int r = prod_row(pw, lane, i), c = prod_chunk(lane);
-                if (r < 0 || r >= BN || c < 0 || c >= D / 16 || seen[r * (D / 16) + c]) return false;
-                seen[r * (D / 16) + c] = true;
+                if (r < 0 || r >= BN || c < 0 || c >= CPR || seen[r * CPR + c]) return false;
+                seen[r * CPR + c] = true;
             }
     return true;
 }
@@ -224,6 +235,10 @@ __device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
 __device__ __forceinline__ void mbar_arrive(u32 bar) {
     asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar) : "memory");
 }
+// Arrive, and expect `bytes` more of asynchronous copies to complete on the barrier in this phase.
+__device__ __forceinline__ void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
 // Wait until the phase of parity `parity` of the barrier has completed (acquire, CTA scope).
 __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
     u32 done;
@@ -241,13 +256,12 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
 __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
-// 16-byte cp.async into shared memory, bypassing L1, zero-filling past `src_bytes`.
-__device__ __forceinline__ void cp_async16(u32 dst, const void* src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+// Bulk copy (the TMA unit, no tensor map) of `bytes` (a multiple of 16; both addresses 16-byte
+// aligned) from global into this CTA's shared memory; completes `bytes` of transactions on `bar`.
+__device__ __forceinline__ void bulk_g2s(u32 dst, const void* src, u32 bytes, u32 bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
 template <int R>
 __device__ __forceinline__ void set_max_regs_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R)); }
@@ -340,50 +354,55 @@ __device__ __forceinline__ Cta cta_of(const pa::Args& a) {
 }
 
 // ---------------------------------------------------------------- the producer warpgroup
+// Thread 0 starts tile n's bulk copies into staging slot n % I8_STAGES: K and V rows and their
+// scales, one copy of each per run of keys that is contiguous in memory (a page, or the whole tile
+// where a page holds it or the cache is contiguous), only keys below nk (what lies past them in
+// the slot is stale and finite: the converted tile's scales are zeroed there).
+__device__ __forceinline__ void issue_tile(const pa::Args& a, const Cta& c, int n, u32 base) {
+    const int nk = a.ctx + a.n_q;
+    const int j0 = (c.t_begin + n) * BN, j1 = min(j0 + BN, nk);
+    const int slot = n % I8_STAGES;
+    const u32 st = base + SM_I8 + slot * I8_STAGE, bar = base + SM_BAR + 8 * (2 * F16_STAGES + slot);
+#if PA_PAGED
+    const int span_log2 = min(BN_LOG2, a.page_shift);   // keys contiguous in memory: a page, at most a tile
+#else
+    const int span_log2 = BN_LOG2;
+#endif
+    const int span = 1 << span_log2;
+    const int runs = (j1 - j0 + span - 1) >> span_log2;
+    const int sc_last = ((j1 - j0 - (runs - 1) * span) + 3) / 4 * 4;    // scales of the last run, 16-byte whole
+    mbar_arrive_expect_tx(bar, (u32)(2 * (j1 - j0) * D + 8 * ((runs - 1) * span + sc_last)));
+    for (int j = j0; j < j1; j += span) {
+        const int keys = min(span, j1 - j), sc = j + span < j1 ? span : sc_last;
+        const u32 row = pa::kv_row(a, c.hkv, j, pa::page_of(a, j));
+        const u32 sci = pa::scale_index(a, c.hkv, j, row);
+        const u32 r = (u32)(j - j0);
+        bulk_g2s(st + I8_K + r * D, a.k + (u64)row * D, (u32)keys * D, bar);
+        bulk_g2s(st + I8_V + r * D, a.v + (u64)row * D, (u32)keys * D, bar);
+        bulk_g2s(st + I8_SC + 4 * r, a.k_scale + sci, 4u * sc, bar);
+        bulk_g2s(st + I8_SC + BN * 4 + 4 * r, a.v_scale + sci, 4u * sc, bar);
+    }
+}
+
 __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsigned char* sm, u32 base) {
     const int pw = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int ch = prod_chunk(lane);
     const int nk = a.ctx + a.n_q;
     const int n_tiles = c.t_end - c.t_begin;
     const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
+    const u32 bar_landed = base + SM_BAR + 16 * F16_STAGES;
 
-    // Start the copies of tile n (of this CTA) into staging slot n % I8_STAGES: this thread's chunks.
-    auto issue = [&](int n) {
-        const int j0 = (c.t_begin + n) * BN;
-        const u32 st = base + SM_I8 + (n % I8_STAGES) * I8_STAGE;
-#pragma unroll
-        for (int i = 0; i < NI; ++i) {
-            const int r = prod_row(pw, lane, i), key = j0 + r;
-            const bool ok = key < nk;
-            const u32 row = ok ? pa::kv_row(a, c.hkv, key, pa::page_of(a, key)) : 0u;
-            const u64 off = (u64)row * D + 16 * ch;
-            cp_async16(st + I8_K + stage_off(r, ch), a.k + off, ok ? 16 : 0);
-            cp_async16(st + I8_V + stage_off(r, ch), a.v + off, ok ? 16 : 0);
-        }
-        if (pw == 0) {   // lanes 0-15: K scales of keys 4*lane.., lanes 16-31: V scales
-            const int kc = lane & 15, key0 = j0 + 4 * kc;
-            const int n_ok = max(0, min(4, nk - key0));
-            u32 idx = 0;
-            if (n_ok > 0) idx = pa::scale_index(a, c.hkv, key0, pa::kv_row(a, c.hkv, key0, pa::page_of(a, key0)));
-            cp_async16(st + I8_SC + (lane >> 4) * BN * 4 + 16 * kc, (lane < 16 ? a.k_scale : a.v_scale) + idx, 4 * n_ok);
-        }
-    };
-
-    issue(0);
-    cp_async_commit();
-    if (1 < n_tiles) issue(1);
-    cp_async_commit();
+    if (threadIdx.x == 0)
+        for (int n = 0; n < I8_STAGES && n < n_tiles; ++n) issue_tile(a, c, n, base);
     for (int n = 0; n < n_tiles; ++n) {
-        if (n + 2 < n_tiles) issue(n + 2);   // into the slot this thread converted at n-1
-        cp_async_commit();
-        cp_async_wait<2>();                  // this thread's copies of tile n have landed
         const int s = n % F16_STAGES;
+        mbar_wait(bar_landed + 8 * (n % I8_STAGES), (n / I8_STAGES) & 1);   // tile n's copies have landed
         const unsigned char* st = sm + SM_I8 + (n % I8_STAGES) * I8_STAGE;
         unsigned char* f = sm + SM_F16 + s * F16_STAGE;
         // All of this thread's int8 chunks of the tile into registers first, then the wait for the
-        // stage, then convert and store: the loads' latency passes during the wait, and no
-        // conversion waits on its own load (they were interleaved with the stores, which the
-        // compiler cannot move the loads above).
+        // fp16 stage, then convert and store: the loads' latency passes during the wait, and no
+        // conversion waits on its own load (interleaved with the stores, the compiler cannot move
+        // the loads above them).
         uint4 kx[NI], vx[NI];
 #pragma unroll
         for (int i = 0; i < NI; ++i) {
@@ -391,6 +410,8 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
             kx[i] = *reinterpret_cast<const uint4*>(st + I8_K + stage_off(r, ch));
             vx[i] = *reinterpret_cast<const uint4*>(st + I8_V + stage_off(r, ch));
         }
+        float4 scx;
+        if (pw == 0) scx = *reinterpret_cast<const float4*>(st + I8_SC + (lane >> 4) * BN * 4 + 16 * (lane & 15));
         if (n >= F16_STAGES) mbar_wait(bar_empty + 8 * s, ((n / F16_STAGES) & 1) ^ 1);   // tile n-F16_STAGES released stage s
 #pragma unroll
         for (int i = 0; i < NI; ++i) {
@@ -403,15 +424,25 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
             *reinterpret_cast<uint4*>(f + F16_V + sw128(r, 2 * ch, KV_BLOCK)) = lo;
             *reinterpret_cast<uint4*>(f + F16_V + sw128(r, 2 * ch + 1, KV_BLOCK)) = hi;
         }
-        if (pw == 0) {
-            const int off = (lane >> 4) * BN * 4 + 16 * (lane & 15);
+        if (pw == 0) {   // lanes 0-15: K scales of keys 4*lane.., lanes 16-31: V scales; zero past nk
+            const int key0 = (c.t_begin + n) * BN + 4 * (lane & 15);
             const float mul = lane < 16 ? a.qk_scale_log2 : a.p_scale;
-            float4 x = *reinterpret_cast<const float4*>(st + I8_SC + off);
-            x.x = __fmul_rn(x.x, mul); x.y = __fmul_rn(x.y, mul); x.z = __fmul_rn(x.z, mul); x.w = __fmul_rn(x.w, mul);
-            *reinterpret_cast<float4*>(f + F16_KQ + off) = x;   // F16_VS = F16_KQ + BN*4
+            scx.x = key0 + 0 < nk ? __fmul_rn(scx.x, mul) : 0.f;
+            scx.y = key0 + 1 < nk ? __fmul_rn(scx.y, mul) : 0.f;
+            scx.z = key0 + 2 < nk ? __fmul_rn(scx.z, mul) : 0.f;
+            scx.w = key0 + 3 < nk ? __fmul_rn(scx.w, mul) : 0.f;
+            *reinterpret_cast<float4*>(f + F16_KQ + (lane >> 4) * BN * 4 + 16 * (lane & 15)) = scx;   // F16_VS = F16_KQ + BN*4
         }
         fence_proxy_async();                 // the stores above, before wgmma reads them
         mbar_arrive(bar_full + 8 * s);
+        // Every producer thread has read tile n's staging slot: thread 0 refills it with tile n + I8_STAGES.
+        if (n + I8_STAGES < n_tiles) {
+            named_barrier_sync(PROD_BAR, 128);
+            if (threadIdx.x == 0) {
+                fence_proxy_async();         // the slot's generic reads above, before the async proxy writes it
+                issue_tile(a, c, n + I8_STAGES, base);
+            }
+        }
     }
 }
 
@@ -688,6 +719,8 @@ extern "C" __global__ void __launch_bounds__(v3::THREADS, 1) pa_v3(PA_KERNEL_PAR
             mbar_init(base + SM_BAR + 8 * s, 128);                   // full: the producer's threads
             mbar_init(base + SM_BAR + 8 * (F16_STAGES + s), 128 * NCWG);   // empty: the consumers' threads
         }
+#pragma unroll
+        for (int s = 0; s < I8_STAGES; ++s) mbar_init(base + SM_BAR + 8 * (2 * F16_STAGES + s), 1);   // landed: thread 0 + bytes
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();

@@ -11,7 +11,8 @@ free could give. A knock-out whose edit no longer matches the source fails loudl
 timing the real kernel under a wrong name.
 
 - ``no-convert``: the producer copies int8 K/V but neither converts nor stores the fp16 tiles;
-- ``no-copy``: the producer issues no cp.async (it converts stale staging bytes);
+- ``no-copy``: the producer starts no bulk copies (thread 0 only arrives on the slot's barrier;
+  the producer converts stale staging bytes);
 - ``no-producer``: both (the producer only waits and arrives: the consumers alone);
 - ``no-softmax``: the consumers skip the online softmax (P is packed from raw S; no rescale);
 - ``gemm-only``: no-producer and no-softmax: wgmma, barriers and P packing only;
@@ -35,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 _CONVERT = re.compile(r"\n#pragma unroll\n        for \(int i = 0; i < NI; \+\+i\) \{\n            const int r = prod_row\(pw, lane, i\);\n"
                       r"            uint4 lo, hi;.*?\n        \}\n", re.S)
-_COPY = re.compile(r"(    auto issue = \[&\]\(int n\) \{\n).*?(\n    \};\n)", re.S)
+_COPY = re.compile(r"    mbar_arrive_expect_tx\(bar, .*?\n    \}\n(?=\}\n)", re.S)
 _TURN_SYNC = re.compile(r"\n        named_barrier_sync\(PP_BAR \+ wg, 256\);")
 _TURN_ARRIVE = re.compile(r"\n        if \(wg == 0 \|\| n < n_tiles\) named_barrier_arrive\(PP_BAR \+ \(wg \^ 1\), 256\);")
 _TURN_OPEN = re.compile(r"\n    if \(wg == 1\) named_barrier_arrive\(PP_BAR, 256\);")
@@ -54,7 +55,7 @@ def no_convert(src: str) -> str:
 
 
 def no_copy(src: str) -> str:
-    return _sub(_COPY, r"\1        (void)n;\2", src, "no-copy")
+    return _sub(_COPY, "    mbar_arrive(bar);   // knock-out: no copies, the slot's stale bytes converted\n", src, "no-copy")
 
 
 def no_softmax(src: str) -> str:

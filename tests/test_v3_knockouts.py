@@ -22,7 +22,8 @@ def test_each_knockout_edits_the_kernel(name):
         out = edit(out)
     assert out != SRC
     if "no-copy" in name or name in ("no-producer", "gemm-only"):
-        assert out.count("cp_async16(") == SRC.count("cp_async16(") - 3   # the producer's three copies
+        assert out.count("bulk_g2s(") == SRC.count("bulk_g2s(") - 4   # the tile's four bulk copies
+        assert "mbar_arrive_expect_tx(bar," in SRC and "mbar_arrive_expect_tx(bar," not in out
     if name in ("no-convert", "no-producer", "gemm-only"):
         assert "i8x16_to_f16(kx[i]" in SRC and "i8x16_to_f16(kx[i]" not in out and "i8x16_to_f16(vx[i]" not in out
     if name in ("no-softmax", "gemm-only"):

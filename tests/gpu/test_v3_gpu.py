@@ -31,6 +31,11 @@ CASES = {
     "first-d128-gqa-p64": ("0x1536", 128, 32, 8, "paged", 64, "realistic", "float32"),
     "pr-d128-gqa-p64": ("2.1Kx256", 128, 32, 8, "paged", 64, "realistic", "float32"),
     "long-d128-gqa-p64": ("16Kx200", 128, 32, 8, "paged", 64, "normal", "float32"),
+    # 1,037 keys: the last tile holds 13 keys, not a multiple of 4 or 16 (the bulk copies stop at
+    # the cache's end; the slot's stale rows past it must not reach the output)
+    "ragged-d128-mha-contig": ("1000x37", 128, 16, 16, "contiguous", 64, "normal", "float32"),
+    "ragged-d128-gqa-p16": ("1000x37", 128, 32, 8, "paged", 16, "realistic", "float32"),
+    "ragged-d64-gqa-p64": ("1000x37", 64, 32, 8, "paged", 64, "normal", "float16"),
 }
 
 
