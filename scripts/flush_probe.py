@@ -192,22 +192,32 @@ def events(args) -> dict[tuple[str, str, str], list[float]]:
 
 
 def parse(text: str, calls: list[tuple[str, str]], modes: list[str], samples: int) -> dict:
-    """ncu's CSV -> {(shape, variant, mode): [ms]}, kernels in the child's order (one per call:
-    the calls of this probe are single-kernel)."""
+    """ncu's CSV -> {(shape, variant, mode): [ms]}, kernels in the child's order. A call of several
+    kernels (v3 with key segments and its combine) is the sum of its kernels: every call of one
+    variant launches the same number, so the count per call is read off each variant's share."""
     import csv
     import io
 
     rows = [r for r in csv.DictReader(io.StringIO(text[text.find('"ID"'):])) if r.get("Metric Name") == METRIC]
     vals = [float(r["Metric Value"].replace(",", "")) * _MS_PER_UNIT[r["Metric Unit"]] for r in rows]
-    order = []
+    names = [r["Kernel Name"] for r in rows]
+    n_calls = len(calls) * samples * len(modes)
+    if not n_calls or len(vals) % n_calls:
+        raise SystemExit(f"ncu gave {len(vals)} kernels for {n_calls} calls: not a whole number per call")
+    per = len(vals) // n_calls
+    out: dict = {}
+    i = 0
     for s, vs in by_shape(calls).items():
         for v in vs:
-            order += [(s, v, m) for _ in range(samples) for m in modes]
-    if len(vals) != len(order):
-        raise SystemExit(f"ncu gave {len(vals)} kernels, expected {len(order)} (a call of several kernels?)")
-    out: dict = {}
-    for key, ms in zip(order, vals):
-        out.setdefault(key, []).append(ms)
+            for _ in range(samples):
+                for m in modes:
+                    out.setdefault((s, v, m), []).append(sum(vals[i:i + per]))
+                    i += per
+    # every call of the same variant must be the same kernels (else the grouping above is off)
+    for start in range(0, len(names), per * samples * len(modes)):
+        block = names[start:start + per * samples * len(modes)]
+        if block != block[:per] * (len(block) // per):
+            raise SystemExit(f"ncu's kernels do not repeat per call ({block[:per]} ...): calls of different kernel counts")
     return out
 
 

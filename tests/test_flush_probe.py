@@ -24,9 +24,10 @@ def test_calls_grammar_and_grouping_keep_the_order_given():
         fp.parse_calls("0x1536")
 
 
-def _csv(values_ns):
+def _csv(values_ns, names=None):
     head = '"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"\n'
-    rows = "".join(f'"{i}","k","gpu__time_duration.sum","ns","{v:,}"\n' for i, v in enumerate(values_ns))
+    names = names or ["k"] * len(values_ns)
+    rows = "".join(f'"{i}","{n}","gpu__time_duration.sum","ns","{v:,}"\n' for i, (n, v) in enumerate(zip(names, values_ns)))
     return "==PROF== Connected\n" + head + rows
 
 
@@ -43,9 +44,21 @@ def test_parse_assigns_kernels_in_the_childs_order():
     assert list(got)[:2] == [("0x1536", "torch-sdpa", "read"), ("0x1536", "torch-sdpa", "read+touch")]
 
 
-def test_parse_refuses_a_call_of_several_kernels():
-    with pytest.raises(SystemExit, match="expected 4"):
+def test_parse_sums_the_kernels_of_a_call():
+    # v3 with key segments: pa_v3 then pa_combine, for each of 2 samples x 2 modes
+    names = ["pa_v3", "pa_combine"] * 4
+    got = fp.parse(_csv([40_000, 2_000, 41_000, 2_500, 39_000, 2_100, 42_000, 2_200], names),
+                   [("2.1Kx256", "v3")], ["read", "read+smem"], 2)
+    assert got[("2.1Kx256", "v3", "read")] == [pytest.approx(0.042), pytest.approx(0.0411)]
+    assert got[("2.1Kx256", "v3", "read+smem")] == [pytest.approx(0.0435), pytest.approx(0.0442)]
+
+
+def test_parse_refuses_counts_that_are_not_whole_calls():
+    with pytest.raises(SystemExit, match="not a whole number per call"):
         fp.parse(_csv([1, 2, 3, 4, 5]), [("0x1536", "v2")], ["read", "half"], 2)
+    with pytest.raises(SystemExit, match="do not repeat per call"):
+        fp.parse(_csv([1, 2, 3, 4, 5, 6, 7, 8], ["a", "b", "a", "b", "a", "b", "b", "a"]),
+                 [("0x1536", "v2")], ["read", "half"], 2)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
