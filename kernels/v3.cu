@@ -26,7 +26,7 @@
 //     three ahead.
 //   * Warpgroups 1 and 2, the consumers (setmaxnreg.inc to 216 registers), 64 rows each, in
 //     steps n = 0 .. n_tiles: step n issues S[64 x 64] = Q.K^T of tile n (KSTEPS
-//     wgmma.m64n64k16, A = Q and B = K from shared memory) and, behind it, O += P.V of tile n-1
+//     wgmma.m64n64k16, A = Q from registers, B = K from shared memory) and, behind it, O += P.V of tile n-1
 //     (4 wgmma.m64nDk16, A = P from registers, B = V from shared memory, transposed; O was first
 //     rescaled by tile n-1's alpha), waits for S only (wgmma.wait_group 1), runs tile n's online
 //     softmax in place in S's registers while P.V still runs, waits for P.V, then packs tile n's
@@ -50,8 +50,10 @@
 //   empty with parity ((n/4)&1)^1 before refilling a stage (not for n < 4). Both consumer
 //   warpgroups wait for and release every tile and take every turn, also past their rows'
 //   diagonal (they skip the math), so the phase counts and the turns stay in lockstep. Q goes to
-//   shared memory once (each consumer warpgroup its 64 rows, fence.proxy.async, a named barrier
-//   of its 128 threads).
+//   shared memory once (each consumer warpgroup its 64 rows, a named barrier of its 128
+//   threads), and from there into each thread's A fragments of all KSTEPS k-steps (32 registers
+//   for the whole loop at D = 128): S's wgmma then reads only K from shared memory, 16 KB per
+//   warpgroup and tile less than with Q as a shared-memory operand (docs/PERF_NOTES.md, step 7).
 // Shared-memory layouts and wgmma descriptors (the derivation). Every fp16 operand is stored in
 //   the canonical 128-byte-swizzle layout: a "row" of 128 bytes = 64 fp16 along the contiguous
 //   dimension; 8 rows form a 1024-byte atom in which 16-byte chunk c of row r sits at chunk
@@ -59,13 +61,12 @@
 //   region starts 1024-byte aligned and the matrix base offset field is 0). Rows are dense
 //   (row r at r*128), and a D = 128 operand is two 64-column blocks stored one after the other.
 //   Descriptor: bits 0-13 start address >> 4, 16-29 LBO >> 4, 32-45 SBO >> 4, 62-63 = 1 (128B).
-//   * Q [128 rows][D], K-major A: block b (dims 64b..) at b*128*128; row R at R*128.
-//     For k-step kk (dims 16kk..16kk+15) of consumer warpgroup w: start = Q + (kk/4)*16384 +
-//     w*64*128 + (kk%4)*32 (the 32-byte step inside the 128-byte row is how K advances inside a
-//     swizzle atom: the hardware swizzles the final address); SBO = 1024 (next 8 rows), LBO
-//     unused for swizzled K-major layouts (set to 16 bytes).
+//   * Q [128 rows][D]: block b (dims 64b..) at b*128*128; row R at R*128 (read back once into
+//     registers with the same swizzle, sw128).
 //   * K tile [64 keys][D], K-major B of S = Q.K^T (N = keys): block b at b*8192, key row j at
-//     j*128; k-step kk: start = K + (kk/4)*8192 + (kk%4)*32; SBO = 1024; LBO unused.
+//     j*128; k-step kk: start = K + (kk/4)*8192 + (kk%4)*32 (the 32-byte step inside the 128-byte
+//     row is how K advances inside a swizzle atom: the hardware swizzles the final address);
+//     SBO = 1024 (next 8 rows); LBO unused for swizzled K-major layouts (set to 16 bytes).
 //   * V tile [64 keys][D], the same bytes as K's layout, read as the MN-major B of O = P.V
 //     (K = keys, N = dims; imm-trans-b = 1). The canonical MN-major 128B layout is
 //     ((64 n),(8 k, k-groups)) with n contiguous, k-rows 128 bytes apart, the next 8 k at SBO and
@@ -295,14 +296,14 @@ __device__ __forceinline__ u64 desc_sw128(u32 addr, u32 lbo, u32 sbo) {
            (1ull << 62);
 }
 
-// D[64 x 64] (+)= A[64 x 16] . B[16 x 64], A and B from shared memory (descriptors).
-__device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], u64 desc_a, u64 desc_b, int accumulate) {
+// D[64 x 64] (+)= A[64 x 16] . B[16 x 64], A from registers, B from shared memory, K-major.
+__device__ __forceinline__ void wgmma_rs_n64(float (&d)[32], const u32 (&a)[4], u64 desc_b, int accumulate) {
     asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
 
 // D[64 x 64] (+)= A[64 x 16] . B[16 x 64], A from registers, B from shared memory, MN-major (trans-b).
@@ -447,13 +448,13 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
 }
 
 // ---------------------------------------------------------------- the consumer warpgroups
-// S[64 x 64] = Q . K^T of one tile (raw integer-valued K, fp32): KSTEPS wgmma, not waited for.
-__device__ __forceinline__ void issue_s(float (&s)[S_REGS], u64 dq, u64 dk) {
+// S[64 x 64] = Q . K^T of one tile (raw integer-valued K, fp32): KSTEPS wgmma, A = Q from this
+// thread's registers (qf, loaded once), not waited for.
+__device__ __forceinline__ void issue_s(float (&s)[S_REGS], const u32 (&qf)[KSTEPS][4], u64 dk) {
 #pragma unroll
     for (int kk = 0; kk < KSTEPS; ++kk) {
-        const u32 koff = (kk >> 2) * KV_BLOCK + (kk & 3) * 32;   // same offset scheme for Q (Q_BLOCK)
-        const u32 qoff = (kk >> 2) * Q_BLOCK + (kk & 3) * 32;
-        wgmma_ss_n64(s, dq + (qoff >> 4), dk + (koff >> 4), kk > 0);
+        const u32 koff = (kk >> 2) * KV_BLOCK + (kk & 3) * 32;
+        wgmma_rs_n64(s, qf[kk], dk + (koff >> 4), kk > 0);
     }
 }
 
@@ -544,8 +545,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
         }
         *reinterpret_cast<uint4*>(sm + SM_Q + sw128(R, ch, Q_BLOCK)) = v;
     }
-    fence_proxy_async();
-    named_barrier_sync(1 + wg, 128);
+    named_barrier_sync(1 + wg, 128);         // (read back below with ordinary loads: no proxy fence)
 
     // ---- this warpgroup's rows: the keys they see
     const bool wg_rows = r0 < rows_used && c.p0 + r0 / c.group < a.n_q;
@@ -560,7 +560,17 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     // tiles [t_begin, wg_end) hold keys of these rows; those below first_masked need no mask
     const int wg_end = wg_rows ? min(c.t_end, (a.ctx + last_pos + BN) / BN) : c.t_begin;
     const int first_masked = (a.ctx + first_pos + 1) / BN;
-    const u64 dq = desc_sw128(base + SM_Q + r0 * 128, 16, 1024);
+    // Q's A fragments for all KSTEPS k-steps, from the swizzled rows just stored: lane (g, t) of warp
+    // w holds rows 16w+g and 16w+g+8 of this warpgroup, dims 16kk+2t.., 16kk+2t+8.. (PTX ISA, wgmma
+    // register fragment of A). 32 registers that stay for the whole loop.
+    u32 qf[KSTEPS][4];
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; ++kk)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int R = r0 + 16 * warp + g + 8 * (e & 1), dim = 16 * kk + 2 * t + 8 * (e >> 1);
+            qf[kk][e] = *reinterpret_cast<const u32*>(sm + SM_Q + sw128(R, dim >> 3, Q_BLOCK) + 2 * (dim & 7));
+        }
 
     float o[O_REGS], s[S_REGS], m[2] = {PA_NEG_INF, PA_NEG_INF}, l[2] = {0.f, 0.f};
     float alpha[2] = {1.f, 1.f};             // the rescale of O that the pending P.V's tile asks for
@@ -610,7 +620,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
         pin(dk0);
         pin(s);
         wgmma_fence();
-        issue_s(s, dq, dk0);
+        issue_s(s, qf, dk0);
         wgmma_commit();
         turn_end(0);
         wgmma_wait<0>();
@@ -628,7 +638,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
             pin(pf);
             pin(o);
             wgmma_fence();
-            issue_s(s, dq, dk);
+            issue_s(s, qf, dk);
             wgmma_commit();
             issue_pv(o, pf, dv);
             wgmma_commit();
