@@ -62,6 +62,17 @@ def test_shared_memory_fits_turing_and_static_limit(table):
 def test_only_v2_uses_cp_async(table):
     for r in (r for r in table if r["compiled"]):
         assert r["cp_async"] == (r["variant"] == "v2"), f"{r['variant']} {r['arch']}"
+        assert not r["bulk_copy"], f"{r['variant']} {r['arch']}"
+
+
+def test_the_copy_column_tells_ldgsts_from_bulk_copies():
+    assert ki._parse_ptx("cp.async.cg.shared.global [%r1], [%rd2], 16, %r3;\ncp.async.commit_group;")["cp_async"]
+    bulk = ki._parse_ptx("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd1], %r2, [%r3];")
+    assert bulk["bulk_copy"] and not bulk["cp_async"]
+    assert not any(ki._parse_ptx("ld.shared.v4.u32 {%r1, %r2, %r3, %r4}, [%r5];")[k] for k in ("cp_async", "bulk_copy"))
+    row = {"variant": "v3", "arch": "sm_90", "compiled": True, "registers": 168, "spill_bytes": 0, "smem_bytes": 0,
+           "cp_async": False, "bulk_copy": True, "mma": "wgmma.m64n64k16", "cta": "384 threads"}
+    assert "bulk" in ki.format_table([row]) and "cp.async" not in ki.format_table([row])
 
 
 def test_mma_shape_per_arch(table):

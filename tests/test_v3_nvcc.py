@@ -31,7 +31,7 @@ def test_v3_builds_for_sm90a_only_without_spills(head_dim):
             assert r["wgmma_serialized"] is None, f"ptxas serialised v3's wgmma: {r['wgmma_serialized']}"
             assert 32 <= r["registers"] <= REG_CAP
             assert r["mma"] == ("wgmma.m64n64k16" if head_dim == 64 else "wgmma.m64n128k16,wgmma.m64n64k16")
-            assert r["cp_async"]
+            assert r["bulk_copy"] and not r["cp_async"]   # the TMA unit's bulk copies, no LDGSTS
         else:
             assert not r["compiled"] and "sm_90a" in r["reason"]
 

@@ -2,7 +2,8 @@
 
 For each variant x arch it compiles the variant with the backend's own options, keeps the
 PTX beside the cubin, and reads: registers per thread, spill bytes, static shared memory per
-CTA (``-Xptxas -v``), whether the PTX uses ``cp.async``, and which ``mma.sync`` shape it uses.
+CTA (``-Xptxas -v``), whether the PTX uses ``cp.async`` (LDGSTS) or the TMA unit's bulk copies
+(``cp.async.bulk``), and which ``mma.sync`` or ``wgmma`` shapes it uses.
 Every module also carries pa_combine (the key-segment merge, pa_common.cuh): its registers are a
 column of their own, and its spills count with the kernel's.
 """
@@ -65,7 +66,10 @@ def _wgmma_serialized(log: str) -> str | None:
 def _parse_ptx(ptx: str) -> dict:
     shapes = sorted(set(re.findall(r"mma\.sync\.aligned\.(m\d+n\d+k\d+)", ptx)))
     shapes += sorted({f"wgmma.{s}" for s in re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", ptx)})
-    return {"cp_async": "cp.async" in ptx, "mma": ",".join(shapes) if shapes else None}
+    # cp.async of 4-16 bytes a thread (LDGSTS) and the bulk copies of the TMA unit are different
+    # machinery: v2 uses the first, v3 the second
+    return {"cp_async": re.search(r"\bcp\.async\.c[ag]\.", ptx) is not None,
+            "bulk_copy": "cp.async.bulk." in ptx, "mma": ",".join(shapes) if shapes else None}
 
 
 @functools.lru_cache(maxsize=None)
@@ -75,7 +79,8 @@ def compile_one(variant: str, arch: str, head_dim: int = 128, force_turing: bool
     cc = int(arch.removeprefix("sm_").rstrip("a"))  # sm_90a: the variant adds its suffix itself
     row = {"variant": variant, "arch": arch, "head_dim": head_dim, "force_turing": force_turing,
            "cta": registry.get(variant).cta, "compiled": False, "reason": None, "registers": None, "spill_bytes": None,
-           "smem_bytes": None, "stack_bytes": None, "cp_async": None, "mma": None, "combine_registers": None,
+           "smem_bytes": None, "stack_bytes": None, "cp_async": None, "bulk_copy": None, "mma": None,
+           "combine_registers": None,
            "wgmma_serialized": None}
     why = K.build_unsupported(variant, cc, force_turing, head_dim)
     if why:
@@ -118,15 +123,21 @@ def kernel_table(archs: list[str] | None = None, head_dim: int = 128, force_turi
         return list(pool.map(lambda va: compile_one(va[0], va[1], head_dim, force_turing), todo))
 
 
+def _copy_kind(row: dict) -> str:
+    """The table's "async copy" cell: cp.async (LDGSTS), bulk (cp.async.bulk, the TMA unit), or -."""
+    kinds = [name for key, name in (("cp_async", "cp.async"), ("bulk_copy", "bulk")) if row.get(key)]
+    return "+".join(kinds) or "-"
+
+
 def format_table(rows: list[dict]) -> str:
     """A plain-text (rich) table of kernel_table's rows, and the key-segment note."""
-    head = ["variant", "arch", "built", "regs", "spills", "smem B", "cp.async", "mma", "combine regs", "CTA / reason"]
+    head = ["variant", "arch", "built", "regs", "spills", "smem B", "async copy", "mma", "combine regs", "CTA / reason"]
     lines = []
     for r in rows:
         if r["compiled"]:
             comb = r.get("combine_registers")
             lines.append([r["variant"], r["arch"], "yes", str(r["registers"]), str(r["spill_bytes"]),
-                          str(r["smem_bytes"]), "yes" if r["cp_async"] else "no", r["mma"] or "-",
+                          str(r["smem_bytes"]), _copy_kind(r), r["mma"] or "-",
                           "-" if comb is None else str(comb),
                           r["cta"] + (f"; WGMMA SERIALISED by ptxas: {r['wgmma_serialized']}"
                                       if r.get("wgmma_serialized") else "")])
