@@ -94,8 +94,8 @@
 //   so that the GPU is filled (pa_bench.numerics.model.segment_keys, registry fill_rows = M_CTA).
 // Why this shape: the warp-private v2 converts every K/V fragment once per warp and issues
 //   mma.sync at a rate that caps the tensor pipe (docs/PERF_NOTES.md); here one producer
-//   warpgroup converts each tile once for 128 rows, and wgmma runs 64 x 64 x 16 per instruction
-//   from shared memory. The softmax of one tile hides under the P.V of the previous one (within
+//   warpgroup converts each tile once for 128 rows, and wgmma runs 64 x 64 x 16 (S) and
+//   64 x D x 16 (P.V) per instruction with its B operand in shared memory. The softmax of one tile hides under the P.V of the previous one (within
 //   a warpgroup) and under the other warpgroup's wgmma (pingpong), as in FlashAttention-3.
 #include "pa_common.cuh"
 
