@@ -36,7 +36,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ncu_check import METRIC, _MS_PER_UNIT, _profiler, _setup, ready_calls  # noqa: E402
+from ncu_check import METRIC, _MS_PER_UNIT, _iqr, _profiler, _setup, ready_calls  # noqa: E402
 
 MODES = ("read", "read+touch", "half", "read+smem")
 NCU_ALL_MODES = ("ncu", "read")
@@ -221,11 +221,6 @@ def parse(text: str, calls: list[tuple[str, str]], modes: list[str], samples: in
     return out
 
 
-def _q(xs: list[float]) -> tuple[float, float]:
-    qs = statistics.quantiles(xs, n=4) if len(xs) > 1 else [xs[0]] * 3
-    return statistics.median(xs), qs[2] - qs[0]
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="configs/pr2092.yaml")
@@ -254,7 +249,7 @@ def main() -> int:
     results.update({(s, v, m, "events"): x for (s, v, m), x in events(args).items()})
     print(f"{'shape':9} {'variant':12} {'mode':11} {'timed by':10} {'n':>3} {'median us':>10} {'IQR us':>8}")
     for (s, v, m, how), xs in sorted(results.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][3], kv[0][2])):
-        med, iqr = _q(xs)
+        med, iqr = statistics.median(xs), _iqr(xs)
         print(f"{s:9} {v:12} {m:11} {how:10} {len(xs):3d} {1e3 * med:10.2f} {1e3 * iqr:8.2f}")
     return 0
 

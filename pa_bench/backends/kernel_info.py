@@ -80,8 +80,7 @@ def compile_one(variant: str, arch: str, head_dim: int = 128, force_turing: bool
     row = {"variant": variant, "arch": arch, "head_dim": head_dim, "force_turing": force_turing,
            "cta": registry.get(variant).cta, "compiled": False, "reason": None, "registers": None, "spill_bytes": None,
            "smem_bytes": None, "stack_bytes": None, "cp_async": None, "bulk_copy": None, "mma": None,
-           "combine_registers": None,
-           "wgmma_serialized": None}
+           "combine_registers": None, "wgmma_serialized": None}
     why = K.build_unsupported(variant, cc, force_turing, head_dim)
     if why:
         row["reason"] = f"not built: {why}"

@@ -677,4 +677,3 @@ def linked_plots(report_path: str | Path) -> list[Path]:
     path = Path(report_path)
     names = re.findall(r"!\[[^\]]*\]\(([^)\s]+\.png)\)", path.read_text(encoding="utf-8"))
     return [path.parent / n for n in dict.fromkeys(names) if (path.parent / n).is_file()]
-
