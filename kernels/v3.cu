@@ -296,24 +296,16 @@ __device__ __forceinline__ u64 desc_sw128(u32 addr, u32 lbo, u32 sbo) {
            (1ull << 62);
 }
 
-// D[64 x 64] (+)= A[64 x 16] . B[16 x 64], A from registers, B from shared memory, K-major.
+// D[64 x 64] (+)= A[64 x 16] . B[16 x 64], A from registers, B from shared memory: K-major
+// (TRANS_B = 0, S's K) or MN-major (TRANS_B = 1, P.V's V at D = 64).
+template <int TRANS_B>
 __device__ __forceinline__ void wgmma_rs_n64(float (&d)[32], const u32 (&a)[4], u64 desc_b, int accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
-}
-
-// D[64 x 64] (+)= A[64 x 16] . B[16 x 64], A from registers, B from shared memory, MN-major (trans-b).
-__device__ __forceinline__ void wgmma_rs_n64_tb(float (&d)[32], const u32 (&a)[4], u64 desc_b, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(TRANS_B));
 }
 
 // D[64 x 128] (+)= A[64 x 16] . B[16 x 128], A from registers, B from shared memory, MN-major (trans-b).
@@ -454,7 +446,7 @@ __device__ __forceinline__ void issue_s(float (&s)[S_REGS], const u32 (&qf)[KSTE
 #pragma unroll
     for (int kk = 0; kk < KSTEPS; ++kk) {
         const u32 koff = (kk >> 2) * KV_BLOCK + (kk & 3) * 32;
-        wgmma_rs_n64(s, qf[kk], dk + (koff >> 4), kk > 0);
+        wgmma_rs_n64<0>(s, qf[kk], dk + (koff >> 4), kk > 0);
     }
 }
 
@@ -465,7 +457,7 @@ __device__ __forceinline__ void issue_pv(float (&o)[O_REGS], const u32 (&pf)[PV_
 #if PA_HEAD_DIM == 128
         wgmma_rs_n128_tb(o, pf[kk], dv + ((kk * 16 * 128) >> 4), 1);
 #else
-        wgmma_rs_n64_tb(o, pf[kk], dv + ((kk * 16 * 128) >> 4), 1);
+        wgmma_rs_n64<1>(o, pf[kk], dv + ((kk * 16 * 128) >> 4), 1);
 #endif
     }
 }
