@@ -29,8 +29,9 @@
 //     wgmma.m64n64k16, A = Q from registers, B = K from shared memory) and, behind it, O += P.V of tile n-1
 //     (4 wgmma.m64nDk16, A = P from registers, B = V from shared memory, transposed; O was first
 //     rescaled by tile n-1's alpha), waits for S only (wgmma.wait_group 1), runs tile n's online
-//     softmax in place in S's registers while P.V still runs, waits for P.V, then packs tile n's
-//     P into the A fragments (only now: the P.V in flight reads the previous ones). Step 0 has
+//     softmax in place in S's registers while P.V still runs (and multiplies its p by the V
+//     scales), waits for P.V, then packs tile n's P into the A fragments (only now: the P.V in
+//     flight reads the previous ones). Step 0 has
 //     no P.V and step n_tiles no S. The registers of a wgmma in flight are never written (ptxas
 //     would serialise the wgmma: C7513), and the descriptors are formed before wgmma.fence.
 //   * Pingpong: the issue phase of a step is a turn. Named barriers PP_BAR + w give the two
@@ -504,15 +505,27 @@ __device__ __forceinline__ void softmax_tile(const unsigned char* f_ptr, int j0,
         }
 }
 
-// P = fp16(p * v_scale*p_scale) as the A fragments of P.V's k-steps (S's n8 blocks 2kk, 2kk+1).
-__device__ __forceinline__ void p_fragments(const unsigned char* f_ptr, const float (&s)[S_REGS], u32 (&pf)[PV_STEPS][4]) {
+// P = fp16(p * v_scale*p_scale), in two parts. The multiplies run in place in s before the wait
+// for the previous tile's P.V (they fill the softmax's tail; docs/PERF_NOTES.md, "v3 step 8"),
+// the packing into the A fragments of P.V's k-steps (S's n8 blocks 2kk, 2kk+1) after it, as the
+// P.V in flight reads the fragments being replaced.
+__device__ __forceinline__ void scale_by_vs(const unsigned char* f_ptr, float (&s)[S_REGS]) {
     const int t = threadIdx.x & 3;
     const float* vs = reinterpret_cast<const float*>(f_ptr + F16_VS);
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
         const float2 v2 = *reinterpret_cast<const float2*>(vs + 8 * j + 2 * t);
-        pf[j >> 1][2 * (j & 1) + 0] = pa::half2_as_u32(__floats2half2_rn(__fmul_rn(s[4 * j], v2.x), __fmul_rn(s[4 * j + 1], v2.y)));
-        pf[j >> 1][2 * (j & 1) + 1] = pa::half2_as_u32(__floats2half2_rn(__fmul_rn(s[4 * j + 2], v2.x), __fmul_rn(s[4 * j + 3], v2.y)));
+        s[4 * j] = __fmul_rn(s[4 * j], v2.x);
+        s[4 * j + 1] = __fmul_rn(s[4 * j + 1], v2.y);
+        s[4 * j + 2] = __fmul_rn(s[4 * j + 2], v2.x);
+        s[4 * j + 3] = __fmul_rn(s[4 * j + 3], v2.y);
+    }
+}
+__device__ __forceinline__ void p_fragments(const float (&s)[S_REGS], u32 (&pf)[PV_STEPS][4]) {
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+        pf[j >> 1][2 * (j & 1) + 0] = pa::half2_as_u32(__floats2half2_rn(s[4 * j], s[4 * j + 1]));
+        pf[j >> 1][2 * (j & 1) + 1] = pa::half2_as_u32(__floats2half2_rn(s[4 * j + 2], s[4 * j + 3]));
     }
 }
 
@@ -618,7 +631,8 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
         wgmma_wait<0>();
         pin(s);
         softmax(0, alpha);
-        p_fragments(f16_stage(0), s, pf);
+        scale_by_vs(f16_stage(0), s);
+        p_fragments(s, pf);
         // steps 1 .. n_math-1: S of tile n and P.V of tile n-1
         for (n = 1; n < n_math; ++n) {
             turn_begin(n);
@@ -639,11 +653,12 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
             pin(s);
             float alpha_next[2];
             softmax(n, alpha_next);
+            scale_by_vs(f16_stage(n), s);
             wgmma_wait<0>();
             pin(o);
             pin(pf);
             release(n);
-            p_fragments(f16_stage(n), s, pf);   // (after the wait: the P.V just done read pf)
+            p_fragments(s, pf);              // (after the wait: the P.V just done read pf)
             alpha[0] = alpha_next[0];
             alpha[1] = alpha_next[1];
         }
