@@ -16,6 +16,13 @@ timing the real kernel under a wrong name.
 - ``no-producer``: both (the producer only waits and arrives: the consumers alone);
 - ``no-softmax``: the consumers skip the online softmax (P is packed from raw S; no rescale);
 - ``gemm-only``: no-producer and no-softmax: wgmma, barriers and P packing only;
+- ``no-alu``: the producer stores its int8 chunks unconverted (loads and stores stay: what the
+  conversion's arithmetic alone costs);
+- ``half-alu``: as no-alu for V only (K is converted): what halving that arithmetic would give;
+- ``no-load``: the producer converts and stores values made from its indices instead of loading
+  its int8 chunks from staging (the copies still land): what the staging loads alone cost;
+- ``no-store``: the producer converts but stores no fp16 tile (the results are folded into one
+  register and stored only if it takes an impossible value: what the stores alone cost);
 - ``no-pingpong``: the consumers' turns removed (no named barrier orders the two warpgroups'
   wgmma issue). Unlike the others this one still computes the right output: the turns order
   only when each warpgroup issues, so it answers "do the turns still pay?".
@@ -37,6 +44,11 @@ ROOT = Path(__file__).resolve().parents[1]
 _CONVERT = re.compile(r"\n#pragma unroll\n        for \(int i = 0; i < NI; \+\+i\) \{\n            const int r = prod_row\(pw, lane, i\);\n"
                       r"            uint4 lo, hi;.*?\n        \}\n", re.S)
 _COPY = re.compile(r"    mbar_arrive_expect_tx\(bar, .*?\n    \}\n(?=\}\n)", re.S)
+_CONVERT_K = re.compile(r"i8x16_to_f16\(kx\[i\], lo, hi\);")
+_CONVERT_V = re.compile(r"i8x16_to_f16\(vx\[i\], lo, hi\);")
+_LOAD = re.compile(r"(\n            )([kv])x\[i\] = \*reinterpret_cast<const uint4\*>\(st \+ I8_[KV] \+ stage_off\(r, ch\)\);")
+_STORE = re.compile(r"(\n            )\*reinterpret_cast<uint4\*>\(f \+ F16_([KV]) \+ sw128\(r, 2 \* ch( \+ 1)?, KV_BLOCK\)\) = (lo|hi);")
+_STORES_DONE = re.compile(r"(\n        if \(pw == 0\) \{   // lanes 0-15: K scales)")
 _TURN_SYNC = re.compile(r"\n        named_barrier_sync\(PP_BAR \+ wg, 256\);")
 _TURN_ARRIVE = re.compile(r"\n        if \(wg == 0 \|\| n < n_tiles\) named_barrier_arrive\(PP_BAR \+ \(wg \^ 1\), 256\);")
 _TURN_OPEN = re.compile(r"\n    if \(wg == 1\) named_barrier_arrive\(PP_BAR, 256\);")
@@ -58,6 +70,30 @@ def no_copy(src: str) -> str:
     return _sub(_COPY, "    mbar_arrive(bar);   // knock-out: no copies, the slot's stale bytes converted\n", src, "no-copy")
 
 
+def no_alu_k(src: str) -> str:
+    return _sub(_CONVERT_K, "lo = kx[i]; hi = kx[i];   // knock-out: not converted", src, "no-alu (K)")
+
+
+def no_alu_v(src: str) -> str:
+    return _sub(_CONVERT_V, "lo = vx[i]; hi = vx[i];   // knock-out: not converted", src, "no-alu (V)")
+
+
+def no_load(src: str) -> str:
+    out, n = _LOAD.subn(r"\1\2x[i] = make_uint4(r, ch, n, i);   // knock-out: not loaded", src)
+    if n != 2:
+        raise SystemExit("v3_knockouts: the no-load edit no longer matches kernels/v3.cu; update the script")
+    return out
+
+
+def no_store(src: str) -> str:
+    out, n = _STORE.subn(r"\1fold ^= \4.x ^ \4.y ^ \4.z ^ \4.w;   // knock-out: not stored", src)
+    if n != 4:
+        raise SystemExit("v3_knockouts: the no-store edit no longer matches kernels/v3.cu; update the script")
+    out = _sub(re.compile(r"(\n        uint4 kx\[NI\], vx\[NI\];)"), r"\1\n        u32 fold = 0;", out, "no-store (fold)")
+    return _sub(_STORES_DONE, r"\n        if (fold == 0x9e3779b9u) *reinterpret_cast<u32*>(f) = fold;   // keeps the conversion alive\1",
+                out, "no-store (guard)")
+
+
 def no_softmax(src: str) -> str:
     return _sub(_SOFTMAX, r"\1        (void)n; al[0] = al[1] = 1.f;\2", src, "no-softmax")
 
@@ -74,6 +110,10 @@ KNOCKOUTS = {
     "no-producer": [no_copy, no_convert],
     "no-softmax": [no_softmax],
     "gemm-only": [no_copy, no_convert, no_softmax],
+    "no-alu": [no_alu_k, no_alu_v],
+    "half-alu": [no_alu_v],
+    "no-load": [no_load],
+    "no-store": [no_store],
     "no-pingpong": [no_pingpong],
 }
 

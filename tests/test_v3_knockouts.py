@@ -28,6 +28,14 @@ def test_each_knockout_edits_the_kernel(name):
         assert "i8x16_to_f16(kx[i]" in SRC and "i8x16_to_f16(kx[i]" not in out and "i8x16_to_f16(vx[i]" not in out
     if name in ("no-softmax", "gemm-only"):
         assert "softmax_tile<true>(f16_stage" not in out
+    if name in ("no-alu", "half-alu"):
+        assert "i8x16_to_f16(vx[i]" not in out
+        assert ("i8x16_to_f16(kx[i]" in out) == (name == "half-alu")
+    if name == "no-load":
+        assert out.count("knock-out: not loaded") == 2 and "st + I8_K + stage_off" not in out
+    if name == "no-store":
+        assert out.count("knock-out: not stored") == 4 and "sw128(r, 2 * ch, KV_BLOCK)) = lo" not in out
+        assert "i8x16_to_f16(kx[i]" in out and "i8x16_to_f16(vx[i]" in out
     if name == "no-pingpong":
         assert "PP_BAR" in SRC and "named_barrier_sync(PP_BAR" not in out
         assert "named_barrier_arrive(PP_BAR" not in out
