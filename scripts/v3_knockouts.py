@@ -55,9 +55,9 @@ _TURN_OPEN = re.compile(r"\n    if \(wg == 1\) named_barrier_arrive\(PP_BAR, 256
 _SOFTMAX = re.compile(r"(    auto softmax = \[&\]\(int n, float \(&al\)\[2\]\) \{\n).*?(\n    \};\n)", re.S)
 
 
-def _sub(pattern: re.Pattern, repl: str, text: str, what: str) -> str:
-    out, n = pattern.subn(repl, text, count=1)
-    if n != 1:
+def _sub(pattern: re.Pattern, repl: str, text: str, what: str, count: int = 1) -> str:
+    out, n = pattern.subn(repl, text, count=count)
+    if n != count:
         raise SystemExit(f"v3_knockouts: the {what} edit no longer matches kernels/v3.cu; update the script")
     return out
 
@@ -79,16 +79,11 @@ def no_alu_v(src: str) -> str:
 
 
 def no_load(src: str) -> str:
-    out, n = _LOAD.subn(r"\1\2x[i] = make_uint4(r, ch, n, i);   // knock-out: not loaded", src)
-    if n != 2:
-        raise SystemExit("v3_knockouts: the no-load edit no longer matches kernels/v3.cu; update the script")
-    return out
+    return _sub(_LOAD, r"\1\2x[i] = make_uint4(r, ch, n, i);   // knock-out: not loaded", src, "no-load", count=2)
 
 
 def no_store(src: str) -> str:
-    out, n = _STORE.subn(r"\1fold ^= \4.x ^ \4.y ^ \4.z ^ \4.w;   // knock-out: not stored", src)
-    if n != 4:
-        raise SystemExit("v3_knockouts: the no-store edit no longer matches kernels/v3.cu; update the script")
+    out = _sub(_STORE, r"\1fold ^= \4.x ^ \4.y ^ \4.z ^ \4.w;   // knock-out: not stored", src, "no-store", count=4)
     out = _sub(re.compile(r"(\n        uint4 kx\[NI\], vx\[NI\];)"), r"\1\n        u32 fold = 0;", out, "no-store (fold)")
     return _sub(_STORES_DONE, r"\n        if (fold == 0x9e3779b9u) *reinterpret_cast<u32*>(f) = fold;   // keeps the conversion alive\1",
                 out, "no-store (guard)")
