@@ -29,11 +29,11 @@
 //     wgmma.m64n64k16, A = Q from registers, B = K from shared memory) and, behind it, O += P.V of tile n-1
 //     (4 wgmma.m64nDk16, A = P from registers, B = V from shared memory, transposed; O was first
 //     rescaled by tile n-1's alpha), waits for S only (wgmma.wait_group 1), runs tile n's online
-//     softmax in place in S's registers while P.V still runs (and multiplies its p by the V
-//     scales), waits for P.V, then packs tile n's P into the A fragments (only now: the P.V in
-//     flight reads the previous ones). Step 0 has
-//     no P.V and step n_tiles no S. The registers of a wgmma in flight are never written (ptxas
-//     would serialise the wgmma: C7513), and the descriptors are formed before wgmma.fence.
+//     softmax while P.V still runs (and loads the V scales), waits for P.V, then multiplies p by
+//     the V scales and packs tile n's P into the A fragments (only now: the P.V in flight reads
+//     the previous ones). Step 0 has no P.V and step n_tiles no S. No register that feeds a wgmma
+//     is written while one is in flight (ptxas would serialise the wgmma: C7513), and the
+//     descriptors are formed before wgmma.fence.
 //   * Pingpong: the issue phase of a step is a turn. Named barriers PP_BAR + w give the two
 //     consumer warpgroups turns 0, 1, 0, 1, ... (warpgroup w syncs on its own, then arrives on the
 //     other's), so one warpgroup's softmax runs while the other's wgmma occupy the tensor pipe.
@@ -505,10 +505,11 @@ __device__ __forceinline__ void softmax_tile(const unsigned char* f_ptr, int j0,
         }
 }
 
-// P = fp16(p * v_scale*p_scale), in two parts. The multiplies run in place in s before the wait
-// for the previous tile's P.V (they fill the softmax's tail; docs/PERF_NOTES.md, "v3 step 8"),
-// the packing into the A fragments of P.V's k-steps (S's n8 blocks 2kk, 2kk+1) after it, as the
-// P.V in flight reads the fragments being replaced.
+// P = fp16(p * v_scale*p_scale), in two parts: the multiplies are written before the wait for the
+// previous tile's P.V, the packing into the A fragments of P.V's k-steps (S's n8 blocks 2kk, 2kk+1)
+// after it, as the P.V in flight reads the fragments being replaced. What that buys is the V
+// scales' loads issued before the wait: ptxas schedules the multiplies after it all the same
+// (SASS; docs/PERF_NOTES.md, "v3 step 8" and "session 8").
 __device__ __forceinline__ void scale_by_vs(const unsigned char* f_ptr, float (&s)[S_REGS]) {
     const int t = threadIdx.x & 3;
     const float* vs = reinterpret_cast<const float*>(f_ptr + F16_VS);
