@@ -1,4 +1,5 @@
-"""The versioned result schema: round trip, migration of a committed version-1 run, newer versions refused."""
+"""The versioned result schema: round trip, migration of version-1 and version-2 runs (copies of
+committed H200 runs, samples cut short, in tests/data), newer versions refused."""
 
 import json
 import shutil
@@ -15,8 +16,9 @@ from pa_bench.store.records import Record, read_csv
 from pa_bench.store.results import new_run_dir, open_run
 from pa_bench.store.schema import SCHEMA_VERSION, RunMeta, migrate_v1, upgrade_meta
 
-V1_RUN = Path(__file__).resolve().parent.parent / "results" / "20261130-061409-pr2092-cuda"
-needs_v1 = pytest.mark.skipif(not V1_RUN.is_dir(), reason="the committed version-1 run is not in this checkout")
+DATA = Path(__file__).resolve().parent / "data"
+V1_RUN = DATA / "run_v1"      # an H200 run of 2026-11-30 (no schema_version)
+V2_RUN = DATA / "run_v2"      # an H200 run at version 2, its torch-sdpa rows the pinned flash kernel
 
 
 def _tree(path: Path) -> dict[str, bytes]:
@@ -29,12 +31,12 @@ def test_round_trip_writes_the_version_in_meta_and_records(tmp_path):
                     "environment": {"driver": "580"}, "note": "by hand"})
     run.write_records([Record(shape="32Kx1024", variant="v1", ms_median=1.5)])
     stored = json.loads(run.meta_path.read_text())
-    assert stored["schema_version"] == SCHEMA_VERSION == 2
+    assert stored["schema_version"] == SCHEMA_VERSION == 3
     meta = run.meta()
     assert (meta.mode, meta.seed, meta.command, meta.environment) == ("run", 3, ["pa-bench", "run"], {"driver": "580"})
     assert meta.extra == {"note": "by hand"} and RunMeta.from_dict(meta.to_dict()) == meta
     header, row = run.records_path.read_text().splitlines()
-    assert header.split(",")[-1] == "schema_version" and row.split(",")[-1] == "2"
+    assert header.split(",")[-1] == "schema_version" and row.split(",")[-1] == "3"
     assert run.records()[0].ms_median == 1.5
 
 
@@ -44,18 +46,17 @@ def test_a_known_key_of_the_wrong_type_is_one_line(tmp_path):
         run.write_meta({"seed": "zero"})
 
 
-@needs_v1
 def test_committed_v1_run_migrates_on_read_and_reports(tmp_path):
     before = _tree(V1_RUN)
     raw = json.loads((V1_RUN / "meta.json").read_text())
     assert "schema_version" not in raw
     run = open_run(V1_RUN)
     meta = run.meta()
-    assert meta.schema_version == 2 and meta.status == "complete" and meta.backend["gpu"] == "NVIDIA H200"
+    assert meta.schema_version == 3 and meta.status == "complete" and meta.backend["gpu"] == "NVIDIA H200"
     assert meta.command[0].endswith("pa-bench") or "pa_bench" in " ".join(meta.command)
     assert migrate_v1(raw) == {**raw, "schema_version": 2}
     recs = run.records()
-    assert recs and all(r.schema_version == 2 for r in recs) and recs[0].device_uuid is None
+    assert recs and all(r.schema_version == 3 for r in recs) and recs[0].device_uuid is None
     text = build_report(run, out_dir=tmp_path, plots=False)
     assert "NVIDIA H200" in text and "Command: `" in text and "13.0 / " in text
     df = compare_runs(run, run)
@@ -63,6 +64,37 @@ def test_committed_v1_run_migrates_on_read_and_reports(tmp_path):
     result = CliRunner().invoke(cli, ["compare", str(V1_RUN), str(V1_RUN)])
     assert result.exit_code == 0, result.output
     assert _tree(V1_RUN) == before  # read-only
+
+
+def test_a_version_2_runs_pinned_flash_row_reads_as_torch_sdpa_flash(tmp_path):
+    before = _tree(V2_RUN)
+    raw = [line.split(",")[10] for line in (V2_RUN / "records.csv").read_text().splitlines()[1:]]
+    assert "torch-sdpa" in raw and "torch-sdpa-flash" not in raw     # as version 2 wrote it
+    run = open_run(V2_RUN)
+    assert run.stored_version() == 2
+    recs = {r.variant: r for r in run.records() if r.shape == "32Kx1024"}
+    assert "torch-sdpa" not in recs
+    flash, dequant = recs["torch-sdpa-flash"], recs["torch-sdpa+dequant"]
+    assert flash.impl == "flash" and dequant.impl == "flash" and recs["v3"].impl is None
+    assert flash.ms_median == pytest.approx(1.571, abs=5e-4)     # the same row, renamed
+    assert "32Kx1024|torch-sdpa-flash" in run.samples() and "32Kx1024|torch-sdpa" not in run.samples()
+    assert "32Kx1024|torch-sdpa-flash" in run.clocks()
+    variants = run.meta().config["variants"]
+    assert "torch-sdpa-flash" in variants and "torch-sdpa" not in variants
+    text = build_report(run, out_dir=tmp_path, plots=False)
+    assert "torch-sdpa-flash" in text
+    assert _tree(V2_RUN) == before  # read-only
+
+
+def test_a_resumed_version_2_run_moves_its_samples_to_version_3(tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(V2_RUN, copy)
+    run = open_run(copy)
+    run.update_meta(status="running")             # what --resume does first
+    assert run.stored_version() == SCHEMA_VERSION
+    stored = json.loads(run.samples_path.read_text())
+    assert "32Kx1024|torch-sdpa-flash" in stored and "32Kx1024|torch-sdpa" not in stored
+    assert run.samples() == stored
 
 
 def _newer(tmp_path: Path) -> Path:
@@ -76,7 +108,7 @@ def _newer(tmp_path: Path) -> Path:
 
 def test_a_newer_version_is_refused_in_one_line(tmp_path):
     path = _newer(tmp_path)
-    with pytest.raises(SchemaError, match=r"schema version 3 is newer than this pa-bench reads \(up to 2\)"):
+    with pytest.raises(SchemaError, match=r"schema version 4 is newer than this pa-bench reads \(up to 3\)"):
         open_run(path).read_meta()
     for args in (["report", str(path), "-o", str(tmp_path / "r.md")], ["compare", str(path), str(path)]):
         result = CliRunner().invoke(cli, args)

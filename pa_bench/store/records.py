@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pa_bench.errors import RunError
-from pa_bench.store.schema import SCHEMA_VERSION, check_version, version_of
+from pa_bench.store.schema import SCHEMA_VERSION, check_version, migrate_record_v2, version_of
 
 STATUS_OK = "ok"
 STATUS_SKIPPED = "skipped"
@@ -79,6 +79,8 @@ class Record:
     # extras (docs/DESIGN.md)
     ms_q1: float | None = None
     ms_q3: float | None = None
+    ms_ci_lo: float | None = None  # the median's 95 % confidence interval (measure.stats.median_interval)
+    ms_ci_hi: float | None = None
     speedup_vs_v1: float | None = None  # median of paired per-round ratios v1 / this
     speedup_lo: float | None = None  # q1 of those ratios
     speedup_hi: float | None = None  # q3 of those ratios
@@ -96,6 +98,7 @@ class Record:
     # the device that ran the row (#17): NVML index on its host and UUID; `gpu` is its name
     device_index: int | None = None
     device_uuid: str | None = None
+    impl: str | None = None  # what a peer ran: the library's kernel or backend (torch's choice: cudnn, flash ...)
     # the result schema (pa_bench.store.schema); a version-1 file has no such column
     schema_version: int = SCHEMA_VERSION
 
@@ -218,8 +221,9 @@ def _write(records: Iterable[Record], fh: Any) -> None:
 
 
 def read_csv(path: str | Path | io.TextIOBase) -> list[Record]:
-    """Read records written by `write_csv`. A version-1 file (no `schema_version` column) is
-    migrated (its columns are a subset of this version's: the missing ones are None); a row of a
+    """Read records written by `write_csv`. An older file is migrated (version 1 has no
+    `schema_version` column and a subset of the columns: the missing ones are None; version 2's
+    pinned-flash `torch-sdpa` rows read as `torch-sdpa-flash`, pa_bench.store.schema); a row of a
     newer version is refused in one line (:class:`~pa_bench.errors.SchemaError`)."""
     if isinstance(path, (str, Path)):
         try:
@@ -233,8 +237,11 @@ def read_csv(path: str | Path | io.TextIOBase) -> list[Record]:
 def _read(fh: Any, where: str) -> list[Record]:
     out = []
     for i, row in enumerate(csv.DictReader(fh), start=2):
-        check_version(version_of(row.get("schema_version"), f"{where}, line {i}"), where)
-        row["schema_version"] = str(SCHEMA_VERSION)  # version 1 -> 2: the same columns, fewer
+        version = version_of(row.get("schema_version"), f"{where}, line {i}")
+        check_version(version, where)
+        if version < 3:
+            row = migrate_record_v2(row)
+        row["schema_version"] = str(SCHEMA_VERSION)
         try:
             out.append(Record.from_dict(row))
         except RunError as exc:

@@ -31,7 +31,7 @@ from typing import Any
 
 from pa_bench.errors import ResultsNotWritable, RunError, RunNotFound
 from pa_bench.store.records import STATUS_OK, Record, read_csv, write_csv
-from pa_bench.store.schema import SCHEMA_VERSION, RunMeta, upgrade_meta
+from pa_bench.store.schema import SCHEMA_VERSION, RunMeta, migrate_series_v2, upgrade_meta, version_of
 
 RECORDS_FILE = "records.csv"
 SAMPLES_FILE = "samples.json"
@@ -165,6 +165,10 @@ class RunDir:
         meta = {**meta, "schema_version": SCHEMA_VERSION}
         RunMeta.from_dict(meta, str(self.meta_path))
         text = json.dumps(meta, sort_keys=True, indent=2, default=str) + "\n"
+        if self.stored_version() < SCHEMA_VERSION:   # an older run written again (--resume):
+            for path, series in ((self.samples_path, self.samples()), (self.clocks_path, self.clocks())):
+                if series:                            # its series keys move to this version first
+                    _atomic_write_text(path, _dump_series(series))
         _atomic_write_text(self.meta_path, text)
 
     def update_meta(self, **values: Any) -> dict[str, Any]:
@@ -230,21 +234,36 @@ class RunDir:
     ) -> None:
         """Store one shape x variant's raw samples (and SM clocks) replacing earlier ones."""
         key = _sample_key(shape, variant)
-        data = self._read_series(self.samples_path)
+        data = self.samples()
         data[key] = [float(x) for x in samples_ms]
         _atomic_write_text(self.samples_path, _dump_series(data))
         if clocks_mhz is not None:
-            clocks = self._read_series(self.clocks_path)
+            clocks = self.clocks()
             clocks[key] = [None if c is None else float(c) for c in clocks_mhz]
             _atomic_write_text(self.clocks_path, _dump_series(clocks))
 
     def samples(self) -> dict[str, list[float]]:
-        """{"<shape>|<variant>": [ms, ...]} ({} if none)."""
-        return self._read_series(self.samples_path)
+        """{"<shape>|<variant>": [ms, ...]} ({} if none), keys as this schema version names them."""
+        return self._migrated(self._read_series(self.samples_path))
 
     def clocks(self) -> dict[str, list[float | None]]:
         """{"<shape>|<variant>": [MHz or None, ...]} ({} if none recorded)."""
-        return self._read_series(self.clocks_path)
+        return self._migrated(self._read_series(self.clocks_path))
+
+    def stored_version(self) -> int:
+        """The schema version the run was written at (meta.json's, before any migration)."""
+        if not self.meta_path.exists():
+            return SCHEMA_VERSION
+        try:
+            raw = json.loads(self.meta_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return SCHEMA_VERSION   # read_meta reports the damage
+        if not isinstance(raw, dict):
+            return SCHEMA_VERSION
+        return version_of(raw.get("schema_version"), str(self.meta_path))
+
+    def _migrated(self, series: dict[str, list]) -> dict[str, list]:
+        return migrate_series_v2(series) if series and self.stored_version() < 3 else series
 
     def samples_for(self, shape: str, variant: str) -> list[float] | None:
         return self.samples().get(_sample_key(shape, variant))

@@ -1,9 +1,18 @@
 """The result schema: its version and the typed top-level keys of meta.json.
 
-Version 2 (this one) writes ``schema_version`` in meta.json and as a column of records.csv.
-Version 1 is every run written before (no ``schema_version`` anywhere): its keys are a subset of
-version 2's, so :func:`migrate_v1` only stamps the version. A run of a newer version than this
-pa-bench knows is refused with one line (:class:`~pa_bench.errors.SchemaError`, exit code 2).
+Versions, oldest first:
+
+- 1: no ``schema_version`` anywhere; its keys are a subset of version 2's (:func:`migrate_v1`
+  only stamps the version).
+- 2: ``schema_version`` in meta.json and as a column of records.csv.
+- 3 (this one): records gain ``ms_ci_lo``/``ms_ci_hi`` (the interval of the median) and ``impl``
+  (which library kernel a peer ran). ``torch-sdpa`` now means SDPA as a user calls it (torch's
+  own dispatch); up to version 2 that row pinned the flash backend, so an older run's
+  ``torch-sdpa`` rows, samples and config entry read as ``torch-sdpa-flash``, and its sdpa rows
+  get ``impl`` "flash" (:func:`migrate_v2`, :func:`migrate_variant_v2`).
+
+A run of a newer version than this pa-bench knows is refused with one line
+(:class:`~pa_bench.errors.SchemaError`, exit code 2).
 
 :class:`RunMeta` lists the top-level keys pa-bench writes (runner, devices, merge, prompt) with
 their types; readers (report, compare, merge) read these keys and no others. Keys written by
@@ -19,7 +28,7 @@ from typing import Any
 
 from pa_bench.errors import SchemaError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 @dataclass(kw_only=True)
@@ -120,7 +129,50 @@ def migrate_v1(meta: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-_MIGRATIONS: dict[int, Callable[[Mapping[str, Any]], dict[str, Any]]] = {1: migrate_v1}
+#: Up to version 2 the ``torch-sdpa`` row pinned SDPA's flash backend (and so did
+#: ``torch-sdpa+dequant``); from version 3 ``torch-sdpa`` is torch's own dispatch.
+RENAMED_IN_V3 = {"torch-sdpa": "torch-sdpa-flash"}
+PINNED_FLASH_BEFORE_V3 = ("torch-sdpa", "torch-sdpa+dequant")
+
+
+def migrate_variant_v2(name: str) -> str:
+    """A variant name as a version-2 (or older) run wrote it, as version 3 reads it."""
+    return RENAMED_IN_V3.get(name, name)
+
+
+def migrate_record_v2(row: dict[str, Any]) -> dict[str, Any]:
+    """A version-2 (or older) records.csv row as version 3: the pinned flash row renamed and
+    its kernel named in ``impl``."""
+    out = dict(row)
+    variant = out.get("variant")
+    if variant in PINNED_FLASH_BEFORE_V3:
+        if not out.get("impl"):
+            out["impl"] = "flash"
+        out["variant"] = migrate_variant_v2(variant)
+    return out
+
+
+def migrate_series_v2(series: Mapping[str, Any]) -> dict[str, Any]:
+    """samples.json / clocks.json keys ``"<shape>|<variant>"`` of a version-2 run, as version 3."""
+    out = {}
+    for key, value in series.items():
+        shape, sep, variant = str(key).rpartition("|")
+        out[f"{shape}{sep}{migrate_variant_v2(variant)}" if sep else key] = value
+    return out
+
+
+def migrate_v2(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """A version-2 meta.json as version 3: the config's variant list renamed (see the module
+    docstring); every other key means the same."""
+    out = dict(meta)
+    config = out.get("config")
+    if isinstance(config, Mapping) and isinstance(config.get("variants"), list):
+        out["config"] = {**config, "variants": [migrate_variant_v2(v) for v in config["variants"]]}
+    out["schema_version"] = 3
+    return out
+
+
+_MIGRATIONS: dict[int, Callable[[Mapping[str, Any]], dict[str, Any]]] = {1: migrate_v1, 2: migrate_v2}
 
 
 def upgrade_meta(meta: Mapping[str, Any], where: str = "meta.json") -> dict[str, Any]:
