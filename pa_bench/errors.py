@@ -39,3 +39,7 @@ class RunError(PaBenchError):
     """A run could not complete (result directory problems, a failed resume)."""
 
     exit_code = 1
+
+
+class PluginError(PaBenchError):
+    """A plug-in (``--plugin``, a config's ``plugins:``, an installed entry point) cannot be loaded."""

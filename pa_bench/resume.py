@@ -89,12 +89,17 @@ class ShapeWork:
 
 
 def shape_work(variants: list[str], *, parity: bool, timing: bool, parity_reasons: Mapping[str, str | None],
-               timing_reasons: Mapping[str, str | None], previous: Mapping[str, Record]) -> ShapeWork:
+               timing_reasons: Mapping[str, str | None], previous: Mapping[str, Record],
+               hold: set[str] = frozenset()) -> ShapeWork:
     """Which rows of one shape run which phase. ``*_reasons``: why a variant cannot run that
-    phase (None: it can); ``previous``: the resumed run's record of each variant of the shape."""
+    phase (None: it can); ``previous``: the resumed run's record of each variant of the shape;
+    ``hold``: variants not to run again (their kernel hung: ``--retry-failed`` runs them)."""
     kept, todo_p, todo_t, skipped = [], [], [], []
     for v in variants:
         prev = previous.get(v)
+        if v in hold and prev is not None:
+            kept.append(v)
+            continue
         p_reason, t_reason = parity_reasons.get(v), timing_reasons.get(v)
         if (prev is not None and prev.status == STATUS_OK
                 and (not parity or p_reason is not None or prev.parity_pass is not None)
@@ -108,7 +113,7 @@ def shape_work(variants: list[str], *, parity: bool, timing: bool, parity_reason
         if v not in todo_p and v not in todo_t:
             skipped.append(v)
     if todo_t:  # re-time every timable variant together (interleaved, paired speed-ups)
-        todo_t = [v for v in variants if timing_reasons.get(v) is None]
+        todo_t = [v for v in variants if timing_reasons.get(v) is None and v not in hold]
     return ShapeWork(tuple(kept), tuple(todo_p), tuple(todo_t), tuple(skipped))
 
 

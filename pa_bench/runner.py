@@ -33,6 +33,7 @@ import numpy as np
 
 from pa_bench import variants as registry
 from pa_bench.errors import PaBenchError
+from pa_bench.measure.deadline import KernelHung
 from pa_bench.measure.outcome import TimingOutcome
 from pa_bench.numerics.judge import judge, twin_note
 from pa_bench.phases import PhaseClock
@@ -133,6 +134,8 @@ class _Job:
     kept: set = field(default_factory=set)  # finished rows of a resumed run (only re-timed)
     phases: PhaseClock = field(default_factory=PhaseClock)  # seconds per phase: meta.json
     prefetch: Any = None  # pa_bench.problem.prefetch.InputsPrefetch: the next shapes' inputs
+    hung_before: set = field(default_factory=set)  # (shape, variant) of a resumed run that hung
+    retry_failed: bool = False  # --retry-failed: run those rows again
 
     @property
     def parity(self) -> bool:
@@ -156,13 +159,19 @@ def _run(
     command: list[str] | None = None,
     write_report: bool = True,
     shard: Shard | None = None,
+    retry_failed: bool = False,
 ) -> Path:
     """Walk every shape of ``config`` for ``mode`` and write a run directory.
 
     ``sample_rows``: query rows compared with FP64 per shape (None: the config's choice for
     this backend; 0: every row). ``resume_run``: a run directory (or run id under
-    ``results_root``) to carry on; its rows that finished ok are kept. ``shard``: run only the
-    shapes of this shard (pa_bench.shard); meta.json keeps the whole config and the shard.
+    ``results_root``) to carry on; its rows that finished ok are kept, and so are rows whose
+    kernel hung unless ``retry_failed``. ``shard``: run only the shapes of this shard
+    (pa_bench.shard); meta.json keeps the whole config and the shard.
+
+    A GPU wait past its deadline (:class:`~pa_bench.measure.deadline.KernelHung`) writes its row
+    as failed, marks the run ``hung`` in meta.json and is raised again: the CUDA context is lost,
+    so the caller must leave the process (the CLI: one line, exit code 3).
     """
     from pa_bench.problem.plan import make_plan
 
@@ -178,18 +187,21 @@ def _run(
         sample_rows = check_resume(str(resume_run), stored, mode=mode, config=plan.config.to_dict(),
                                    backend=backend.name, sample_rows=sample_rows)
         previous = {r.key(): r for r in run.records()}
+        hung_before = {(h.get("shape"), h.get("variant")) for h in stored.get("hung") or []}
         run.update_meta(resumes=stored.get("resumes", []) + [
             {"command": command, "started": R.now_utc_iso()}], status="running")
     else:
         run = R.new_run_dir(results_root, config.name, backend.name)
         previous = {}
+        hung_before = set()
         run.write_meta(_meta(mode, config, backend, describe, command, sample_rows))
         if shard is not None:
             run.update_meta(shard=shard_meta(plan.problems, shard, lambda p: shape_string(p.shape)))
     if shard is not None:
         plan.problems = shard_problems(plan.problems, shard)
     job = _Job(mode, config, backend, run, progress, sample_rows,
-               Path(save_outputs) if save_outputs is not None else None, describe, previous)
+               Path(save_outputs) if save_outputs is not None else None, describe, previous,
+               hung_before=hung_before, retry_failed=retry_failed)
 
     job.phases = PhaseClock(progress)
     # the next shapes' inputs are drawn on threads while a shape runs (not when resuming: most
@@ -208,6 +220,14 @@ def _run(
                         wall_seconds=round(time.time() - started, 3),
                         phase_seconds=job.phases.rounded(), backend_meta=backend.meta())
         raise RunInterrupted(run.path) from None
+    except KernelHung as exc:   # the row is saved as failed; the GPU is lost: nothing more runs
+        progress.stop()
+        stored = run.read_meta().get("hung") or []
+        run.update_meta(status="hung", finished=R.now_utc_iso(),
+                        wall_seconds=round(time.time() - started, 3), phase_seconds=job.phases.rounded(),
+                        hung=stored + [{"shape": getattr(exc, "shape", None), "variant": exc.variant,
+                                        "what": exc.what, "seconds": exc.seconds}])
+        raise
     finally:
         job.prefetch.close()   # drop inputs drawn ahead, whatever ended the walk
     # backend_meta again: the builds and launches are known only once the kernels have run
@@ -337,7 +357,8 @@ def _run_shape(job: _Job, problem, variants: list[str]) -> None:
     work = shape_work(variants, parity=job.parity, timing=job.timing,
                       parity_reasons={v: r.parity_reason for v, r in rows.items()},
                       timing_reasons={v: r.timing_reason for v, r in rows.items()},
-                      previous={v: p for v in variants if (p := job.previous.get((key, v))) is not None})
+                      previous={v: p for v in variants if (p := job.previous.get((key, v))) is not None},
+                      hold=set() if job.retry_failed else {v for v in variants if (key, v) in job.hung_before})
     for v in work.kept:
         job.progress.advance()
     for v in work.skipped:  # nothing it can run
@@ -365,11 +386,24 @@ def _run_shape(job: _Job, problem, variants: list[str]) -> None:
             _parity_phase(job, problem, inputs, prepared, rows, todo_parity, variants)
         if todo_timing:
             _timing_phase(job, problem, prepared, rows, todo_timing, todo_parity)
-    finally:
-        try:
-            backend.release(prepared)
-        except Exception:  # releasing must not hide the real error
-            pass
+    except KernelHung as exc:   # no release: freeing GPU memory would wait on the hung kernel
+        _record_hung(job, rows, exc, key)
+        raise
+    try:
+        backend.release(prepared)
+    except Exception:  # releasing must not hide an earlier row's outcome
+        pass
+
+
+def _record_hung(job: _Job, rows: dict[str, "_Row"], exc: KernelHung, key: str) -> None:
+    """Write the row whose call hung as failed with the one-line reason (every row of the shape
+    not yet saved, where the wait was not one variant's: the reference, the model)."""
+    exc.shape = key
+    hung = [exc.variant] if exc.variant in rows else [v for v in rows if v not in job.kept]
+    for v in hung:
+        rows[v].failed = True
+        rows[v].notes.append(str(exc))
+        job.run.save_record(rows[v].finish())
 
 
 def _save(job: _Job, row: _Row, phase: str) -> None:
@@ -481,8 +515,10 @@ def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
         return model_errs[key]
 
     # Partners of the cross-variant diffs are computed too (not re-recorded) when resuming.
+    held = set() if job.retry_failed else {v for (shape, v) in job.hung_before
+                                            if shape == shape_string(problem.shape)}
     partners = [v for v in registry.DIFF_PARTNERS if v in variants and v not in todo
-                and rows[v].parity_reason is None]
+                and rows[v].parity_reason is None and v not in held]   # a hung one would hang again
     order = registry.in_order(todo + partners)  # partners of the cross-variant diffs come first
     outputs: dict[str, Any] = {}
     for v in order:
@@ -497,6 +533,7 @@ def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
                 continue
             if registry.is_peer(v):         # informational: a peer has no numerics model
                 _fill_peer_errors(record, out, ref, ko, sel)
+                record.impl = _impl(job, prepared, v)
                 row.ran = True
                 _save(job, row, MODE_PARITY)
                 continue
@@ -513,6 +550,8 @@ def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
             row.ran = True
         except KeyboardInterrupt:
             raise
+        except KernelHung as exc:       # the variant being computed is the one that hung
+            raise exc.at(exc.what, exc.variant or v) from None
         except PaBenchError as exc:
             if not recorded:
                 continue
@@ -647,12 +686,22 @@ def _timing_phase(job: _Job, problem, prepared, rows: dict[str, _Row], todo: lis
             res = outcome.result
             try:
                 _fill_timing(rec, res, problem, base_samples if v != registry.BASELINE else None, stats)
+                rec.impl = rec.impl or _impl(job, prepared, v)
                 job.run.save_samples(key, v, res.samples_ms, res.clocks_mhz)
                 row.ran = True
             except Exception as exc:
                 row.failed = True
                 row.notes.append("timing: " + _failure(exc))
         _save(job, row, MODE_TIME)
+
+
+def _impl(job: _Job, prepared, variant: str) -> str | None:
+    """What the backend says ran ``variant`` (a peer's kernel), where it says."""
+    impl = getattr(job.backend, "impl", None)
+    try:
+        return impl(prepared, variant) if impl is not None else None
+    except Exception:
+        return None
 
 
 def _copy_parity(prev: Record, rec: Record, row: _Row) -> None:
@@ -669,6 +718,7 @@ def _copy_parity(prev: Record, rec: Record, row: _Row) -> None:
 def _fill_timing(rec: Record, res, problem, base_samples, stats) -> None:
     st = stats.summarize(res.samples_ms)
     rec.ms_median, rec.ms_min, rec.ms_max = st.median, st.min, st.max
+    rec.ms_ci_lo, rec.ms_ci_hi = stats.median_interval(res.samples_ms)
     rec.ms_q1, rec.ms_q3 = st.q1, st.q3
     rec.ms_rel_spread = st.rel_stdev
     rec.samples = st.count

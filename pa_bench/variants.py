@@ -4,7 +4,9 @@ facts the numerics model needs, and its place in every table.
 The config, the plan, the backends, the numerics model, the kernel table, the runner and the
 report all read this registry; none of them lists variant names. Adding a CUDA kernel variant
 is one entry here, its ``kernels/<name>.cu`` file and its launch geometry
-(``pa_bench.backends.kernels.GEOMETRY``). See the README, "Adding your own variant".
+(``pa_bench.backends.kernels.GEOMETRY``); a plug-in (``pa_bench.plugins``) registers one without
+editing pa-bench: an absolute ``source`` path and a ``geometry`` function, or a peer class
+(``pa_bench.peers``). See docs/PLUGINS.md.
 
 Table order is registry order. Records of variants that are not registered (an old run, a
 user's entry that is gone) still load and are shown after the registered ones.
@@ -12,7 +14,9 @@ user's entry that is gone) still load and are shown after the registered ones.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
+from typing import Any, Callable
 
 CUDA_KERNEL = "cuda kernel"
 TRITON_KERNEL = "triton kernel"
@@ -50,14 +54,29 @@ class Variant:
                                     # the GPU (model.segment_keys); None: never (v1, v2, v2t)
     pv_chain_keys: int | None = None  # keys one P.V accumulator sums before it is added (_rn) into O:
                                       # None = one MMA chain over the whole key range (every kernel
-                                      # today; v3 ran 64, a fresh wgmma accumulator per tile, until
-                                      # its softmax overlapped its P.V: docs/PERF_NOTES.md)
+                                      # today; 64 would be a fresh accumulator per 64-key tile)
+    runner: Any = None              # what runs a peer (a class, or "module:Class") or a Python
+                                    # kernel (its host module, "pa_bench.backends.triton_runner")
+    geometry: Callable[..., Any] | None = None  # a CUDA kernel outside kernels/: its launch
+                                    # geometry (pa_bench.backends.kernels.GEOMETRY's signature)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"variant {self.name!r}: kind must be one of {KINDS}, not {self.kind!r}")
         if self.is_kernel and self.tile_keys is None:
             raise ValueError(f"variant {self.name!r}: a kernel needs tile_keys for the numerics model")
+        if self.kind == CUDA_KERNEL and not self.source:
+            raise ValueError(f"variant {self.name!r}: a CUDA kernel needs its source file")
+        if self.kind != CUDA_KERNEL and self.runner is None:
+            raise ValueError(f"variant {self.name!r}: a {self.kind} needs a runner")
+
+    def resolve_runner(self) -> Any:
+        """The runner itself: ``"package.module:Name"`` imported, ``"package.module"`` a module."""
+        if not isinstance(self.runner, str):
+            return self.runner
+        module, _, attr = self.runner.partition(":")
+        mod = importlib.import_module(module)
+        return getattr(mod, attr) if attr else mod
 
     @property
     def is_kernel(self) -> bool:
@@ -123,6 +142,11 @@ def names(kind: str | None = None) -> tuple[str, ...]:
     return tuple(v.name for v in _REGISTRY.values() if keep(v))
 
 
+def all_variants() -> tuple[Variant, ...]:
+    """Every registered entry, in table order."""
+    return tuple(_REGISTRY.values())
+
+
 def cuda_kernels() -> tuple[Variant, ...]:
     return tuple(v for v in _REGISTRY.values() if v.kind == CUDA_KERNEL)
 
@@ -179,16 +203,25 @@ register(Variant(
     "the query heads of a KV group packed into a program's rows",
     source="triton_pa.py", min_arch=80, arch_needs="Triton's supported GPUs", tile_keys=64,
     cta="a program: 128 (or 64) rows = the query heads of one KV group x their rows; Triton picks the "
-    "warps' layout (wgmma on sm_90)", turing_path=False))
+    "warps' layout (wgmma on sm_90)", turing_path=False, runner="pa_bench.backends.triton_runner"))
 register(Variant(
-    "torch-sdpa", PEER, "PyTorch scaled_dot_product_attention (flash) on fp16 K/V dequantised beforehand"))
+    "torch-sdpa", PEER, "PyTorch scaled_dot_product_attention as a user calls it (torch picks the kernel: "
+    "the impl column names it) on fp16 K/V dequantised beforehand",
+    runner="pa_bench.peers.torch_sdpa:SdpaDefault"))
 register(Variant(
-    "torch-sdpa+dequant", PEER, "torch-sdpa with the int8 -> fp16 dequantisation inside every launch"))
+    "torch-sdpa-flash", PEER, "torch-sdpa pinned to its flash backend",
+    runner="pa_bench.peers.torch_sdpa:SdpaFlash"))
+register(Variant(
+    "torch-sdpa-cudnn", PEER, "torch-sdpa pinned to its cuDNN backend",
+    runner="pa_bench.peers.torch_sdpa:SdpaCudnn"))
+register(Variant(
+    "torch-sdpa+dequant", PEER, "torch-sdpa (torch's own choice of kernel) with the int8 -> fp16 "
+    "dequantisation inside every call", runner="pa_bench.peers.torch_sdpa:SdpaDequant"))
 register(Variant(
     "torch-flex", PEER, "PyTorch flex_attention, compiled, on fp16 K/V dequantised beforehand "
-    "(bottom-right causal block mask, enable_gqa)"))
+    "(bottom-right causal block mask, enable_gqa)", runner="pa_bench.peers.torch_flex:FlexPeer"))
 
 
-__all__ = ["Variant", "register", "unregister", "get", "find", "names", "cuda_kernels", "is_kernel",
+__all__ = ["Variant", "register", "unregister", "get", "find", "names", "all_variants", "cuda_kernels", "is_kernel",
            "is_peer", "order_key", "in_order", "CUDA_KERNEL", "TRITON_KERNEL", "PEER", "BASELINE",
            "DIFF_PARTNERS"]

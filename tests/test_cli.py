@@ -102,7 +102,7 @@ def test_parity_prints_model_and_quantisation_error(invoke, tmp_path):
             assert f"{float(r['model_max_abs_err']):.2e}" in out
             assert f"{float(r['quant_max_abs_err']):.2e}" in out
         else:
-            assert r["status"] == "skipped" and "timing-only" in r["reason"]
+            assert r["status"] == "skipped" and "runs on the cuda backend only" in r["reason"]
 
 
 def test_json_output_parses(invoke, tmp_path):

@@ -49,7 +49,8 @@ def test_pr2092_config():
     assert "1536" in c.description and "no" in c.description  # says how 1.5K is read
     assert (c.heads_q, c.heads_kv, c.head_dim, c.layout, c.page, c.data) == (
         32, 8, 128, "paged", 64, "normal")
-    assert c.variants == ("v1", "v2", "v2t", "v3", "triton", "torch-sdpa", "torch-sdpa+dequant", "torch-flex")
+    assert c.variants == ("v1", "v2", "v2t", "v3", "triton", "torch-sdpa", "torch-sdpa-flash", "torch-sdpa-cudnn",
+                          "torch-sdpa+dequant", "torch-flex")
     assert c.softmax_scale is None and c.resolved_softmax_scale == pytest.approx(128 ** -0.5)
     src = c.reference.source
     for word in ("2080 Ti", "sm_75", "1650 MHz", "CUDA 13.0", "595"):

@@ -93,7 +93,7 @@ def _fake_child(monkeypatch, names, only=None, reps=2, reps_map=None):
         def callables(self, prep, wanted):
             def call(name):
                 return lambda: rec.events.append(("call", name, rec.profiling))
-            return {n: call(n) for n in wanted}, {}, []
+            return {n: call(n) for n in wanted}, {}
 
         def release(self, prep):
             pass
@@ -129,29 +129,46 @@ def test_the_flushed_pass_runs_only_the_listed_calls_each_after_an_unprofiled_fl
                         "stop", "flush", "start", ("call", "torch-sdpa+dequant", True), "stop"]
 
 
-def test_rows_judge_pa_bench_against_ncu_and_against_the_flushed_figure_where_measured():
+def test_rows_judge_pa_bench_against_the_range_of_ncus_processes():
     shapes, names = ["1.5K", "2.1Kx256"], ["v1", "torch-sdpa", "torch-sdpa+dequant"]
-    ours = {(0, "v1"): 0.1460, (0, "torch-sdpa"): 0.1099, (0, "torch-sdpa+dequant"): 0.1330,
+    ours = {(0, "v1"): 0.1460, (0, "torch-sdpa"): 0.1102, (0, "torch-sdpa+dequant"): 0.1330,
             (1, "v1"): 0.0912}                               # (1, sdpa) not timed: no row
-    theirs = {(0, 0): [(0.1455, 1)] * 3, (0, 1): [(0.1053, 1), (0.1057, 1), (0.1060, 1)],
-              (0, 2): [(0.1360, 5)] * 3, (1, 0): [(0.0899, 1)] * 3, (1, 1): [(0.05, 2)] * 3}
-    whole = {(0, 1): [0.1098, 0.1102, 0.1096], (0, 2): [0.1320] * 3}
+    # three fresh ncu processes; PyTorch's flash kernel reads 0.1021, 0.1056, 0.1078 in them
+    theirs = [{(0, 0): [(0.1455, 1)] * 3, (0, 1): [(0.1021, 1)] * 3, (0, 2): [(0.1360, 5)] * 3,
+               (1, 0): [(0.0899, 1)] * 3, (1, 1): [(0.05, 2)] * 3},
+              {(0, 0): [(0.1450, 1)] * 3, (0, 1): [(0.1050, 1), (0.1056, 1), (0.1060, 1)],
+               (0, 2): [(0.1362, 5)] * 3, (1, 0): [(0.0901, 1)] * 3},
+              {(0, 0): [(0.1458, 1)] * 3, (0, 1): [(0.1078, 1)] * 3, (0, 2): [(0.1359, 5)] * 3,
+               (1, 0): [(0.0900, 1)] * 3}]
+    whole = [{(0, 1): [0.1098, 0.1102, 0.1096], (0, 2): [0.1320] * 3}, {(0, 2): [0.1325] * 3},
+             {(0, 2): [0.1318] * 3}]
     rows = {(r["shape"], r["variant"]): r for r in ncu_check.build_rows(shapes, names, ours, theirs, whole)}
     assert set(rows) == {("1.5K", "v1"), ("1.5K", "torch-sdpa"), ("1.5K", "torch-sdpa+dequant"), ("2.1Kx256", "v1")}
     v1 = rows[("1.5K", "v1")]
     assert v1["within"] is True and v1["ncu_mode"] == "kernel" and v1["ncu_flushed_ms"] == "" and v1["within_flushed"] == ""
+    assert v1["ncu_processes"] == 3 and (v1["ncu_min_ms"], v1["ncu_max_ms"]) == ("0.14500", "0.14580")
     sdpa = rows[("1.5K", "torch-sdpa")]                     # one kernel: judged on ncu's own flush ...
-    assert sdpa["ncu_ms"] == "0.10570" and sdpa["within"] is False and sdpa["ratio"] == "1.0397"
+    assert (sdpa["ncu_ms"], sdpa["ncu_min_ms"], sdpa["ncu_max_ms"]) == ("0.10560", "0.10210", "0.10780")
+    assert sdpa["ratio"] == "1.0436" and sdpa["within"] is True      # 1.044 of the median, inside the range
     assert sdpa["ncu_flushed_ms"] == "0.10980" and sdpa["within_flushed"] is True   # ... and shown after ours
     deq = rows[("1.5K", "torch-sdpa+dequant")]              # several kernels: judged on the flushed figure
     assert deq["ncu_mode"] == "flushed" and deq["ncu_ms"] == "0.13200" and deq["ncu_kernel_sum_ms"] == "0.13600"
-    assert deq["within"] is True
-    assert rows[("2.1Kx256", "v1")]["within"] is True       # 1.3 us over: inside the 3 us floor
+    assert (deq["ncu_min_ms"], deq["ncu_max_ms"]) == ("0.13180", "0.13250") and deq["within"] is True
+    assert rows[("2.1Kx256", "v1")]["within"] is True       # 1.1 us over the range: inside the 3 us floor
+
+
+def test_one_process_alone_would_have_failed_the_same_row():
+    rows = ncu_check.build_rows(["1.5K"], ["torch-sdpa"], {(0, "torch-sdpa"): 0.1102},
+                                [{(0, 0): [(0.1021, 1)] * 3}], [])
+    assert rows[0]["within"] is False and rows[0]["ncu_processes"] == 1
+    assert ncu_check._within(0.1102, 0.1021, 0.1078) and not ncu_check._within(0.1102, 0.1021)
+    assert ncu_check._within(0.0393, 0.0364)       # 8 % over, but 2.9 us: inside the 3 us floor
+    assert not ncu_check._within(0.0395, 0.0364)   # 3.1 us: outside
 
 
 def test_short_calls_get_more_reps_within_the_cap():
-    assert ncu_check.reps_for(1.5, 10) == 10                  # a long call: the base
-    assert ncu_check.reps_for(0.15, 10) == 14                 # 2 ms of GPU time
+    assert ncu_check.reps_for(1.5, 5) == 5                    # a long call: the base
+    assert ncu_check.reps_for(0.15, 5) == 7                   # 1 ms of GPU time
     assert ncu_check.reps_for(0.05, 10) == ncu_check.MAX_REPS
     assert ncu_check.reps_for(None, 10) == 10                 # not timed by pa-bench: the base
     assert ncu_check.reps_for(0.05, 80) == 80                 # the cap never lowers --reps
@@ -169,7 +186,7 @@ def test_calls_per_marker_may_differ_per_row():
 
 def test_rows_say_how_many_calls_ncus_median_is_over_and_their_spread():
     rows = ncu_check.build_rows(["1.5K"], ["v1"], {(0, "v1"): 0.1},
-                                {(0, 0): [(0.098, 1), (0.100, 1), (0.102, 1), (0.110, 1), (0.090, 1)]}, {})
+                                [{(0, 0): [(0.098, 1), (0.100, 1), (0.102, 1), (0.110, 1), (0.090, 1)]}], [])
     assert rows[0]["ncu_calls"] == 5 and rows[0]["ncu_iqr_ms"] == "0.00400"
 
 

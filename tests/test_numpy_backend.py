@@ -104,8 +104,8 @@ def test_support_and_description(inputs):
     for v in ("v1", "v2", "v2t"):
         assert be.unsupported_parity(v, p) is None
         assert "does not time" in be.unsupported_timing(v, p)
-    for peer in ("torch-sdpa", "torch-sdpa+dequant"):
-        assert be.unsupported_parity(peer, p) == "peers are timing-only"
+    for peer in ("torch-sdpa", "torch-sdpa-flash", "torch-sdpa-cudnn", "torch-sdpa+dequant", "torch-flex"):
+        assert be.unsupported_parity(peer, p) == f"{peer} runs on the cuda backend only"
         assert "needs CuPy and a GPU" in be.unsupported_timing(peer, p)
     d = be.describe()
     assert d["gpu"] == "cpu" and d["arch"] == "cpu" and be.name == "numpy"

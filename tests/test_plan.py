@@ -46,7 +46,7 @@ def test_problem_rejects_bad_parameters(kw):
 def test_make_plan_from_pr_config_is_shape_major():
     plan = make_plan(load_config(DEFAULT_CONFIG))
     n = len(plan.variants)
-    assert isinstance(plan, Plan) and n == 8 and len(plan) == 4 * n
+    assert isinstance(plan, Plan) and n == 10 and len(plan) == 4 * n
     cases = list(plan.cases())
     assert [c.variant for c in cases[:n]] == list(plan.variants)
     assert all(c.problem is plan.problems[0] for c in cases[:n])
@@ -56,7 +56,8 @@ def test_make_plan_from_pr_config_is_shape_major():
         0, 1536, 32, 8, 128, "paged", 64, "normal")
     assert p.softmax_scale == pytest.approx(128 ** -0.5)
     assert plan.kernel_variants == ["v1", "v2", "v2t", "v3", "triton"]
-    assert plan.peer_variants == ["torch-sdpa", "torch-sdpa+dequant", "torch-flex"]
+    assert plan.peer_variants == ["torch-sdpa", "torch-sdpa-flash", "torch-sdpa-cudnn", "torch-sdpa+dequant",
+                                  "torch-flex"]
     assert Case(p, "v2t").key == "1.5K|v2t" and Case(p, "v2t").is_kernel
     assert Case(p, "torch-sdpa").is_peer
 

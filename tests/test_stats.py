@@ -12,7 +12,11 @@ from pa_bench.measure.stats import (
     flag_throttled,
     gbps,
     paired_speedup,
-    should_stop,
+    StopRule,
+    MedianTracker,
+    ceiling,
+    median_interval,
+    median_rank_interval,
     summarize,
     tflops,
     verdict,
@@ -52,50 +56,74 @@ def test_summarize_drops_nonfinite_and_rejects_empty():
         summarize([])
 
 
-# --- should_stop -----------------------------------------------------------------------
-
-LIMITS = dict(min_seconds=0.5, max_seconds=15.0, max_noise=0.005, min_samples=10, max_samples=1000)
+# --- the stop rule: the interval of the median -------------------------------------------
 
 
-def test_should_stop_not_before_min_samples():
-    quiet = [10.0] * 9  # perfectly quiet, plenty of GPU time
-    assert should_stop(quiet, 5.0, 1.0, **LIMITS) == (False, "")
-    assert should_stop(quiet + [10.0], 5.0, 1.0, **LIMITS) == (True, "noise")
+def test_median_rank_interval_is_exact_for_small_n_and_symmetric():
+    assert median_rank_interval(1) == (0, 0)
+    assert median_rank_interval(5) == (0, 4)          # 2 * 0.5**5 = 0.0625 > 0.05: the whole range
+    assert median_rank_interval(6) == (0, 5)          # P(X=0) = 1/64 <= 0.025, P(X<=1) = 7/64 > it
+    assert median_rank_interval(12) == (2, 9)         # P(X<=2) = 79/4096 <= 0.025 < P(X<=3)
+    for n in (7, 50, 999, 1000, 1001, 5000):
+        lo, hi = median_rank_interval(n)
+        assert lo + hi == n - 1 and 0 <= lo <= (n - 1) // 2
+    lo, hi = median_rank_interval(10000)               # normal approximation: about n/2 -+ 0.98 sqrt(n)
+    assert abs((hi - lo + 1) - 1.96 * 100) < 4
 
 
-def test_should_stop_not_before_min_seconds():
-    quiet = [1.0] * 100  # 0.1 s of GPU time
-    assert should_stop(quiet, None, 1.0, **LIMITS) == (False, "")
-    assert should_stop(quiet * 5, None, 1.0, **LIMITS) == (True, "noise")  # 0.5 s
+def test_median_interval_covers_the_true_median_95_percent_of_the_time():
+    rng = np.random.default_rng(11)
+    for n in (30, 400, 1500):                          # exact tails and the normal approximation
+        trials, hits = 600, 0
+        true = 1.0 + np.log(2.0)                       # median of 1 + Exp(1): skewed, like GPU times
+        for _ in range(trials):
+            lo, hi = median_interval(1.0 + rng.exponential(1.0, n))
+            hits += lo <= true <= hi
+        assert 0.925 <= hits / trials <= 0.985, (n, hits / trials)
 
 
-def test_should_stop_at_low_noise_only():
+def test_median_interval_drops_nonfinite_and_rejects_empty():
+    assert median_interval([3.0, float("nan"), 3.0, 3.0]) == (3.0, 3.0)
+    with pytest.raises(ValueError):
+        median_interval([float("inf")])
+
+
+def _tracker(values):
+    t = MedianTracker()
+    for v in values:
+        t.add(v)
+    return t
+
+
+def test_tracker_median_and_interval_match_the_sorted_sample():
+    rng = np.random.default_rng(5)
+    values = list(rng.normal(10.0, 0.3, 257)) + [float("nan")]
+    t = _tracker(values)
+    assert t.count == 257 and t.median == pytest.approx(float(np.nanmedian(values)))
+    assert t.interval() == median_interval(values)
+    assert t.total_ms == pytest.approx(float(np.nansum(values)))
+    assert _tracker([4.0, 1.0, 3.0, 2.0]).median == 2.5
+
+
+def test_converged_needs_min_samples_and_a_narrow_interval():
+    rule = StopRule(max_noise=0.005, min_samples=10)
+    assert not _tracker([10.0] * 9).converged(rule)
+    assert _tracker([10.0] * 10).converged(rule)
     rng = np.random.default_rng(0)
-    quiet = list(10.0 * (1 + 0.001 * rng.standard_normal(200)))
-    noisy = list(10.0 * (1 + 0.05 * rng.standard_normal(200)))
-    assert should_stop(quiet, 2.0, 2.0, **LIMITS) == (True, "noise")
-    assert should_stop(noisy, 2.0, 2.0, **LIMITS) == (False, "")
+    spread = list(10.0 * (1 + 0.03 * rng.standard_normal(40)))    # 3 % spread, 40 samples: +-1.2 %
+    assert not _tracker(spread).converged(rule)
+    more = spread + list(10.0 * (1 + 0.03 * rng.standard_normal(760)))   # 800: about +-0.26 %
+    assert _tracker(more).converged(rule)
 
 
-def test_timeout_stops_a_noisy_stream():
-    rng = np.random.default_rng(1)
-    noisy = list(10.0 * (1 + 0.05 * rng.standard_normal(50)))
-    assert should_stop(noisy, 0.5, 14.9, **LIMITS) == (False, "")
-    assert should_stop(noisy, 0.5, 15.0, **LIMITS) == (True, "timeout")
-
-
-def test_max_samples_stops():
-    rng = np.random.default_rng(2)
-    noisy = list(0.01 * (1 + 0.05 * rng.standard_normal(1000)))
-    assert should_stop(noisy[:999], None, 1.0, **LIMITS) == (False, "")
-    assert should_stop(noisy, None, 1.0, **LIMITS) == (True, "max_samples")
-
-
-def test_should_stop_reads_a_settings_object():
-    settings = SimpleNamespace(**{**LIMITS, "min_samples": 3})
-    assert should_stop([5.0] * 3, 1.0, 0.1, settings) == (True, "noise")
-    # keyword arguments beat the settings object
-    assert should_stop([5.0] * 3, 1.0, 0.1, settings, min_samples=4) == (False, "")
+def test_ceilings_and_the_rule_from_settings():
+    rule = StopRule.of(SimpleNamespace(max_noise=0.01, min_samples=3, min_seconds=0.2, max_seconds=2.0,
+                                       max_samples=50))
+    assert rule == StopRule(max_noise=0.01, min_samples=3, min_seconds=0.2, max_seconds=2.0, max_samples=50)
+    assert StopRule.of(SimpleNamespace(max_noise=0.02)) == StopRule(max_noise=0.02)
+    assert ceiling(rule, 49, 1.99) == ""
+    assert ceiling(rule, 50, 0.1) == "max_samples"
+    assert ceiling(rule, 3, 2.0) == "timeout"
 
 
 # --- paired_speedup ---------------------------------------------------------------------

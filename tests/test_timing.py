@@ -9,11 +9,13 @@ the flags — what the real CuPy timer relies on.
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 
-from pa_bench.measure import timing
+from pa_bench.measure import deadline, stats, timing
 
 
 @dataclass
@@ -34,6 +36,7 @@ class FakeTimer:
         self.log: list[str] = []
         self._times = iter(times)
         self.held = False
+        self.deadlines: list = []
 
     def hold(self):
         assert not self.held, "a hold was enqueued while the previous one was still held"
@@ -54,12 +57,13 @@ class FakeTimer:
         self.held = False
         self.log.append("release")
 
-    def elapsed(self):
+    def elapsed(self, deadline_s=None):
         assert not self.held, "waited for the end event while the stream was still held (deadlock)"
         self.log.append("wait")
+        self.deadlines.append(deadline_s)
         return next(self._times)
 
-    def synchronize(self):
+    def synchronize(self, deadline_s=None):
         self.log.append("sync")
 
 
@@ -114,9 +118,9 @@ def test_cold_sample_order_nothing_but_the_launch_between_the_events():
     for i, s in enumerate(smp):
         name = "a" if i % 2 == 0 else "b"           # interleaved: a, b, a, b ...
         assert s == ["hold", "flush", "start", f"launch:{name}", "stop", "release", "clock", "wait"]
-    # warm-up launches come before any sample, then one synchronize
+    # warm-up launches come before any sample, each variant's awaited on its own (a hang names it)
     first_hold = timer.log.index("hold")
-    assert timer.log[:first_hold] == ["launch:a", "launch:a", "launch:b", "launch:b", "sync"]
+    assert timer.log[:first_hold] == ["launch:a", "launch:a", "sync", "launch:b", "launch:b", "sync"]
     assert clock.started and clock.closed
 
 
@@ -142,11 +146,12 @@ def test_stop_reason_noise_when_every_variant_converges():
         assert r.stop_reason == "noise"
         assert len(r.samples_ms) == 5                  # min_samples, every sample identical
         assert r.host_bound is False and r.late_samples == 0
-        assert r.method == "hold" and r.clock_source is None
+        assert r.clock_source is None
 
 
 def test_stop_reason_max_samples_marks_the_noisy_variant_and_keeps_the_converged_one():
-    # a: constant (converges at 5 samples); b: alternates 1 and 2 ms (never under 0.5 %)
+    # a: constant (converges at 5 samples); b: 1 and 2 ms in turn, so its median's interval
+    # spans [1, 2] however many samples there are
     seq = itertools.cycle([(1.0, False), (1.0, False), (1.0, False), (2.0, False)])
     timer = FakeTimer(seq)
     res = timing.time_interleaved({"a": launcher(timer.log, "a"), "b": launcher(timer.log, "b")},
@@ -191,3 +196,88 @@ def test_the_backend_times_through_the_hold_timer():
     src = inspect.getsource(cuda.CudaBackend.time)
     assert "timer=self.timer()" in src
     assert "timing.CupyTimer" in inspect.getsource(cuda.CudaBackend.timer)
+
+
+class ScriptTimer(FakeTimer):
+    """A FakeTimer whose times come from a function of the variant's sample index."""
+
+    def __init__(self, by_name, order):
+        super().__init__(iter(()))
+        self.by_name, self.order, self.count = by_name, order, 0
+
+    def elapsed(self, deadline_s=None):
+        assert not self.held
+        name = self.order[self.count % len(self.order)]
+        self.count += 1
+        self.deadlines.append(deadline_s)
+        return self.by_name[name](), False
+
+
+def test_a_spread_sample_stops_once_its_median_is_known_not_when_its_spread_is_small():
+    """3 % spread: the old rule (relative stdev under 0.5 %) never stops; the interval of the
+    median is within 0.5 % after a few hundred samples, and the median is right to that."""
+    rng = np.random.default_rng(7)
+    timer = ScriptTimer({"a": lambda: 0.04 * (1 + 0.03 * rng.standard_normal())}, ["a"])
+    res = timing.time_interleaved({"a": lambda: None}, Settings(min_samples=20, max_samples=5000),
+                                  timer=timer)["a"]
+    assert res.stop_reason == "noise"
+    n = len(res.samples_ms)
+    assert 100 < n < 1500
+    lo, hi = stats.median_interval(res.samples_ms)
+    med = float(np.median(res.samples_ms))
+    assert max(med - lo, hi - med) <= 0.005 * med
+    assert abs(med / 0.04 - 1) < 0.005
+    assert np.std(res.samples_ms) / np.mean(res.samples_ms) > 0.02     # still spread
+
+
+def test_min_seconds_counts_the_gpu_time_of_the_whole_shape():
+    """Two variants of 1 ms and 3 ms, constant: they converge at once but sample until the
+    shape holds min_seconds of GPU time (0.1 s = 25 rounds of 4 ms)."""
+    timer = ScriptTimer({"a": lambda: 1.0, "b": lambda: 3.0}, ["a", "b"])
+    res = timing.time_interleaved({"a": lambda: None, "b": lambda: None},
+                                  Settings(min_samples=5, min_seconds=0.1), timer=timer)
+    assert len(res["a"].samples_ms) == len(res["b"].samples_ms) == 25
+    assert res["a"].stop_reason == res["b"].stop_reason == "noise"
+
+
+def test_every_wait_carries_the_variants_deadline():
+    timer = FakeTimer(itertools.repeat((1.0, False)))
+    timing.time_interleaved({"a": lambda: None, "b": lambda: None}, Settings(hot=False), timer=timer,
+                            deadlines={"a": 7.0, "b": 9.0})
+    assert timer.deadlines[:4] == [7.0, 9.0, 7.0, 9.0]
+
+
+class HungTimer(FakeTimer):
+    """The end event of variant ``hung``'s samples never completes."""
+
+    def __init__(self, hung, order):
+        super().__init__(itertools.repeat((1.0, False)))
+        self.hung, self.order, self.count = hung, order, 0
+
+    def elapsed(self, deadline_s=None):
+        name = self.order[self.count % len(self.order)]
+        self.count += 1
+        if name == self.hung:
+            deadline.wait(lambda: False, deadline_s, "a timed call")
+        return 1.0, False
+
+
+def test_a_hung_sample_raises_naming_the_variant_within_its_deadline():
+    timer = HungTimer("b", ["a", "b"])
+    t0 = time.monotonic()
+    with pytest.raises(deadline.KernelHung) as info:
+        timing.time_interleaved({"a": lambda: None, "b": lambda: None}, Settings(), timer=timer,
+                                deadlines={"a": 5.0, "b": 0.05})
+    assert time.monotonic() - t0 < 2.0
+    assert str(info.value) == "b: no result within 0.05 s (the kernel may be hung)"
+    assert not isinstance(info.value, Exception)     # the row handlers that go on must not catch it
+
+
+def test_a_hung_warm_up_names_the_variant():
+    class SyncHangs(FakeTimer):
+        def synchronize(self, deadline_s=None):
+            deadline.wait(lambda: False, deadline_s, "the warm-up calls")
+
+    with pytest.raises(deadline.KernelHung, match=r"^v9: no result within"):
+        timing.time_interleaved({"v9": lambda: None}, Settings(), timer=SyncHangs(iter(())),
+                                deadlines={"v9": 0.01})

@@ -17,12 +17,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pa_bench import fmt
 from pa_bench import variants as registry
 from pa_bench.backends import kernels as K
-from pa_bench.backends import torch_flex, triton_runner
 from pa_bench.backends.base import KernelOutput
 from pa_bench.errors import BackendUnavailable, PaBenchError
-from pa_bench import fmt
+from pa_bench.measure import deadline
+from pa_bench.peers import CannotRun
 
 GUARD_ELEMS = 4096                      # canary elements before and after every output
 # Who computes the numerics model's key parts on the GPU (pa_bench.numerics.model.ENGINES): the
@@ -56,9 +57,7 @@ class Prepared:
     out_a: object                          # [GUARD + Hq*Nq*D + GUARD] flat
     out_b: object                          # second buffer for the determinism check
     outputs: dict = field(default_factory=dict)   # variant -> full output (device, float32 view)
-    peer: object = None
-    triton: object = None                  # the triton variant's torch views and launch (triton_runner)
-    flex: object = None                    # the torch-flex peer (torch_flex)
+    runners: dict = field(default_factory=dict)   # variant -> its prepared peer or Python kernel
     part: object = None                    # key-segment workspace (float32, grown on demand)
 
 
@@ -135,8 +134,8 @@ class CudaBackend:
             ],
             "kernel_cache": str(K.kernel_cache_dir() or "off (CUPY_CACHE_IN_MEMORY)"),
             "launches": list(self._launches.values()),
-            "triton": triton_runner.meta(),
-            "torch_flex": torch_flex.meta(),
+            **{v.name: v.resolve_runner().meta() for v in registry.all_variants()
+               if v.kind == registry.TRITON_KERNEL},
             "cta": {v.name: v.cta for v in registry.cuda_kernels()},
             "cta_notes": ("T m16 tiles per warp: per shape, the tiles column of the builds "
                           "(pa_bench.backends.kernels.choose_tiles); with T = 2 the tiles are two query heads of "
@@ -155,31 +154,29 @@ class CudaBackend:
         return tiles if registry.get(variant).warp_tiles else 1
 
     def _kernel_reason(self, variant: str, problem) -> str | None:
-        if variant not in K.kernel_variants():
-            return None
         return K.build_unsupported(variant, self.cc, self.force_turing, problem.head_dim)
 
-    def unsupported_parity(self, variant: str, problem) -> str | None:
-        if variant in (triton_runner.VARIANT, torch_flex.VARIANT):   # run through torch (a peer: for information)
-            return self.unsupported_timing(variant, problem)
-        if registry.is_peer(variant):   # checked for information: a peer has no numerics model
-            return self.unsupported_timing(variant, problem)
-        if variant not in K.kernel_variants():
+    def unsupported(self, variant: str, problem) -> str | None:
+        """Why ``variant`` cannot run ``problem`` here (one line), or None: by its kind, a CUDA
+        kernel's arch and build, a Python kernel's or a peer's own answer, then GPU memory."""
+        entry = registry.find(variant)
+        if entry is None:
             return f"unknown variant {variant!r}"
-        return self._kernel_reason(variant, problem) or self._fit_reason(problem)
+        if entry.kind == registry.CUDA_KERNEL:
+            return self._kernel_reason(variant, problem) or self._fit_reason(problem)
+        try:
+            runner = entry.resolve_runner()
+            if entry.kind == registry.TRITON_KERNEL:
+                return runner.unsupported(self.cc, problem.head_dim) or self._fit_reason(problem)
+            if "cuda" not in tuple(getattr(runner, "backends", ("cuda",))):
+                return f"{variant} runs on the {', '.join(runner.backends)} backend only"
+            return runner.unavailable(problem) or self._fit_reason(problem, peer=True)
+        except Exception as exc:  # a plug-in's own check failed: the row says why, the run goes on
+            return f"{variant} cannot say whether it runs here: {fmt.error_line(exc)}"
 
-    def unsupported_timing(self, variant: str, problem) -> str | None:
-        if variant == triton_runner.VARIANT:
-            return triton_runner.unsupported(self.cc, problem.head_dim) or self._fit_reason(problem)
-        if variant == torch_flex.VARIANT:
-            return torch_flex.unavailable_reason() or self._fit_reason(problem, peer=True)
-        if registry.is_peer(variant):
-            from pa_bench.backends import torch_peer
-
-            return torch_peer.unavailable_reason() or self._fit_reason(problem, peer=True)
-        if variant not in K.kernel_variants():
-            return f"unknown variant {variant!r}"
-        return self._kernel_reason(variant, problem) or self._fit_reason(problem)
+    # parity and timing need the same things of a variant here
+    unsupported_parity = unsupported
+    unsupported_timing = unsupported
 
     def _fit_reason(self, problem, peer: bool = False) -> str | None:
         need = estimate_bytes(problem, peer=peer)
@@ -223,11 +220,13 @@ class CudaBackend:
                         cp.empty(n_out, dtype=odt), cp.empty(n_out, dtype=odt))
 
     def release(self, prepared: Prepared) -> None:
+        from pa_bench.peers import torch_util
+
         self._model_inputs = None
         prepared.outputs.clear()
-        prepared.peer = None
-        prepared.triton = prepared.flex = None
+        prepared.runners.clear()
         prepared.part = None
+        torch_util.release()
         self.cp.get_default_memory_pool().free_all_blocks()
 
     # ------------------------------------------------------------------ kernels
@@ -352,10 +351,11 @@ class CudaBackend:
         return (f"-I{inc}",) if inc and os.path.isdir(inc) else ()
 
     def launcher(self, prep: Prepared, variant: str, out=None):
-        """A no-argument callable that launches ``variant`` once (asynchronously): the kernel, and
-        with key segments pa_combine after it (two launches in one stream)."""
-        if variant == triton_runner.VARIANT:
-            return self._triton_launcher(prep, prep.out_a if out is None else out)
+        """A no-argument callable that launches kernel ``variant`` once (asynchronously) into
+        ``out``: a CUDA kernel, with key segments pa_combine after it (two launches in one stream),
+        or a Python kernel (its runner's launcher)."""
+        if registry.get(variant).kind == registry.TRITON_KERNEL:
+            return self._python_launcher(prep, variant, prep.out_a if out is None else out)
         inp = prep.inputs
         pb = inp.problem
         build = self.build(variant, pb)
@@ -397,15 +397,53 @@ class CudaBackend:
 
         return launch_segments
 
-    def _triton_launcher(self, prep: Prepared, out):
-        """The triton variant (kernels/triton_pa.py) on this shape's buffers, viewed by torch
-        without a copy, writing into ``out``'s body (pa_bench.backends.triton_runner)."""
-        if prep.triton is None:
+    def _python_launcher(self, prep: Prepared, variant: str, out):
+        """A Python (Triton) kernel on this shape's buffers, viewed by torch without a copy,
+        writing into ``out``'s body (its runner module, e.g. pa_bench.backends.triton_runner)."""
+        runner = prep.runners.get(variant)
+        if runner is None:
             arrays = {"q": prep.q, "k": prep.k, "v": prep.v, "ks": prep.ks, "vs": prep.vs, "table": prep.table}
-            prep.triton = triton_runner.TritonVariant(prep.inputs, arrays=arrays,
-                                                      sm_count=int(self.props["multiProcessorCount"]))
-            self._launches[(triton_runner.VARIANT, repr(prep.inputs.problem))] = prep.triton.describe()
-        return prep.triton.launcher(out[GUARD_ELEMS:])
+            module = registry.get(variant).resolve_runner()
+            runner = prep.runners[variant] = module.TritonVariant(
+                prep.inputs, arrays=arrays, sm_count=int(self.props["multiProcessorCount"]))
+            self._launches[(variant, repr(prep.inputs.problem))] = runner.describe()
+        return runner.launcher(out[GUARD_ELEMS:])
+
+    def _peer(self, prep: Prepared, variant: str):
+        """The peer ``variant`` prepared on this shape (once); a shape it refuses is a PaBenchError
+        with its reason."""
+        peer = prep.runners.get(variant)
+        if peer is None:
+            cls = registry.get(variant).resolve_runner()
+            try:
+                peer = prep.runners[variant] = cls(prep.inputs, device="cuda")
+            except CannotRun as exc:
+                raise PaBenchError(str(exc)) from None
+            except PaBenchError:
+                raise
+            except Exception as exc:
+                raise PaBenchError(f"{variant} could not run: {fmt.error_line(exc)}") from exc
+            self._launches[(variant, repr(prep.inputs.problem))] = {
+                "variant": variant, "shape": prep.inputs.problem.shape.label, **(peer.describe() or {})}
+        return peer
+
+    def impl(self, prep: Prepared, variant: str) -> str | None:
+        """What ran a peer on this shape (its ``impl()``, e.g. torch's choice), None for a kernel."""
+        peer = prep.runners.get(variant) if registry.is_peer(variant) else None
+        return None if peer is None else peer.impl()
+
+    def _wait(self, what: str, flops: float, launches: int = 1, variant: str | None = None) -> None:
+        """Wait for the GPU work enqueued so far, under the deadline for that work."""
+        fixed = getattr(self.config, "deadline", None) if self.config is not None else None
+        try:
+            deadline.wait_stream(self.cp, deadline.deadline_for(flops, fixed, launches), what)
+        except deadline.KernelHung as exc:
+            raise exc.at(what, variant) from None
+
+    def deadlines(self, variants, problem) -> dict:
+        """Seconds one call of each variant may take (pa_bench.measure.deadline)."""
+        fixed = getattr(self.config, "deadline", None) if self.config is not None else None
+        return {v: deadline.deadline_for(problem.flops, fixed) for v in variants}
 
     def _fill_canary(self, buf) -> None:
         if buf.dtype == self.cp.float16:
@@ -423,17 +461,15 @@ class CudaBackend:
         return guards, written
 
     def compute(self, prep: Prepared, variant: str, rows=None, check_determinism: bool = True) -> KernelOutput:
-        if variant == torch_flex.VARIANT:
-            return self._compute_flex(prep, rows, check_determinism)
-        cp = self.cp
-        pb = prep.inputs.problem
         if registry.is_peer(variant):
             return self._compute_peer(prep, variant, rows, check_determinism)
+        cp = self.cp
+        pb = prep.inputs.problem
         outs = []
         for buf in (prep.out_a, prep.out_b) if check_determinism else (prep.out_a,):
             self._fill_canary(buf)
             self.launcher(prep, variant, buf)()
-            cp.cuda.runtime.deviceSynchronize()
+            self._wait(f"{variant} at {pb.shape.label}", pb.flops, variant=variant)
             outs.append(buf)
         guards, written = self._canary_checks(prep.out_a)
         deterministic = None
@@ -451,33 +487,24 @@ class CudaBackend:
                             full_hash=digest, diff_source=variant)
 
     def _compute_peer(self, prep: Prepared, variant: str, rows, check_determinism: bool) -> KernelOutput:
-        """A torch peer's output (its own buffers: no canaries), twice for determinism."""
-        from pa_bench.backends import torch_peer
+        """A peer's output (its own buffers: no canaries), twice for determinism; each call is
+        awaited under its deadline before its output is read."""
+        peer = self._peer(prep, variant)
+        pb = prep.inputs.problem
 
-        if prep.peer is None:
-            prep.peer = torch_peer.TorchPeer(prep.inputs)
-        dequant = variant.endswith("+dequant")
-        out = prep.peer.output(dequant)
+        def fresh():
+            peer.call()()
+            self._wait(f"{variant} at {pb.shape.label}", pb.flops, variant=variant)
+            return np.asarray(peer.output(), dtype=np.float32)
+
+        out = fresh()
         deterministic = None
         if check_determinism:
-            deterministic = bool(np.array_equal(out.view(np.uint32), prep.peer.output(dequant).view(np.uint32)))
+            deterministic = bool(np.array_equal(out.view(np.uint32), fresh().view(np.uint32)))
         prep.outputs[variant] = self.cp.asarray(out)
         sel = out if rows is None else out[:, np.asarray(rows), :]
         return KernelOutput(out=np.ascontiguousarray(sel), canary_ok=True, deterministic=deterministic,
                             full_hash=hashlib.sha1(out.tobytes()).hexdigest(), diff_source=variant)
-
-    def _compute_flex(self, prep: Prepared, rows, check_determinism: bool) -> KernelOutput:
-        """The torch-flex peer's output (its own buffers: no canaries), twice for determinism."""
-        if prep.flex is None:
-            prep.flex = torch_flex.FlexPeer(prep.inputs)
-        out = prep.flex.output()
-        deterministic = None
-        if check_determinism:
-            deterministic = bool(np.array_equal(out.view(np.uint32), prep.flex.output().view(np.uint32)))
-        prep.outputs[torch_flex.VARIANT] = self.cp.asarray(out)
-        sel = out if rows is None else out[:, np.asarray(rows), :]
-        return KernelOutput(out=np.ascontiguousarray(sel), canary_ok=True, deterministic=deterministic,
-                            full_hash=hashlib.sha1(out.tobytes()).hexdigest(), diff_source=torch_flex.VARIANT)
 
     def max_diff(self, prep: Prepared, a: str, b: str) -> float | None:
         """Max abs difference of two variants' full outputs (None if either is missing)."""
@@ -502,6 +529,8 @@ class CudaBackend:
         ref = reference_attention(cp.asarray(inputs.q), k, v, pb.context, pb.softmax_scale,
                                   rows=None if rows is None else np.asarray(rows), xp=cp, **extra)
         del k, v, extra
+        # FP64 on GPUs whose float64 rate is a small fraction of their tensor cores': a wider margin
+        self._wait(f"the FP64 reference at {pb.shape.label}", _rows_flops(pb, rows), launches=50)
         out = cp.asnumpy(ref)
         cp.get_default_memory_pool().free_all_blocks()
         return out
@@ -521,52 +550,43 @@ class CudaBackend:
         mma_k = 8 if K.mma_shape(self.cc, self.force_turing) == "m16n8k8" else 16
         out = model_attention(cached[1], tile_keys, rows, split_keys=split_keys, mma_k=mma_k,
                               pv_chain_keys=pv_chain_keys, segment_keys=segment_keys, engine=MODEL_ENGINE)
+        pb = inputs.problem   # the model emulates each MMA in scalar code: a wider margin
+        self._wait(f"the numerics model at {pb.shape.label}", _rows_flops(pb, rows), launches=20)
         return self.cp.asnumpy(out)
 
     # ------------------------------------------------------------------ timing
-    def callables(self, prep: Prepared, variants) -> tuple[dict, dict, list]:
+    def callables(self, prep: Prepared, variants) -> tuple[dict, dict]:
         """What the timing loop (and scripts/ncu_check.py) call: ({variant: one call's GPU work},
-        {variant: why it cannot run}, [context managers to enter once around all calls])."""
+        {variant: why it cannot run})."""
         pb = prep.inputs.problem
-        fns, reasons, sessions = {}, {}, []
+        fns, reasons = {}, {}
         for var in variants:
             reason = self.unsupported_timing(var, pb)
             if reason:
                 reasons[var] = reason
                 continue
             try:
-                if var == torch_flex.VARIANT:
-                    if prep.flex is None:
-                        prep.flex = torch_flex.FlexPeer(prep.inputs)   # compiles here, outside the timing
-                    fns[var] = prep.flex.launcher()
-                elif registry.is_peer(var):
-                    from pa_bench.backends import torch_peer
-
-                    if prep.peer is None:
-                        prep.peer = torch_peer.TorchPeer(prep.inputs)
-                    fns[var] = prep.peer.launcher(dequant=var.endswith("+dequant"))
+                if registry.is_peer(var):
+                    fns[var] = self._peer(prep, var).call()   # prepares (compiles) outside the timing
                 else:
                     fns[var] = self.launcher(prep, var)
             except PaBenchError as exc:
                 reasons[var] = str(exc)
             except Exception as exc:  # a peer that cannot run this shape (torch raises RuntimeError)
                 reasons[var] = f"{var} could not run: {fmt.error_line(exc)}"
-        if prep.peer is not None and any(registry.is_peer(v) for v in fns):
-            sessions.append(prep.peer.session())   # the peer's backend and stream: entered once
-        return fns, reasons, sessions
+        return fns, reasons
 
     def time(self, prep: Prepared, variants, settings) -> dict:
-        import contextlib
-
         from pa_bench.measure import timing
 
-        fns, results, sessions = self.callables(prep, variants)
+        fns, results = self.callables(prep, variants)
         if fns:
-            with contextlib.ExitStack() as stack:
-                for ctx in sessions:
-                    stack.enter_context(ctx)
-                results.update(timing.time_interleaved(fns, settings, timer=self.timer(),
-                                                       clock=timing.ClockReader(self.device.id)))
+            try:
+                results.update(timing.time_interleaved(
+                    fns, settings, timer=self.timer(), clock=timing.ClockReader(self.device.id),
+                    deadlines=self.deadlines(fns, prep.inputs.problem)))
+            except deadline.KernelHung as exc:
+                raise exc.at(f"{exc.variant} at {prep.inputs.problem.shape.label}") from None
         return results
 
     def timer(self):
@@ -577,6 +597,14 @@ class CudaBackend:
             flush = self.config.timing.l2_flush if self.config is not None else "read"
             self._timer = timing.CupyTimer(int(self.props["l2CacheSize"]), flush=flush)
         return self._timer
+
+
+def _rows_flops(problem, rows) -> float:
+    """The causal FLOP count of ``rows`` of ``problem`` (all rows: ``problem.flops``)."""
+    if rows is None:
+        return float(problem.flops)
+    rows = np.asarray(rows, dtype=np.float64)
+    return 4.0 * problem.head_dim * problem.heads_q * float(np.sum(problem.context + rows + 1))
 
 
 def _model_mma() -> str:

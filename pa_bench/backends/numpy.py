@@ -2,7 +2,8 @@
 
 It lets everything but timing run on a machine without a GPU: ``compute`` returns the
 output of :func:`pa_bench.numerics.model.model_attention` with the variant's tile size and key split, so its
-kernel/model error ratio is 1 by construction. Peers are timing-only and nothing is timed.
+kernel/model error ratio is 1 by construction. A peer that runs on the CPU (``backends`` has
+"numpy", ``pa_bench.peers``) gets its output checked against FP64; nothing is timed.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class NumpyBackend:
         # v2 and v2t share a tile size, so their model outputs are the same: compute once.
         self._cache: dict[tuple, KernelOutput] = {}
         self._cache_owner = None  # keeps id(prepared) in the cache key unique
+        self._impl: dict[str, str | None] = {}
 
     def describe(self) -> dict:
         return {
@@ -64,7 +66,13 @@ class NumpyBackend:
         if entry is None:
             return f"unknown variant {variant!r}"
         if entry.is_peer:
-            return "peers are timing-only"
+            try:
+                cls = entry.resolve_runner()
+                if "numpy" not in tuple(getattr(cls, "backends", ("cuda",))):
+                    return f"{variant} runs on the cuda backend only"
+                return cls.unavailable(problem)
+            except Exception as exc:
+                return f"{variant} cannot say whether it runs here: {type(exc).__name__}: {exc}"
         return None
 
     def unsupported_timing(self, variant: str, problem) -> str | None:
@@ -93,6 +101,8 @@ class NumpyBackend:
         """
         from pa_bench.numerics.model import model_attention
 
+        if registry.is_peer(variant):
+            return self._compute_peer(prepared, variant, rows, check_determinism)
         tile = tile_keys(variant)
         split = self.split_keys(variant, prepared.problem)
         chain = pv_chain_keys(variant)
@@ -112,6 +122,26 @@ class NumpyBackend:
         self._cache = {key: result}  # one shape's outputs at a time
         self._cache_owner = prepared
         return result
+
+    def _compute_peer(self, inputs, variant: str, rows, check_determinism) -> KernelOutput:
+        """A CPU peer's output (pa_bench.peers), twice when determinism is checked."""
+        from pa_bench.errors import PaBenchError
+        from pa_bench.peers import CannotRun
+
+        try:
+            peer = registry.get(variant).resolve_runner()(inputs, device="cpu")
+            out = np.asarray(peer.output(), dtype=np.float32)
+            check = self.check_determinism if check_determinism is None else check_determinism
+            deterministic = bool(np.array_equal(out, peer.output())) if check else None
+        except CannotRun as exc:
+            raise PaBenchError(str(exc)) from None
+        self._impl[variant] = peer.impl()
+        sel = out if rows is None else out[:, np.asarray(rows), :]
+        return KernelOutput(out=np.ascontiguousarray(sel), canary_ok=True, deterministic=deterministic)
+
+    def impl(self, prepared, variant: str) -> str | None:
+        """What ran a peer on this shape (its ``impl()``), None for a model row."""
+        return self._impl.get(variant)
 
     def max_diff(self, prepared, a: str, b: str) -> float | None:
         """None: this backend keeps no full outputs (the runner diffs the compared rows)."""
@@ -139,5 +169,6 @@ class NumpyBackend:
         return {variant: reason for variant in variants}
 
     def release(self, prepared) -> None:
+        self._impl.clear()
         self._cache.clear()
         self._cache_owner = None

@@ -3,11 +3,13 @@
 Pure functions on lists of milliseconds; no GPU, no pandas.
 
 - `summarize(samples_ms)` -> `TimingStats` (median, quartiles, mean, sample stdev ...).
-- `should_stop(...)` is nvbench's "cold measurement" rule: sample until there are at least
-  `min_samples` samples, at least `min_seconds` of GPU time and a relative standard deviation
-  of at most `max_noise`; give up at `max_seconds` of wall time or `max_samples` samples.
+- `median_interval(samples)`: a distribution-free 95 % interval of the median (order statistics).
+- `StopRule` and `MedianTracker`: sample until the median is known to `max_noise` (its interval
+  within that of it), with `min_samples` and `min_seconds`; give up at `max_seconds` of wall time
+  or `max_samples` rounds.
 - `paired_speedup(base, other)` uses interleaved samples (round k of both was taken at the same
-  time), so the per-round ratio cancels drift that hits both alike.
+  time), so the per-round ratio cancels drift that hits both alike; it gives the median ratio and
+  its interval.
 - `ratio_interval(a_ms, b_ms)` is a seeded block-bootstrap interval on median(b) / median(a)
   from the raw samples; `interval_verdict` judges B against A with it. Each side's resamples
   are seeded by the seed and that side's samples, so swapping A and B mirrors the interval
@@ -19,6 +21,7 @@ Pure functions on lists of milliseconds; no GPU, no pandas.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 import zlib
@@ -94,101 +97,126 @@ def summarize(samples_ms: Sequence[float]) -> TimingStats:
     )
 
 
-def relative_stdev(samples_ms: Sequence[float]) -> float:
-    """stdev(ddof=1) / mean; inf for fewer than two samples (noise unknown)."""
-    arr = _clean(samples_ms)
-    if arr.size < 2:
-        return math.inf
-    return _rel(float(arr.std(ddof=1)), float(arr.mean()))
+#: Confidence of every interval pa-bench reports on a median (of times, of per-round ratios).
+CONFIDENCE = 0.95
+_Z = 1.959963984540054      # the standard normal's 97.5 % point (two-sided 95 %)
 
 
-_STOP_DEFAULTS = {
-    "min_seconds": 0.5,
-    "max_seconds": 15.0,
-    "max_noise": 0.005,
-    "min_samples": 10,
-    "max_samples": 10000,
-}
+@functools.lru_cache(maxsize=4096)
+def median_rank_interval(n: int, confidence: float = CONFIDENCE) -> tuple[int, int]:
+    """0-based ranks (lo, hi) of the sorted sample whose values bound the median with at least
+    ``confidence``, whatever the distribution: the count of samples below the true median is
+    Binomial(n, 1/2), so [x_(lo), x_(hi)] covers it unless too many fall on one side. Exact
+    binomial tails up to n = 1000, the normal approximation (with continuity) above; (0, n-1)
+    where n is too small for the confidence."""
+    if n <= 0:
+        raise ValueError("median_rank_interval() needs at least one sample")
+    alpha = (1.0 - confidence) / 2.0
+    if n <= 1000:
+        # the median lies below x_(j) when at most j samples fall below it: P(X <= j), X ~
+        # Binomial(n, 1/2); take the largest j with that at most alpha (0 where none is)
+        cdf, best, pmf = 0.0, 0, 0.5 ** n
+        for j in range(n // 2):
+            cdf += pmf
+            if cdf > alpha:
+                break
+            best = j
+            pmf *= (n - j) / (j + 1)          # P(X = j + 1) from P(X = j)
+        return best, n - 1 - best
+    half = _Z * math.sqrt(n) / 2.0
+    j = max(0, int(math.floor(n / 2.0 - half - 0.5)))
+    return j, n - 1 - j
 
 
-class RunningStats:
-    """Count, GPU time and relative stdev of a growing list of samples, kept as running totals
-    (Welford), so the stop rule costs O(1) per new sample instead of rebuilding arrays."""
+def median_interval(samples_ms: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """(lo, hi): a distribution-free ``confidence`` interval of the median of ``samples_ms``
+    (order statistics, :func:`median_rank_interval`). Raises ValueError without a finite sample."""
+    arr = np.sort(_clean(samples_ms))
+    if arr.size == 0:
+        raise ValueError("median_interval() needs at least one finite sample")
+    lo, hi = median_rank_interval(int(arr.size), confidence)
+    return float(arr[lo]), float(arr[hi])
 
-    __slots__ = ("count", "_mean", "_m2")
+
+@dataclass(frozen=True)
+class StopRule:
+    """When a shape has been sampled enough (``pa_bench.measure.timing.time_interleaved``).
+
+    A variant has converged when it has ``min_samples`` samples and the 95 % interval of its
+    median lies within ``max_noise`` of the median on both sides. The shape stops when every
+    variant has converged and its samples (all variants together) hold ``min_seconds`` of GPU
+    time, or at a ceiling: ``max_seconds`` of wall time, ``max_samples`` rounds.
+
+    The criterion is the precision of the estimate, not the spread of the samples: cold samples
+    of a 40-us kernel spread by a few per cent, yet their median is known to 0.1 % after a
+    second. (nvbench's entropy criterion, the other principled choice, stops when the samples'
+    histogram stops changing; it gives no interval, and pa-bench reports one.) ``min_seconds`` is
+    counted over the shape's variants together because they are interleaved: every variant has
+    been sampled across the same stretch of wall time, which is what averages slow drift.
+    """
+
+    max_noise: float = 0.005
+    min_samples: int = 20
+    min_seconds: float = 0.5
+    max_seconds: float = 15.0
+    max_samples: int = 10000
+
+    @classmethod
+    def of(cls, settings: Any) -> "StopRule":
+        """The rule from a settings object (a TimingSettings); a missing field keeps its default."""
+        values = {f: getattr(settings, f) for f in ("max_noise", "min_samples", "min_seconds",
+                                                    "max_seconds", "max_samples")
+                  if getattr(settings, f, None) is not None}
+        return cls(**values)
+
+
+class MedianTracker:
+    """One variant's samples kept sorted, so that the interval of the median costs O(1) a round
+    (an insertion is O(n) but a memmove: negligible beside a GPU sample)."""
+
+    __slots__ = ("_sorted", "total_ms")
 
     def __init__(self) -> None:
-        self.count = 0
-        self._mean = 0.0
-        self._m2 = 0.0
+        self._sorted: list[float] = []
+        self.total_ms = 0.0
 
     def add(self, ms: float) -> None:
         x = float(ms)
         if not math.isfinite(x):
             return
-        self.count += 1
-        d = x - self._mean
-        self._mean += d / self.count
-        self._m2 += d * (x - self._mean)
+        bisect.insort(self._sorted, x)
+        self.total_ms += x
 
     @property
-    def total_ms(self) -> float:
-        return self._mean * self.count
+    def count(self) -> int:
+        return len(self._sorted)
 
     @property
-    def rel_stdev(self) -> float:
-        """stdev(ddof=1) / mean; inf for fewer than two samples (noise unknown)."""
-        if self.count < 2:
-            return math.inf
-        return _rel(math.sqrt(max(self._m2, 0.0) / (self.count - 1)), self._mean)
+    def median(self) -> float:
+        n = len(self._sorted)
+        mid = n // 2
+        return self._sorted[mid] if n % 2 else (self._sorted[mid - 1] + self._sorted[mid]) / 2
+
+    def interval(self) -> tuple[float, float]:
+        lo, hi = median_rank_interval(len(self._sorted))
+        return self._sorted[lo], self._sorted[hi]
+
+    def converged(self, rule: StopRule) -> bool:
+        """At least ``min_samples`` and the median's interval within ``max_noise`` of it."""
+        if self.count < max(rule.min_samples, 1):
+            return False
+        med = self.median
+        lo, hi = self.interval()
+        return med > 0 and max(med - lo, hi - med) <= rule.max_noise * med
 
 
-def should_stop(
-    samples_ms: "Sequence[float] | RunningStats",
-    elapsed_gpu_s: float | None,
-    wall_s: float,
-    settings: Any = None,
-    *,
-    min_seconds: float | None = None,
-    max_seconds: float | None = None,
-    max_noise: float | None = None,
-    min_samples: int | None = None,
-    max_samples: int | None = None,
-) -> tuple[bool, str]:
-    """nvbench's cold-measurement stopping rule.
-
-    Limits come from keyword arguments, else from attributes of `settings` (e.g. a
-    `TimingSettings`), else the defaults (0.5 s, 15 s, 0.5 %, 10, 10000).
-    `elapsed_gpu_s` is the GPU time of the samples so far (None: the sum of `samples_ms`).
-
-    Returns (stop, reason): reason is 'noise' (converged), 'max_samples' or 'timeout' when
-    stopping, and '' otherwise.
-    """
-    given = {
-        "min_seconds": min_seconds,
-        "max_seconds": max_seconds,
-        "max_noise": max_noise,
-        "min_samples": min_samples,
-        "max_samples": max_samples,
-    }
-    lim = {}
-    for name, value in given.items():
-        if value is None and settings is not None:
-            value = getattr(settings, name, None)
-        lim[name] = _STOP_DEFAULTS[name] if value is None else value
-
-    if isinstance(samples_ms, RunningStats):
-        count, total_ms, rel = samples_ms.count, samples_ms.total_ms, samples_ms.rel_stdev
-    else:
-        count, total_ms, rel = len(samples_ms), float(np.sum(_clean(samples_ms))), relative_stdev(samples_ms)
-    gpu_s = total_ms / 1e3 if elapsed_gpu_s is None else elapsed_gpu_s
-    if count >= max(lim["min_samples"], 1) and gpu_s >= lim["min_seconds"] and rel <= lim["max_noise"]:
-        return True, STOP_NOISE
-    if count >= lim["max_samples"]:
-        return True, STOP_MAX_SAMPLES
-    if wall_s >= lim["max_seconds"]:
-        return True, STOP_TIMEOUT
-    return False, ""
+def ceiling(rule: StopRule, rounds: int, wall_s: float) -> str:
+    """The ceiling a shape's sampling has hit ('max_samples', 'timeout'), or ''."""
+    if rounds >= rule.max_samples:
+        return STOP_MAX_SAMPLES
+    if wall_s >= rule.max_seconds:
+        return STOP_TIMEOUT
+    return ""
 
 
 def paired_speedup(
@@ -197,9 +225,9 @@ def paired_speedup(
     """Speed-up of `other` over `base` from interleaved samples.
 
     Round k of both lists was taken back to back, so the per-round ratio base_k / other_k is
-    free of slow drift. Returns (median, q1, q3) of those ratios over the common prefix of the
-    two lists (rounds with a non-positive or non-finite time are left out); (None, None, None)
-    if no round remains.
+    free of slow drift. Returns the median of those ratios over the common prefix of the two
+    lists and its 95 % interval (:func:`median_interval`; rounds with a non-positive or
+    non-finite time are left out); (None, None, None) if no round remains.
     """
     n = min(len(base_ms), len(other_ms))
     if n == 0:
@@ -210,8 +238,8 @@ def paired_speedup(
     if not ok.any():
         return None, None, None
     ratios = base[ok] / other[ok]
-    q1, med, q3 = (float(x) for x in np.percentile(ratios, [25.0, 50.0, 75.0]))
-    return med, q1, q3
+    lo, hi = median_interval(ratios)
+    return float(np.median(ratios)), lo, hi
 
 
 def tflops(flops: float | None, ms: float | None) -> float | None:

@@ -29,9 +29,11 @@ divide by the batch size (the batch is sized from the warm-up to about ``HOT_BAT
 
 One *round* takes one sample of every variant, in a fixed order, so that clock or thermal drift
 hits all alike and per-round ratios give paired speed-ups. Sampling stops by
-:func:`pa_bench.measure.stats.should_stop` on running totals: every variant converged (relative
-stdev under ``max_noise`` with ``min_seconds`` of GPU time and ``min_samples``), or the shape's
-``max_seconds`` wall-clock budget or ``max_samples`` is reached; the reason is kept per variant.
+:class:`pa_bench.measure.stats.StopRule`: every variant's median is known to ``max_noise`` (the 95 %
+interval of the median within that of it, with ``min_samples``) and the shape's samples hold
+``min_seconds`` of GPU time, or a ceiling is reached (``max_seconds`` of wall time,
+``max_samples`` rounds); the reason is kept per variant. Every wait for the GPU has a deadline
+(:mod:`pa_bench.measure.deadline`): a call that never finishes raises ``KernelHung`` naming it.
 
 The loop itself (:func:`time_interleaved`) only talks to a :class:`Timer`, so it is tested on the
 CPU with a fake one; :class:`CupyTimer` is the real one.
@@ -44,10 +46,11 @@ import shutil
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from pa_bench.measure import stats
+from pa_bench.measure.deadline import KernelHung, wait
 
 HOLD_TIMEOUT_S = 2.0      # the hold kernel's own limit: past it, the sample is "late"
 HOT_BATCH_MS = 1.0        # hot mode: launches per sample chosen to fill about this much GPU time
@@ -67,8 +70,6 @@ class TimingResult:
     host_bound: bool = False        # some hold timed out before the host had enqueued the sample
     late_samples: int = 0           # how many
     batch: int = 1                  # launches per sample (hot mode)
-    method: str = "hold"            # how samples were taken (see the module docstring)
-    extra: dict = field(default_factory=dict)
 
 
 class Timer(Protocol):
@@ -79,8 +80,9 @@ class Timer(Protocol):
     def start(self) -> None: ...                 # record the start event
     def stop(self) -> None: ...                  # record the end event
     def release(self) -> None: ...               # let the hold kernel finish
-    def elapsed(self) -> tuple[float, bool]: ... # wait for the end event: (ms, hold timed out)
-    def synchronize(self) -> None: ...
+    # wait for the end event: (ms, hold timed out); past deadline_s seconds raise KernelHung
+    def elapsed(self, deadline_s: float | None = None) -> tuple[float, bool]: ...
+    def synchronize(self, deadline_s: float | None = None) -> None: ...
 
 
 # --------------------------------------------------------------------------- the clock
@@ -223,46 +225,61 @@ def time_interleaved(
     *,
     timer: Timer,
     clock: ClockReader | None = None,
+    deadlines: dict[str, float] | None = None,
 ) -> dict[str, TimingResult]:
     """Time every callable in ``fns`` (each enqueues one call's GPU work) interleaved, round by
-    round, GPU time only (see the module docstring). ``settings``: hot, warmup and the stop-rule
-    limits of :func:`pa_bench.measure.stats.should_stop`."""
+    round, GPU time only (see the module docstring), until :class:`~pa_bench.measure.stats.StopRule`
+    says the shape has been sampled enough. ``settings``: ``hot``, ``warmup`` and the stop rule's
+    limits. ``deadlines``: seconds one call of each variant may take before the wait for it
+    raises :class:`~pa_bench.measure.deadline.KernelHung` naming it (None: no deadline)."""
     hot = bool(getattr(settings, "hot", False))
     warmup = max(int(getattr(settings, "warmup", 5)), 1)
+    rule = stats.StopRule.of(settings)
     names = list(fns)
+    limit_s = {n: (deadlines or {}).get(n) for n in names}
     for name in names:                       # module load, lazy allocations, clocks up
         for _ in range(warmup):
             fns[name]()
-    timer.synchronize()
-    batch = {name: _hot_batch(fns[name], timer) if hot else 1 for name in names}
+        try:
+            timer.synchronize(None if limit_s[name] is None else limit_s[name] * warmup)
+        except KernelHung as exc:
+            raise exc.at(name, name) from None
+    batch = {name: _hot_batch(fns[name], timer, limit_s[name]) if hot else 1 for name in names}
 
     samples: dict[str, list[float]] = {n: [] for n in names}
     clocks: dict[str, list[float | None]] = {n: [] for n in names}
-    running = {n: stats.RunningStats() for n in names}
+    tracked = {n: stats.MedianTracker() for n in names}
     late = {n: 0 for n in names}
     reason = {n: "" for n in names}
+    gpu_ms = 0.0
+    rounds = 0
     if clock is not None:
         clock.start()
     t0 = time.monotonic()
     try:
         while True:
             for name in names:
-                ms, was_late, mhz = _one_sample(fns[name], timer, clock, hot=hot, batch=batch[name])
+                wait_s = None if limit_s[name] is None else limit_s[name] * batch[name]
+                try:
+                    ms, was_late, mhz = _one_sample(fns[name], timer, clock, hot=hot, batch=batch[name],
+                                                    deadline_s=wait_s)
+                except KernelHung as exc:
+                    raise exc.at(name, name) from None
                 samples[name].append(ms)
                 clocks[name].append(mhz)
-                running[name].add(ms)
+                tracked[name].add(ms)
                 late[name] += was_late
-            wall = time.monotonic() - t0
+                gpu_ms += ms * batch[name]
+            rounds += 1
+            enough_time = gpu_ms >= rule.min_seconds * 1e3
             for name in names:
-                if not reason[name]:
-                    stop, why = stats.should_stop(running[name], None, wall, settings)
-                    if stop:
-                        reason[name] = why
-            limit = next((r for r in reason.values() if r in (stats.STOP_TIMEOUT, stats.STOP_MAX_SAMPLES)), "")
+                if not reason[name] and enough_time and tracked[name].converged(rule):
+                    reason[name] = stats.STOP_NOISE
+            limit = stats.ceiling(rule, rounds, time.monotonic() - t0)
             if limit or all(reason.values()):
-                for name in names:           # a variant still short of the noise limit stopped
-                    if reason[name] != stats.STOP_NOISE:   # for the same reason as the round
-                        reason[name] = limit or reason[name]
+                for name in names:           # a variant still short of its precision stopped
+                    if not reason[name]:     # for the same reason as the round
+                        reason[name] = limit
                 break
     finally:
         if clock is not None:
@@ -288,7 +305,7 @@ def time_interleaved(
 
 
 def _one_sample(fn: Callable[[], None], timer: Timer, clock: ClockReader | None, *, hot: bool,
-                batch: int) -> tuple[float, bool, float | None]:
+                batch: int, deadline_s: float | None = None) -> tuple[float, bool, float | None]:
     """One sample: (ms per launch, the hold timed out, SM clock)."""
     timer.hold()
     if not hot:
@@ -299,18 +316,18 @@ def _one_sample(fn: Callable[[], None], timer: Timer, clock: ClockReader | None,
     timer.stop()
     timer.release()
     mhz = clock.read() if clock is not None else None   # the GPU is working; outside the interval
-    ms, late = timer.elapsed()
+    ms, late = timer.elapsed(deadline_s)
     return ms / batch, late, mhz
 
 
-def _hot_batch(fn: Callable[[], None], timer: Timer) -> int:
+def _hot_batch(fn: Callable[[], None], timer: Timer, deadline_s: float | None = None) -> int:
     """Launches per hot sample: about HOT_BATCH_MS of GPU time, from one held launch."""
     timer.hold()
     timer.start()
     fn()
     timer.stop()
     timer.release()
-    ms, _late = timer.elapsed()
+    ms, _late = timer.elapsed(deadline_s)
     if not ms > 0:
         return HOT_MAX_BATCH
     return max(1, min(HOT_MAX_BATCH, math.ceil(HOT_BATCH_MS / ms)))
@@ -414,9 +431,18 @@ class CupyTimer:
     def release(self) -> None:
         self._flags[0] = 1
 
-    def elapsed(self) -> tuple[float, bool]:
-        self._end.synchronize()
+    def elapsed(self, deadline_s: float | None = None) -> tuple[float, bool]:
+        if deadline_s is None:
+            self._end.synchronize()
+        else:
+            end = self._end
+            wait(lambda: end.done, deadline_s, "a timed call")
         return float(self.cp.cuda.get_elapsed_time(self._start, self._end)), bool(self._flags[1])
 
-    def synchronize(self) -> None:
-        self.stream.synchronize()
+    def synchronize(self, deadline_s: float | None = None) -> None:
+        if deadline_s is None:
+            self.stream.synchronize()
+            return
+        event = self.cp.cuda.Event(disable_timing=True)
+        event.record(self.stream)
+        wait(lambda: event.done, deadline_s, "the warm-up calls")

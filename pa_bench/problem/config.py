@@ -41,11 +41,11 @@ class TimingSettings:
 
     hot: bool = False
     warmup: int = 5
-    min_seconds: float = 0.5
-    max_seconds: float = 15.0
-    max_noise: float = 0.005
-    min_samples: int = 10
-    max_samples: int = 10000
+    min_seconds: float = 0.5        # GPU time of a shape's samples (all variants) before it may stop
+    max_seconds: float = 15.0       # wall-time ceiling of a shape's sampling
+    max_noise: float = 0.005        # the median's 95 % interval within this of it: converged
+    min_samples: int = 20
+    max_samples: int = 10000        # rounds (one sample of every variant each)
     l2_flush: str = "read"          # cold samples: "read" twice L2, or that and "discard" its lines
 
 
@@ -134,6 +134,8 @@ class Config:
     out_dtype: str = "float32"
     softmax_scale: float | None = None
     force_turing: bool = False
+    deadline: float | None = None   # seconds one GPU wait may take (None: scaled with its work)
+    plugins: tuple[str, ...] = ()   # modules (or .py files) that register variants: pa_bench.plugins
     variants: tuple[str, ...] = field(default_factory=registry.names)  # every registered variant
     timing: TimingSettings = field(default_factory=TimingSettings)
     parity: ParitySettings = field(default_factory=ParitySettings)
@@ -460,6 +462,8 @@ def _build(raw: Any, *, where: str, base_dir: Path, path: str | None,
     out_dtype = c.choice(get("out_dtype"), "out_dtype", OUT_DTYPES)
     softmax_scale = c.number(get("softmax_scale"), "softmax_scale", positive=True, optional=True)
     force_turing = c.boolean(get("force_turing"), "force_turing")
+    deadline = c.number(get("deadline"), "deadline", positive=True, optional=True)
+    plugin_names = _plugins(c, get("plugins"), base_dir)
     variants = _variants(c, get("variants"))
     timing = _timing(c, raw.get("timing", {}) or {})
     parity = _parity(c, raw.get("parity", {}) or {})
@@ -469,8 +473,35 @@ def _build(raw: Any, *, where: str, base_dir: Path, path: str | None,
         name=name, shapes=shapes, description=description, heads_q=heads_q, heads_kv=heads_kv,
         head_dim=head_dim, layout=layout, page=page, data=data, data_file=data_file, seed=seed,
         out_dtype=out_dtype, softmax_scale=softmax_scale, force_turing=force_turing,
-        variants=variants, timing=timing, parity=parity, reference=reference, path=path,
+        deadline=deadline, plugins=plugin_names, variants=variants, timing=timing, parity=parity,
+        reference=reference, path=path,
     )
+
+
+def _plugins(c: _Checker, value: Any, base_dir: Path) -> tuple[str, ...]:
+    """Load the installed plug-ins and the config's (before its variants are checked: plug-ins
+    register variants); the config keeps each one's canonical name (a file's absolute path)."""
+    from pa_bench import plugins
+    from pa_bench.errors import PluginError
+
+    try:
+        plugins.load_installed()
+    except PluginError as exc:
+        raise ConfigError(f"{c.where}: {exc}") from None
+    if value is None or value == ():
+        return ()
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    if not isinstance(value, (list, tuple)):
+        raise c.fail("plugins", f"expected a list of module names or .py files, got {_type_name(value)}")
+    out = []
+    for i, name in enumerate(value):
+        name = c.string(name, f"plugins[{i}]")
+        try:
+            out.append(plugins.load(name, base_dir=base_dir))
+        except PluginError as exc:
+            raise c.fail(f"plugins[{i}]", str(exc)) from None
+    return tuple(out)
 
 
 def _shapes(c: _Checker, value: Any) -> tuple[Shape, ...]:

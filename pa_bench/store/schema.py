@@ -59,6 +59,7 @@ class RunMeta:
     parts: list | None = None  # a merged run's parts (pa_bench.store.merge)
     devices: list | None = None  # run --devices: the GPUs
     prompt: dict | None = None  # pa-bench prompt's summary
+    hung: list | None = None  # rows whose GPU wait passed its deadline: [{shape, variant, what, seconds}]
     extra: dict = field(default_factory=dict)  # keys pa-bench does not write (kept, never read)
 
     @classmethod

@@ -178,16 +178,28 @@ def test_timing_sanity(backend):
         assert pb.flops / (med * 1e-3) / 1e12 < 2000.0, "faster than any GPU's tensor cores: timing is wrong"
 
 
-def test_torch_peer_alignment_matches_reference(backend):
-    from pa_bench.backends import torch_peer
+@pytest.mark.parametrize("shape", ["1023x113", "0x256"])
+@pytest.mark.parametrize("peer", ["torch-sdpa", "torch-sdpa-flash", "torch-sdpa-cudnn", "torch-sdpa+dequant"])
+def test_sdpa_peers_match_fp64_and_name_their_kernel(backend, peer, shape):
+    """Bottom-right causal and GQA right (against FP64), as a user calls SDPA and pinned; the impl
+    is what ran (a pinned backend names itself)."""
+    from pa_bench.errors import PaBenchError
 
-    if torch_peer.unavailable_reason():
-        pytest.skip(torch_peer.unavailable_reason())
-    pb, inputs, prep, rows, ref = _case(backend, "1023x113", "d128-gqa-paged64-realistic")
-    peer = torch_peer.TorchPeer(inputs)
-    out = peer.output()
-    err = error_metrics(out, ref)
-    assert err["rel_l2_err"] < 5e-3, f"peer disagrees with FP64 ({err}): wrong causal alignment or GQA?"
+    pb, inputs, prep, rows, ref = _case(backend, shape, "d128-gqa-paged64-realistic")
+    reason = backend.unsupported_parity(peer, pb)
+    if reason:
+        pytest.skip(reason)
+    try:
+        ko = backend.compute(prep, peer, rows)
+    except PaBenchError as exc:      # a pinned backend that refuses the shape: skipped with torch's reason
+        assert peer == "torch-sdpa-cudnn", exc
+        pytest.skip(str(exc))
+    err = error_metrics(ko.out, ref)
+    assert err["rel_l2_err"] < 5e-3, f"{peer} disagrees with FP64 ({err}): wrong causal alignment or GQA?"
+    impl = backend.impl(prep, peer)
+    assert impl in ("cudnn", "flash", "efficient", "math"), impl
+    if peer in ("torch-sdpa-flash", "torch-sdpa-cudnn"):
+        assert impl == peer.rsplit("-", 1)[1]
 
 
 @pytest.mark.parametrize("segments", [None, 512])

@@ -18,7 +18,8 @@ from gpu_env import require_cupy_gpu  # noqa: E402  (tests/gpu/gpu_env.py)
 
 cp = require_cupy_gpu()
 
-from pa_bench.backends import torch_flex, triton_runner  # noqa: E402
+from pa_bench.backends import triton_runner  # noqa: E402
+from pa_bench.peers import torch_flex  # noqa: E402
 from pa_bench.backends.cuda import CudaBackend  # noqa: E402
 
 # (head_dim, heads_q, heads_kv, layout, page, data, out_dtype)
@@ -81,8 +82,8 @@ def test_triton_parity_64k_sampled(backend):
 
 
 def test_flex_alignment_matches_reference(backend):
-    if torch_flex.unavailable_reason():
-        pytest.skip(torch_flex.unavailable_reason())
+    if torch_flex.FlexPeer.unavailable(None):
+        pytest.skip(torch_flex.FlexPeer.unavailable(None))
     # 256 queries: with 113 (fewer than 128) inductor lowers flex to its decoding kernel, which finds
     # no valid configuration for this GQA problem on the H200 (torch 2.11: NoValidChoicesError); an
     # odd context still tests the bottom-right causal alignment
