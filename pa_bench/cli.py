@@ -24,6 +24,7 @@ import click
 
 from pa_bench import __version__
 from pa_bench.errors import BackendUnavailable, PaBenchError
+from pa_bench.measure.deadline import KernelHung, hard_exit
 from pa_bench import fmt
 from pa_bench.variants import names as variant_names
 
@@ -31,6 +32,7 @@ EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT)
 EXIT_TERMINATED = 143  # SIGTERM: 128 + 15, as a shell reports it
 DEFAULT_RESULTS = "results"
 DEBUG_ENV = "PA_BENCH_DEBUG"  # set to 1 to see the traceback of an unexpected error
+EXIT_HUNG = 3  # a GPU wait passed its deadline (pa_bench.measure.deadline)
 
 
 class Interrupted(Exception):
@@ -86,6 +88,8 @@ class PaBenchGroup(click.Group):
             return _fail(fmt.one_line(exc.format_message()) + hint, exc.exit_code)
         except click.exceptions.Abort:
             return _interrupted(None)
+        except KernelHung as exc:     # the GPU is lost: say so on one line and leave at once
+            _hung(exc, args)
         except Interrupted as exc:
             return _interrupted(exc.run_dir, _resumable(args))
         except KeyboardInterrupt as exc:
@@ -109,6 +113,19 @@ class PaBenchGroup(click.Group):
 def _fail(message: str, code: int) -> int:
     click.echo(f"error: {message}", err=True)
     return code
+
+
+def _hung(exc: KernelHung, args) -> None:
+    """A GPU wait passed its deadline: one line (where the run is kept and how to carry on), then
+    exit code 3 without the interpreter's clean-up, which would wait on the hung kernel."""
+    run_dir = getattr(exc, "run_dir", None)
+    where = ""
+    if run_dir is not None:
+        words = [a for a in (args or sys.argv[1:]) if not str(a).startswith("-")]
+        how = f" (pa-bench {words[0]} --resume {run_dir} carries on after it)" if _resumable(args) else ""
+        where = f"; the run is kept in {run_dir}{how}"
+    _fail(f"{exc}{where}", EXIT_HUNG)
+    hard_exit(EXIT_HUNG)
 
 
 class Terminated(KeyboardInterrupt):

@@ -227,6 +227,7 @@ def _run(
                         wall_seconds=round(time.time() - started, 3), phase_seconds=job.phases.rounded(),
                         hung=stored + [{"shape": getattr(exc, "shape", None), "variant": exc.variant,
                                         "what": exc.what, "seconds": exc.seconds}])
+        exc.run_dir = run.path
         raise
     finally:
         job.prefetch.close()   # drop inputs drawn ahead, whatever ended the walk

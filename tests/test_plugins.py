@@ -145,3 +145,27 @@ def test_sdpa_kernel_names_map_to_its_backends():
     assert classify(["fmha_cutlassF_f16_aligned_64x64_rf_sm80"]) == "efficient"
     assert classify(["void at::native::elementwise_kernel<128, 4>", "gemm"]) == "math"
     assert classify([]) is None
+
+
+def test_a_plugin_cuda_kernel_lives_outside_kernels_and_brings_its_geometry(tmp_path):
+    from pa_bench.backends import kernels as K
+
+    (tmp_path / "mine_helpers.cuh").write_text("// my helpers\n#define MINE_ROWS 16\n")
+    src = tmp_path / "mine.cu"
+    src.write_text('#include "pa_common.cuh"\n#include "mine_helpers.cuh"\n'
+                   'extern "C" __global__ void pa_mine_kernel() {}\n')
+    registry.register(registry.Variant("mine_kernel", registry.CUDA_KERNEL, "a plug-in kernel",
+                                       source=str(src), min_arch=80, tile_keys=64, threads=128,
+                                       geometry=K.rows_per_cta))
+    try:
+        text = K.kernel_source("mine_kernel")
+        assert "// ---- pa_common.cuh (inlined)" in text and "#define MINE_ROWS 16" in text
+        assert K.kernel_path("mine_kernel") == src
+        assert f"-I{tmp_path}" in K.KernelBuild("mine_kernel").options()
+        geo = K.launch_geometry("mine_kernel", 113, 4, 2)
+        assert geo.grid == (2, 4, 1) and geo.block == 128
+        assert K.source_hashes()[str(src)]
+    finally:
+        registry.unregister("mine_kernel")
+    with pytest.raises(ValueError, match="needs its source file"):
+        registry.Variant("no_source", registry.CUDA_KERNEL, "x", tile_keys=64)

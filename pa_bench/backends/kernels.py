@@ -51,7 +51,9 @@ class KernelBuild:
         ) + tiles
 
     def options(self) -> tuple[str, ...]:
-        return BASE_OPTIONS + self.defines() + (f"-I{KERNEL_DIR}",)
+        own = kernel_path(self.variant).parent          # a plug-in kernel's own folder first
+        dirs = (own, KERNEL_DIR) if own != KERNEL_DIR else (KERNEL_DIR,)
+        return BASE_OPTIONS + self.defines() + tuple(f"-I{d}" for d in dirs)
 
 
 def kernel_variants() -> tuple[str, ...]:
@@ -92,30 +94,34 @@ def nvcc_cubin(build: "KernelBuild", arch: str) -> Path:
 
 
 def kernel_path(variant: str) -> Path:
+    """The variant's source: under kernels/, or where a plug-in's absolute ``source`` says."""
     entry = registry.find(variant)
     if entry is None or entry.kind != registry.CUDA_KERNEL:
         raise ValueError(f"unknown CUDA kernel variant {variant!r}")
-    return KERNEL_DIR / entry.source
+    return Path(entry.source) if Path(entry.source).is_absolute() else KERNEL_DIR / entry.source
 
 
 _LOCAL_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"[ \t]*$', re.MULTILINE)
 
 
 def kernel_source(variant: str) -> str:
-    """The variant's source with every ``#include "..."`` of kernels/ inlined (each file once):
-    NVRTC gets one translation unit, and CuPy's compile cache, which hashes the source string
-    but not the files it includes, is keyed by every line of kernel code (kernel_cache_dir)."""
+    """The variant's source with every ``#include "..."`` of kernels/ (or of a plug-in kernel's own
+    folder) inlined, each file once: NVRTC gets one translation unit, and CuPy's compile cache,
+    which hashes the source string but not the files it includes, is keyed by every line of
+    kernel code (kernel_cache_dir)."""
     seen: set[str] = set()
+    path = kernel_path(variant)
 
     def inline(match: re.Match) -> str:
         name = match.group(1)
         if name in seen:
             return f"// ---- {name} (inlined above)"
         seen.add(name)
-        body = _LOCAL_INCLUDE.sub(inline, (KERNEL_DIR / name).read_text())
+        found = path.parent / name if (path.parent / name).is_file() else KERNEL_DIR / name
+        body = _LOCAL_INCLUDE.sub(inline, found.read_text())
         return f"// ---- {name} (inlined)\n{body}\n// ---- end {name}"
 
-    return _LOCAL_INCLUDE.sub(inline, kernel_path(variant).read_text())
+    return _LOCAL_INCLUDE.sub(inline, path.read_text())
 
 
 def kernel_cache_dir() -> Path | None:
@@ -146,9 +152,9 @@ def cache_outcome(cache_dir: Path | None, before: set[str]) -> str:
 
 def source_hashes() -> dict[str, str]:
     """sha256 (first 16 hex digits) of each kernel file and the shared header."""
-    out = {}
-    for name in (HEADER,) + tuple(v.source for v in registry.cuda_kernels()):
-        out[name] = hashlib.sha256((KERNEL_DIR / name).read_bytes()).hexdigest()[:16]
+    out = {HEADER: hashlib.sha256((KERNEL_DIR / HEADER).read_bytes()).hexdigest()[:16]}
+    for v in registry.cuda_kernels():
+        out[v.source] = hashlib.sha256(kernel_path(v.name).read_bytes()).hexdigest()[:16]
     return out
 
 
@@ -177,10 +183,10 @@ def launch_geometry(variant: str, queries: int, heads_q: int, heads_kv: int, til
     """How a variant's CTAs cover the chunk: its entry in GEOMETRY (see warp_tiles in pa_common.cuh),
     and with ``segment_keys`` (pa_bench.numerics.model.segment_keys of ``context``) a third grid
     dimension of ceil((context + queries) / segment_keys) key segments."""
-    try:
-        geometry = GEOMETRY[variant]
-    except KeyError:
-        raise ValueError(f"no launch geometry for variant {variant!r} (add it to kernels.GEOMETRY)") from None
+    geometry = GEOMETRY.get(variant) or registry.get(variant).geometry
+    if geometry is None:
+        raise ValueError(f"no launch geometry for variant {variant!r} (add it to kernels.GEOMETRY, or "
+                         f"give its Variant a geometry)")
     if segment_keys < 0 or segment_keys % SEGMENT_ALIGN:
         raise ValueError(f"segment_keys must be a non-negative multiple of {SEGMENT_ALIGN}, not {segment_keys}")
     if segment_keys and split_keys:
@@ -244,7 +250,8 @@ def _kv_group_rows(threads: int, queries: int, heads_q: int, heads_kv: int, tile
 
 
 #: Each CUDA kernel variant's launch geometry: (threads, queries, heads_q, heads_kv, tiles,
-#: pair_heads, split_keys) -> LaunchGeometry. A new kernel adds its line here.
+#: pair_heads, split_keys) -> LaunchGeometry. A new kernel adds its line here; a plug-in's kernel
+#: gives its Variant a ``geometry`` instead (these functions are public for it to reuse).
 GEOMETRY: dict[str, Callable[..., LaunchGeometry]] = {
     "v1": _rows_per_cta,
     "v2": _warp_tiles,
@@ -283,3 +290,9 @@ def build_unsupported(variant: str, arch_cc: int, force_turing: bool, head_dim: 
         with_path = ", ".join(v.name for v in registry.cuda_kernels() if v.turing_path)
         return f"{variant} has no Turing path; the forced Turing path runs {with_path}"
     return None
+
+
+# The geometries under public names, for a plug-in kernel's Variant(geometry=...).
+rows_per_cta = _rows_per_cta
+warp_tiles = _warp_tiles
+kv_group_rows = _kv_group_rows
