@@ -15,7 +15,8 @@ from pa_bench.store.records import Record, read_csv
 from pa_bench.store.results import new_run_dir, open_run
 from pa_bench.store.schema import SCHEMA_VERSION, RunMeta, migrate_v1, upgrade_meta
 
-V1_RUN = Path(__file__).resolve().parent.parent / "results" / "20261130-061409-pr2092-cuda"
+# meta.json and records.csv of an H200 run written before the schema had a version
+V1_RUN = Path(__file__).resolve().parent / "data" / "v1_run"
 needs_v1 = pytest.mark.skipif(not V1_RUN.is_dir(), reason="the committed version-1 run is not in this checkout")
 
 
