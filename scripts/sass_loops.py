@@ -9,9 +9,9 @@ wheels ``nvidia-cuda-cuobjdump`` and ``nvidia-cuda-nvdisasm``). A loop's count i
 length of its body: where the body holds two paths (v3's masked and unmasked softmax) both are
 counted, so compare like with like, or build a flavour with one path.
 
-What it is for: the instruction budget of a step. On the H200 v3's time per key tile follows
-its instruction count (docs/PERF_NOTES.md, "v3 step 2"), and a change's effect on that count is
-known here, before any device time is spent.
+What it is for: the instruction budget of a step, known here before any device time is spent.
+On the H200 v3's time per key tile followed its instruction count in its early changes, and not
+in its later ones (docs/PERF_NOTES.md, "v3").
 """
 
 from __future__ import annotations

@@ -173,13 +173,13 @@ def test_verdicts_from_samples_are_symmetric_at_the_bound(tmp_path):
 
 
 DATA = Path(__file__).resolve().parent / "data"
-BEFORE, AFTER = DATA / "run_v1", DATA / "run_v2"   # copies of two H200 runs, 40 samples a row
+REFERENCE = Path(__file__).resolve().parent.parent / "results" / "reference" / "h200"
 
 
-def test_committed_h200_runs_compare_symmetrically():
-    """Two H200 runs (read only; schema versions 1 and 2, migrated on read): A-vs-B and B-vs-A are
-    mirror images."""
-    ab, ba = compare_runs(BEFORE, AFTER), compare_runs(AFTER, BEFORE)
+def test_h200_runs_of_two_schema_versions_compare_symmetrically():
+    """Two H200 runs (copies in tests/data, 40 samples a row; schema versions 1 and 2, migrated
+    on read): A-vs-B and B-vs-A are mirror images."""
+    ab, ba = compare_runs(DATA / "run_v1", DATA / "run_v2"), compare_runs(DATA / "run_v2", DATA / "run_v1")
     ab, ba = ab[ab["basis"] == "samples"], ba[ba["basis"] == "samples"]   # rows in both runs
     assert len(ab) == 20                     # 4 shapes x (v1, v2, v2t and two peers)
     _mirrored(ab, ba)
@@ -189,3 +189,19 @@ def test_committed_h200_runs_compare_symmetrically():
     assert all(v[s, k] == "faster" for s in ("0x1536", "2.1Kx256")
                for k in ("torch-sdpa-flash", "torch-sdpa+dequant"))
     assert has_slowdown(ba) and not all(x == "same" for x in ab["verdict"])
+
+
+def test_committed_h200_runs_compare_symmetrically():
+    """Two committed H200 runs of the PR config (read only), whose kernels differ in v3 alone:
+    A-vs-B and B-vs-A are mirror images."""
+    before, after = REFERENCE / "20261201-142427-pr2092-cuda", REFERENCE / "20261201-153035-pr2092-cuda"
+    ab, ba = compare_runs(before, after), compare_runs(after, before)
+    ab, ba = ab[ab["basis"] == "samples"], ba[ba["basis"] == "samples"]   # rows in both runs
+    assert len(ab) == 32                     # 4 shapes x (v1, v2, v2t, v3, triton and three peers)
+    _mirrored(ab, ba)
+    v = {(r.shape, r.variant): r.verdict for r in ab.itertuples()}
+    # v3's V scales loaded ahead of the P.V wait: 2.0 % and 2.6 % faster at the long shapes;
+    # every unchanged kernel and peer reads the same
+    assert v["32Kx1024", "v3"] == v["64Kx512", "v3"] == "faster"
+    assert all(verdict == "same" for (shape, variant), verdict in v.items() if variant != "v3")
+    assert has_slowdown(ba) and not has_slowdown(ab)

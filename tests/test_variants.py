@@ -84,8 +84,8 @@ def test_an_unregistered_variant_is_refused_by_the_config():
 
 
 def test_the_readme_variant_table_names_every_registered_variant():
-    # the README's "what it is" table is where a new user meets the variants; v3, triton and
-    # torch-flex were registered for two sessions before it named them
+    # the README's "what it is" table is where a new user meets the variants: it must name
+    # every registered one, and no other
     import re
     from pathlib import Path
 

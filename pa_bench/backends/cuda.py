@@ -93,7 +93,6 @@ class CudaBackend:
         self.split: bool | None = None  # v2/v2t: split keys between a CTA's warps (None: the model's rule)
         self.segments: bool | int | None = None  # key segments (None: the model's rule; see segment_keys)
         self._timer = None
-        self._peer = None
 
     # ------------------------------------------------------------------ description
     def describe(self) -> dict:
