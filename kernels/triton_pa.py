@@ -298,6 +298,7 @@ class Config:
     loop_stages: int = 0         # 0: plain key loops; n: tl.range(num_stages=n)
     warp_specialize: bool = False
     block_n: int = BLOCK_N
+    maxnreg: int = 0             # registers per thread at most (0: the compiler's choice)
 
     def __post_init__(self) -> None:
         if self.convert not in CONVERTS:
@@ -308,9 +309,10 @@ class Config:
             value = getattr(self, name)
             if value < 16 or value & (value - 1):
                 raise ValueError(f"{name} must be a power of two >= 16, not {value}")
-        if self.num_warps not in (1, 2, 4, 8, 16) or self.num_stages < 1 or self.loop_stages < 0:
+        if self.num_warps not in (1, 2, 4, 8, 16) or self.num_stages < 1 or self.loop_stages < 0 \
+                or not (self.maxnreg == 0 or 24 <= self.maxnreg <= 255):
             raise ValueError(f"bad launch parameters: {self.num_warps} warps, {self.num_stages} stages, "
-                             f"{self.loop_stages} loop stages")
+                             f"{self.loop_stages} loop stages, maxnreg {self.maxnreg}")
 
     @property
     def name(self) -> str:
@@ -324,6 +326,8 @@ class Config:
             parts.append("ws")
         if self.block_n != BLOCK_N:
             parts.append(f"n{self.block_n}")
+        if self.maxnreg:
+            parts.append(f"r{self.maxnreg}")
         return "-".join(parts)
 
     @classmethod
@@ -344,6 +348,8 @@ class Config:
                     kw["loop_stages"] = int(flag[2:])
                 elif flag.startswith("n"):
                     kw["block_n"] = int(flag[1:])
+                elif flag.startswith("r"):
+                    kw["maxnreg"] = int(flag[1:])
                 else:
                     raise ValueError
             cfg = cls(**kw)
@@ -411,8 +417,9 @@ def candidates(*, head_dim: int, paged: bool, page: int, queries: int, heads_q: 
     The small set (a run's tune on first use; all with the default's arithmetic): the fast
     conversion with the pointer loads that suit the layout (a table entry per tile where pages
     hold whole tiles) and tensor descriptors, double-buffered (``deep_stages``), at 128 rows and
-    8 warps (one converted tile serves 128 rows) and at 64 rows and 4 warps (two or three programs
-    per SM, whose phases overlap), plus triple buffering at the default's rows.
+    8 warps (one converted tile serves 128 rows) and at 64 rows and 4 warps (two programs per SM,
+    whose phases overlap; three at D=128 with at most 168 registers per thread), plus triple
+    buffering at the default's rows.
     ``full`` (scripts/triton_tune.py) adds each structure switch alone at the default's launch
     parameters (so each one's effect is seen by itself), the deeper pipeline alone, the other
     load paths at every launch, and 128-key tiles (which change the arithmetic)."""
@@ -425,6 +432,8 @@ def candidates(*, head_dim: int, paged: bool, page: int, queries: int, heads_q: 
     launches = [(128, 8), (64, 4)] + ([(128, 4)] if head_dim == 64 else [])
     out = [base]
     out += [Config(bm, w, two, "asm", ld) for bm, w in launches for ld in loads]
+    if head_dim == 128:   # 64 rows, 4 warps at 168 registers: three programs per SM instead of two
+        out += [Config(64, 4, two, "asm", loads[-1], maxnreg=168)]
     out += [replace(base, num_stages=three, convert="asm", loads=fast)]
     if full:
         out += [replace(base, convert="bits"), replace(base, convert="asm"), replace(base, convert="asm", k_trans=True)]
@@ -435,6 +444,8 @@ def candidates(*, head_dim: int, paged: bool, page: int, queries: int, heads_q: 
         if fast != "gather":
             out += [Config(bm, w, two, "asm", "gather") for bm, w in launches]
         out += [Config(bm, w, three, "asm", ld) for bm, w in launches for ld in loads]
+        if head_dim == 128:
+            out += [Config(64, 4, two, "asm", ld, maxnreg=168) for ld in loads]
         wide = "tile" if paged and page % 128 == 0 else "gather"
         out += [Config(64, 4, two, "asm", wide, block_n=128)]
     unique = []
@@ -522,9 +533,11 @@ def launcher(launch: Launch, q, k, v, k_scale, v_scale, table, out):
         return lambda: None
     kd, vd = descriptors(launch, k, v)
     args = (q, kd, vd, k_scale, v_scale, table, out) + launch.scalars
-    warps, stages = launch.config.num_warps, launch.config.num_stages
+    options = dict(num_warps=launch.config.num_warps, num_stages=launch.config.num_stages)
+    if launch.config.maxnreg:
+        options["maxnreg"] = launch.config.maxnreg
 
     def run():
-        return pa_triton[grid](*args, **consts, num_warps=warps, num_stages=stages)   # the compiled kernel
+        return pa_triton[grid](*args, **consts, **options)   # the compiled kernel
 
     return run

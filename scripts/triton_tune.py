@@ -155,6 +155,8 @@ def cpu_check(inputs, cfg, default_out=None) -> dict:
 class Shape:
     """One shape on the GPU: inputs, the FP64 reference of sampled rows, models per tile size."""
 
+    device = "cuda"          # where the variant's tensors live (the tests run the interpreter on the CPU)
+
     def __init__(self, backend, problem, rows: int):
         from pa_bench.numerics.model import segment_keys
         from pa_bench.numerics.reference import sample_rows
@@ -205,7 +207,8 @@ class Shape:
         row = {"shape": pb.shape.label, "candidate": cfg.name, "arithmetic": arithmetic(cfg)}
         try:
             t0 = time.perf_counter()
-            var = triton_runner.TritonVariant(self.inputs, arrays=self.arrays(), sm_count=sm_count, config=cfg)
+            var = triton_runner.TritonVariant(self.inputs, arrays=self.arrays(), device=self.device,
+                                              sm_count=sm_count, config=cfg)
             run_a = var.launcher(self.bufs[0][GUARD:])
             self._fill(self.bufs[0])
             kernel = run_a()
@@ -366,10 +369,14 @@ def main(argv=None) -> int:
 
     started = time.perf_counter()
     backend = CudaBackend()
-    sms = int(backend.props["multiProcessorCount"])
     import torch
 
-    gpu = torch.cuda.get_device_name()
+    return run_all(backend, torch.cuda.get_device_name(), int(backend.props["multiProcessorCount"]), pbs, args,
+                   started)
+
+
+def run_all(backend, gpu: str, sms: int, pbs, args, started: float) -> int:
+    """Every shape's candidates on ``backend``; prints the fastest and the table entry, writes --out."""
     meta = {"gpu": gpu, "sm_count": sms, **triton_runner.meta(), "args": vars(args)}
     print(f"{gpu} ({sms} SMs); triton {meta.get('triton')}, torch {meta.get('torch')}; kernels/triton_pa.py "
           f"{meta['source_sha256']}")
@@ -384,9 +391,9 @@ def main(argv=None) -> int:
         v2 = next((x for x in rows if x["shape"] == shape and x["candidate"] == "v2"), None)
         print(f"  {shape:<10} {r['candidate']:<30} {r['ms']:.4f} ms  {r['tflops']} TFLOP/s  "
               f"{r.get('vs_default')}x the default" + (f"  ({v2['ms'] / r['ms']:.2f}x v2)" if v2 else ""))
-    wide = [r for r in rows if r.get("status") == "ok" and r.get("arithmetic", "").startswith("tile")]
-    for r in wide:
-        print(f"  (changes the arithmetic) {r['shape']:<10} {r['candidate']}: {r.get('ms')} ms")
+    for r in rows:
+        if r.get("status") == "ok" and r.get("arithmetic", "").startswith("tile"):
+            print(f"  (changes the arithmetic) {r['shape']:<10} {r['candidate']}: {r.get('ms')} ms")
     entry = table_entry(gpu, best, classes)
     print("\nthe table entry (pa_bench/backends/triton_runner.py, TUNED):\n" + entry)
     print(f"\n{time.perf_counter() - started:.0f} s in all")

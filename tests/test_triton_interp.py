@@ -150,7 +150,7 @@ SWITCH_CASES = {
 # every switch value the interpreter runs (the asm conversion is replayed below), at m64-w4-s3
 SWITCHES = ["m64-w4-s3-bits-gather", "m64-w4-s3-cast-gather-kt", "m64-w4-s3-bits-gather-ls5-ws",
             "m64-w4-s3-bits-tile", "m64-w4-s3-cast-tile-kt", "m64-w4-s3-bits-tma", "m64-w4-s3-cast-tma-kt",
-            "m64-w4-s5-bits-tile-ws"]
+            "m64-w4-s5-bits-tile-ws", "m64-w4-s5-bits-tma-r168"]
 
 
 def _reference(inputs):
@@ -260,7 +260,8 @@ def test_config_names_round_trip_and_bad_ones_are_refused():
             assert mod.Config.parse(cfg.name) == cfg
             names.add(cfg.name)
     assert len(names) > 30
-    for bad in ("m64-w4", "m64-w4-s3-fast-gather", "m64-w4-s3-asm-tile-zz", "x64-w4-s3-asm-tile", "m64-w4-s3-asm-tile-n100"):
+    for bad in ("m64-w4", "m64-w4-s3-fast-gather", "m64-w4-s3-asm-tile-zz", "x64-w4-s3-asm-tile", "m64-w4-s3-asm-tile-n100",
+                "m64-w4-s3-asm-tile-r8", "m64-w4-s3-asm-tile-r168-kt"):
         with pytest.raises(ValueError, match="not a triton configuration name"):
             mod.Config.parse(bad)
     with pytest.raises(ValueError, match="convert"):
@@ -284,6 +285,7 @@ def test_candidates_cover_every_switch():
         assert set(small) <= set(full) and all(c.same_arithmetic for c in small) and 4 <= len(small) <= 8
         assert {c.convert for c in full} == set(mod.CONVERTS) and {c.loads for c in full} == set(mod.LOADS)
         assert any(c.k_trans for c in full) and any(c.loop_stages for c in full) and any(c.warp_specialize for c in full)
+        assert any(c.maxnreg for c in small) and mod.Config.parse("m64-w4-s5-asm-tma-r168").maxnreg == 168
         assert [c.block_n for c in full if not c.same_arithmetic] == [128]
         assert {c.num_stages for c in small if c.loads != "gather"} >= {mod.deep_stages(True)[0]}
     page16 = mod.candidates(queries=1024, full=True, **(kw | {"page": 16}))

@@ -5,6 +5,7 @@ each kernel switch on a tiny shape against FP64 and the numerics model."""
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -121,3 +122,127 @@ def test_one_candidate_of_each_switch_in_the_interpreter(monkeypatch):
         if same_launch:
             assert res["bitwise"], cfg.name
     assert np.isfinite(default["out"]).all()
+
+
+class _FakeCp:
+    """The few CuPy calls scripts/triton_tune.py makes, on NumPy arrays."""
+
+    float16, float32, uint16, uint32 = np.float16, np.float32, np.uint16, np.uint32
+    empty, asarray, array_equal = staticmethod(np.empty), staticmethod(np.asarray), staticmethod(np.array_equal)
+
+    @staticmethod
+    def asnumpy(x):
+        return np.asarray(x)
+
+    class cuda:
+        class runtime:
+            @staticmethod
+            def deviceSynchronize():
+                pass
+
+
+class _FakeTimer:
+    def hold(self): pass
+    def flush(self): pass
+    def start(self): self.t = time.perf_counter()
+    def stop(self): self.ms = (time.perf_counter() - self.t) * 1e3
+    def release(self): pass
+    def elapsed(self): return self.ms, False
+    def synchronize(self): pass
+
+
+class _FakeBackend:
+    """The backend calls of the GPU path, answered on the CPU (the reference and the model by NumPy)."""
+
+    cp = _FakeCp
+
+    class device:
+        id = 0
+
+    def prepare(self, inputs):
+        from types import SimpleNamespace
+
+        from pa_bench.backends.triton_runner import _host_arrays
+
+        a = _host_arrays(inputs)
+        return SimpleNamespace(q=a["q"], k=a["k"], v=a["v"], ks=a["ks"], vs=a["vs"], table=a["table"])
+
+    def reference(self, inputs, rows):
+        from pa_bench.numerics.reference import reference_attention
+
+        pb = inputs.problem
+        return reference_attention(inputs.q, inputs.k_i8, inputs.v_i8, pb.context, pb.softmax_scale, rows=rows,
+                                   k_scale=inputs.k_scale, v_scale=inputs.v_scale)
+
+    def model(self, inputs, tile, rows, segment_keys=None):
+        from pa_bench.numerics.model import model_attention
+
+        return model_attention(inputs, tile, rows, segment_keys=segment_keys)
+
+    def release(self, prep):
+        pass
+
+    def unsupported_timing(self, variant, problem):
+        return "no v2 on the CPU"
+
+    def timer(self):
+        return _FakeTimer()
+
+
+def test_the_gpu_path_on_a_fake_backend(monkeypatch, capsys):
+    """run_shape end to end with the interpreter: rows for passing, failing (the PTX conversion the
+    interpreter cannot run) and arithmetic-changing candidates, the bitwise column, timings, and
+    the fastest pick."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(T.Shape, "device", "cpu")
+    from pa_bench.problem.plan import Problem
+    from pa_bench.problem.shapes import parse_shape
+
+    pb = Problem(parse_shape("130x40"), heads_q=4, heads_kv=2, head_dim=64, layout="paged", page=64, seed=4)
+    mod = triton_runner.kernel_module()
+    cfgs = [mod.Config.parse(n) for n in ("m64-w4-s3-cast-gather", "m64-w4-s3-bits-tile", "m64-w4-s5-bits-tma-kt",
+                                          "m64-w4-s3-asm-tile", "m64-w4-s3-cast-gather-n128")]
+    args = T.parse_args(["--rows", "8", "--max-seconds", "0.3", "--min-seconds", "0.01"])
+    rows = T.run_shape(_FakeBackend(), pb, cfgs, args, time.perf_counter(), 132)
+    by = {r["candidate"]: r for r in rows}
+    assert [r["candidate"] for r in rows] == [c.name for c in cfgs]
+    for name in ("m64-w4-s3-cast-gather", "m64-w4-s3-bits-tile", "m64-w4-s5-bits-tma-kt"):
+        r = by[name]
+        assert (r["status"], r["parity"], r["bitwise_vs_default"], r["arithmetic"]) == ("ok", "PASS", True, "same"), r
+        assert r["ms"] > 0 and r["tflops"] >= 0 and r["vs_default"] > 0 and r["samples"] >= 1
+    assert by["m64-w4-s3-asm-tile"]["status"] == "failed" and "inline_asm" in by["m64-w4-s3-asm-tile"]["note"]
+    wide = by["m64-w4-s3-cast-gather-n128"]
+    assert (wide["status"], wide["parity"], wide["bitwise_vs_default"]) == ("ok", "PASS", "n/a")
+    assert wide["arithmetic"].startswith("tile 128")
+    best = T.best_per_shape(rows)[pb.shape.label]["candidate"]
+    assert best in ("m64-w4-s3-cast-gather", "m64-w4-s3-bits-tile", "m64-w4-s5-bits-tma-kt")
+    out = capsys.readouterr().out
+    assert "m64-w4-s3-asm-tile" in out and "failed: InterpreterError" in out
+
+
+def test_run_all_writes_the_table_entry_and_files(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(T.Shape, "device", "cpu")
+    monkeypatch.setattr(triton_runner, "TUNED", {})
+    from pa_bench.problem.plan import Problem
+    from pa_bench.problem.shapes import parse_shape
+
+    pb = Problem(parse_shape("70x20"), heads_q=2, heads_kv=1, head_dim=64, layout="contiguous", seed=5)
+    args = T.parse_args(["--rows", "4", "--max-seconds", "0.2", "--min-seconds", "0.01", "--out", str(tmp_path),
+                         "--candidates", "m64-w4-s3-bits-gather,m64-w4-s3-bits-tma"])
+    assert T.run_all(_FakeBackend(), "Fake GPU", 132, [pb], args, time.perf_counter()) == 0
+    import csv
+    import json
+
+    data = json.loads((tmp_path / "triton_tune.json").read_text())
+    cls = triton_runner.problem_class(pb)
+    assert data["classes"] == {pb.shape.label: cls} and data["meta"]["gpu"] == "Fake GPU"
+    assert data["best"][pb.shape.label] in {r["candidate"] for r in data["rows"] if r["status"] == "ok"}
+    scope = {}
+    exec(data["tuned_entry"], scope)
+    assert scope["TUNED"] == {"Fake GPU": {cls: data["best"][pb.shape.label]}}
+    with open(tmp_path / "triton_tune.csv") as f:
+        table = list(csv.DictReader(f))
+    assert [r["candidate"] for r in table] == ["m64-w4-s3-cast-gather", "m64-w4-s3-bits-gather", "m64-w4-s3-bits-tma"]
+    assert set(T.COLUMNS) <= set(table[0])
+    assert "the table entry" in capsys.readouterr().out
