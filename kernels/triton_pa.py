@@ -22,12 +22,13 @@ At the end out = acc * (1 / l) * (1 / p_scale), stored as fp32 or fp16 (the outp
 Structure switches (compile-time constants; ``Config`` on the host side). None of them changes a
 row's arithmetic: the same fp16 operands reach the same dots and the same fp32 steps in the same
 order. They change how the operands get there:
-  * CONVERT, int8 -> fp16 (exact in every mode): 0 ``cast`` is Triton's conversion (one I2F per
-    element, a quarter-rate pipe on sm_80/sm_90, where it costs about as many cycles per tile as
-    the two dots); 1 ``bits`` builds fp16 1024 + (x + 128) from the bits and subtracts 1152 (integer
-    and fp16 adds, in Triton operations); 2 ``asm`` does the same in PTX four elements at a time
-    (one xor, two byte permutes, two fp16x2 subtractions per four elements; GPU only: Triton's
-    interpreter runs no PTX).
+  * CONVERT, int8 -> fp16 (exact in every mode): 0 ``cast`` is Triton's conversion, one I2F per
+    element (the sm_90a build: 64 per thread and tile at 128 rows and 8 warps; at the 16 such
+    conversions per SM and cycle of CUDA's throughput table, an estimated 1,024 cycles per tile,
+    about what the tile's two dots take at peak); 1 ``bits`` builds fp16 1024 + (x + 128) from the
+    bits and subtracts 1152 (integer and fp16 adds in Triton operations: ptxas packs them in pairs);
+    2 ``asm`` does the same in PTX four elements at a time (one xor, two byte permutes, two fp16x2
+    subtractions per four elements; GPU only: Triton's interpreter runs no PTX).
   * TILE_PAGE (paged layouts whose page holds whole tiles): one page-table entry per tile instead
     of one per key, so the tile's rows are contiguous and their addresses affine.
   * DESC: K/V tiles through tensor descriptors (TMA on sm_90): the pool (or contiguous K/V) seen
@@ -37,8 +38,10 @@ order. They change how the operands get there:
   * K_T: K gathered already transposed ([D, BLOCK_N]), or with DESC transposed before the
     conversion.
   * LOOP_STAGES: when set, the key loops are ``tl.range(num_stages=LOOP_STAGES)`` (Triton then
-    pipelines every load of the loop, not only those that feed a dot); WS asks for Triton's
-    automatic warp specialisation of the loops.
+    pipelines every load of the loop, not only those that feed a dot; Triton 3.6 already pipelines
+    all of this loop's loads, the scales and page-table entries too, at the kernel's num_stages);
+    WS asks for Triton's automatic warp specialisation of the loops (Triton 3.6 on sm_90a builds
+    the same code with and without it: its Hopper pass does not take these loops).
 
 Key segments (pa_bench.numerics.model.segment_keys): with ``seg_keys`` > 0 the keys of a row run
 the steps above in segments [z*S, (z+1)*S) from a fresh state, merged in order z = 0, 1, ... in
@@ -46,10 +49,14 @@ fp32 (m = max(M, m_z); a = exp2(M - m), b = exp2(m_z - m); L = L*a + l_z*b; ACC 
 so no accumulator chain is longer than a segment. A segment that a row cannot see merges as
 exactly nothing. Without segments (SEGMENTED false) the merge code is not compiled at all.
 
+Launch parameters (``Config`` too): rows per program (BLOCK_M), warps, pipeline stages (paged
+K/V need 5 for two buffers: ``deep_stages``) and an optional register cap (``maxnreg``).
+
 No atomics and a fixed reduction order: two launches give the same bits. There is no barrier
 in the source; Triton pipelines the K/V loads (num_stages) and, on Hopper, issues wgmma.
-Needs Triton >= 3.0 (checked with 3.6 on the H200 and the interpreter of 3.9 on the CPU); the
-descriptor switch needs ``triton.tools.tensor_descriptor`` (3.3+).
+Needs Triton >= 3.0; the descriptor switch needs ``triton.tools.tensor_descriptor`` (3.3+). Every
+switch compiles for sm_90a with Triton 3.6; the CPU tests run them (but the PTX conversion) in
+Triton's interpreter.
 """
 
 from __future__ import annotations
@@ -384,9 +391,9 @@ CANDIDATES = (
 
 
 def default_config(head_dim: int, group: int, queries: int, heads_q: int, sm_count: int | None = None) -> Config:
-    """The configuration where no table, cache or tuning says otherwise: today's structure (Triton's
-    conversion, a table entry per key) at 128 rows per program unless that leaves SMs idle (fewer
-    programs than SMs: then 64 rows, so a short chunk still fills the GPU)."""
+    """The configuration where no table, cache or tuning says otherwise: the plain structure (Triton's
+    conversion, a page-table entry per key) at 128 rows per program unless that leaves SMs idle
+    (fewer programs than SMs: then 64 rows, so a short chunk still fills the GPU)."""
     warps = 8 if head_dim == 128 else 4
     if sm_count:
         hp = heads_packed(group, 128)
@@ -394,12 +401,6 @@ def default_config(head_dim: int, group: int, queries: int, heads_q: int, sm_cou
         if programs < sm_count:
             return Config(64, 4, 3)
     return Config(128, warps, 3)
-
-
-def programs(block_m: int, group: int, queries: int, heads_q: int) -> int:
-    """Programs of one launch at ``block_m`` rows."""
-    hp = heads_packed(group, block_m)
-    return (heads_q // hp) * -(-queries // (block_m // hp))
 
 
 def deep_stages(paged: bool) -> tuple[int, int]:

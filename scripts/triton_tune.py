@@ -3,6 +3,7 @@
     python3 scripts/triton_tune.py --out results/triton-tune          # the PR's four shapes
     python3 scripts/triton_tune.py --shapes 32Kx1024 --candidates m128-w8-s5-asm-tile,m64-w4-s5-asm-tma
     python3 scripts/triton_tune.py --list                              # the candidates (no GPU needed)
+    python3 scripts/triton_tune.py --apply results/triton-tune/triton_tune.json   # commit its choices
 
 For each shape of the config (configs/pr2092.yaml: 32/8 heads, D 128, paged 64, normal data) and
 each candidate of kernels/triton_pa.py (``candidates(full=True)``: each structure switch alone,
@@ -16,7 +17,8 @@ the fast ones at several launch parameters, 128-key tiles) it
     timer (pa_bench.measure.timing: L2 flushed, GPU time only) under a short budget.
 It prints a table per shape, writes ``triton_tune.csv`` and ``triton_tune.json`` under ``--out``,
 and prints the fastest per shape and the ``TUNED`` entry of pa_bench/backends/triton_runner.py
-that a run then uses on this GPU (only candidates with the default's arithmetic that passed).
+that a run then uses on this GPU (only candidates with the default's arithmetic that passed);
+``--apply`` writes that entry from a run's triton_tune.json into triton_runner.py (no GPU needed).
 No new candidate is compiled once ``--budget-s`` has passed (those rows say so); it exits 0 even
 when candidates fail.
 """
@@ -72,6 +74,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--no-v2", action="store_true", help="do not time v2 beside the candidates")
     ap.add_argument("--list", action="store_true", help="print the candidates per shape and exit (no GPU)")
     ap.add_argument("--sm-count", type=int, default=None, help="SMs assumed by --list (default: the GPU's, else 132)")
+    ap.add_argument("--apply", default=None, metavar="JSON",
+                    help="write the TUNED entry of a run's triton_tune.json into pa_bench/backends/triton_runner.py")
     args = ap.parse_args(argv)
     if args.rows < 1 or args.budget_s <= 0 or args.min_seconds < 0 or args.max_seconds <= 0:
         ap.error("--rows, --budget-s and --max-seconds must be positive")
@@ -327,8 +331,9 @@ def best_per_shape(rows) -> dict:
     return best
 
 
-def table_entry(gpu: str, best: dict, classes: dict) -> str:
-    """The TUNED dict of triton_runner.py with this GPU's entries added (Python source)."""
+def table_entry(gpu: str, best: dict, classes: dict, source: str | None = None) -> str:
+    """The TUNED dict of triton_runner.py with this GPU's entries added (Python source); ``source``
+    names the run the figures in its comments come from."""
     merged = {g: dict(v) for g, v in triton_runner.TUNED.items()}
     notes = {}
     for shape, r in best.items():
@@ -337,6 +342,8 @@ def table_entry(gpu: str, best: dict, classes: dict) -> str:
     lines = ["TUNED: dict[str, dict[str, str]] = {"]
     for g in sorted(merged):
         lines.append(f"    {g!r}: {{")
+        if g == gpu and source:
+            lines.append(f"        # scripts/triton_tune.py, {source}")
         for cls in sorted(merged[g]):
             note = notes.get((g, cls))
             lines.append(f"        {cls!r}: {merged[g][cls]!r},{'  # ' + note if note else ''}")
@@ -345,8 +352,40 @@ def table_entry(gpu: str, best: dict, classes: dict) -> str:
     return "\n".join(lines)
 
 
+RUNNER_FILE = Path(__file__).resolve().parents[1] / "pa_bench" / "backends" / "triton_runner.py"
+TABLE_START = "TUNED: dict[str, dict[str, str]] = {"
+
+
+def apply_entry(source: str, entry: str) -> str:
+    """``source`` (triton_runner.py's text) with its TUNED assignment replaced by ``entry``."""
+    if not entry.startswith(TABLE_START):
+        raise ValueError("the run's tuned_entry is not a TUNED table")
+    start = source.find(TABLE_START)
+    if start < 0:
+        raise ValueError(f"{RUNNER_FILE.name} has no line starting {TABLE_START!r}")
+    line_end = source.index("\n", start)
+    if source[start:line_end].rstrip() == TABLE_START + "}":
+        end = line_end                        # the empty table: one line
+    else:
+        close = source.find("\n}\n", start)
+        if close < 0:
+            raise ValueError(f"{RUNNER_FILE.name}: the TUNED table has no closing brace at the start of a line")
+        end = close + 2                       # through the closing brace
+    return source[:start] + entry + source[end:]
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.apply:
+        try:
+            entry = json.loads(Path(args.apply).read_text())["tuned_entry"]
+            text = apply_entry(RUNNER_FILE.read_text(), entry)
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"error: --apply {args.apply}: {exc}", file=sys.stderr)
+            return 2
+        RUNNER_FILE.write_text(text)
+        print(f"wrote the TUNED table of {args.apply} into {RUNNER_FILE}:\n{entry}")
+        return 0
     try:
         pbs = problems(args)
         sm_list = args.sm_count or 132
@@ -394,7 +433,7 @@ def run_all(backend, gpu: str, sms: int, pbs, args, started: float) -> int:
     for r in rows:
         if r.get("status") == "ok" and r.get("arithmetic", "").startswith("tile"):
             print(f"  (changes the arithmetic) {r['shape']:<10} {r['candidate']}: {r.get('ms')} ms")
-    entry = table_entry(gpu, best, classes)
+    entry = table_entry(gpu, best, classes, f"{args.out}/triton_tune.json" if args.out else None)
     print("\nthe table entry (pa_bench/backends/triton_runner.py, TUNED):\n" + entry)
     print(f"\n{time.perf_counter() - started:.0f} s in all")
     if args.out:

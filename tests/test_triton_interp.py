@@ -145,6 +145,7 @@ def test_heads_packed_and_default_config():
 SWITCH_CASES = {
     "paged64-d64-gqa": ("200x70", "paged", 4, 2, 64, 64),
     "paged16-d128": ("100x37", "paged", 2, 1, 128, 16),
+    "paged128-d64-gqa": ("170x60", "paged", 6, 2, 64, 128),      # two tiles per page, a group of 3
     "contig-d128-gqa": ("130x50", "contiguous", 4, 1, 128, 64),
 }
 # every switch value the interpreter runs (the asm conversion is replayed below), at m64-w4-s3

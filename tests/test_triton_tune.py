@@ -86,12 +86,12 @@ def test_best_per_shape_and_the_table_entry(monkeypatch):
     best = T.best_per_shape(rows)
     assert {s: r["candidate"] for s, r in best.items()} == {"A": "m128-w8-s5-asm-tile", "B": "m64-w4-s3-cast-gather"}
     monkeypatch.setattr(triton_runner, "TUNED", {"Other GPU": {"c0": "m64-w4-s3-cast-gather"}})
-    text = T.table_entry("NVIDIA H200", best, {"A": "cA", "B": "cB"})
+    text = T.table_entry("NVIDIA H200", best, {"A": "cA", "B": "cB"}, "results/x/triton_tune.json")
     scope = {}
     exec(text, scope)
     assert scope["TUNED"] == {"Other GPU": {"c0": "m64-w4-s3-cast-gather"},
                               "NVIDIA H200": {"cA": "m128-w8-s5-asm-tile", "cB": "m64-w4-s3-cast-gather"}}
-    assert "1.5 ms, 2.00x the default" in text
+    assert "1.5 ms, 2.00x the default" in text and "# scripts/triton_tune.py, results/x/triton_tune.json" in text
 
 
 def test_one_candidate_of_each_switch_in_the_interpreter(monkeypatch):
@@ -246,3 +246,26 @@ def test_run_all_writes_the_table_entry_and_files(monkeypatch, tmp_path, capsys)
     assert [r["candidate"] for r in table] == ["m64-w4-s3-cast-gather", "m64-w4-s3-bits-gather", "m64-w4-s3-bits-tma"]
     assert set(T.COLUMNS) <= set(table[0])
     assert "the table entry" in capsys.readouterr().out
+
+
+def test_apply_replaces_the_table_in_triton_runner(tmp_path, capsys):
+    source = T.RUNNER_FILE.read_text()
+    assert source.count(T.TABLE_START) == 1
+    entry = T.table_entry("NVIDIA H200", {"32Kx1024": {"candidate": "m128-w8-s5-asm-tile", "ms": 1.2, "vs_default": 2.9}},
+                          {"32Kx1024": "d128-h32.8-paged64-q1024-k65536"})
+    once = T.apply_entry(source, entry)
+    head = source[:source.index(T.TABLE_START)]
+    assert once.startswith(head + entry + "\n") and once.count(T.TABLE_START) == 1
+    block_end = once.index("\n}\n", len(head)) + 2
+    rest = once[block_end:]
+    assert source.endswith(rest) and len(rest) > 1000          # the text after the table is untouched
+    assert T.apply_entry(once, entry) == once                  # a filled table is replaced as a whole
+    scope = {}
+    exec(once[len(head):block_end], scope)
+    assert scope["TUNED"]["NVIDIA H200"] == {"d128-h32.8-paged64-q1024-k65536": "m128-w8-s5-asm-tile"}
+    with pytest.raises(ValueError, match="not a TUNED table"):
+        T.apply_entry(source, "x = 1")
+    bad = tmp_path / "run.json"
+    bad.write_text("{}")
+    assert T.main(["--apply", str(bad)]) == 2
+    assert capsys.readouterr().err.startswith("error: --apply")

@@ -3,7 +3,8 @@ the rule against the numerics model of 64-key tiles, canaries, determinism, and 
 alignment; every structure switch (the PTX conversion included, which the interpreter cannot run)
 and the launch parameters a run may tune to, bitwise against the default configuration; the tune
 on first use and its cache. Skipped where Triton, torch or a GPU is missing. Tune caches go to a
-temporary directory."""
+temporary directory, and tuning is off but where a test turns it on: the parity tests judge the
+default configuration, the switch test every configuration a tune may choose."""
 
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ LAYOUTS = {
 @pytest.fixture(autouse=True)
 def private_tune_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+    monkeypatch.setenv(triton_runner.TUNE_ENV, "0")
+    monkeypatch.delenv(triton_runner.CONFIG_ENV, raising=False)
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +135,7 @@ def _variant_outputs(backend, inputs, cfgs, rows):
     return out
 
 
-@pytest.mark.parametrize("key", ["d128-gqa-paged64-realistic", "d64-gqa-contig-realistic", "d64-mha-paged16-normal"])
+@pytest.mark.parametrize("key", list(LAYOUTS))
 @pytest.mark.parametrize("shape", ["1023x113", "2.1Kx256"])
 def test_switches_and_tuned_launches_keep_the_bits(backend, shape, key):
     """Every candidate a run may tune to, and each structure switch alone (the conversions, load
