@@ -28,7 +28,9 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -258,22 +260,62 @@ class Shape:
         self.backend.release(self.prep)
 
 
-def run_shape(backend, problem, cfgs, args, started: float, sm_count: int) -> list[dict]:
+class Watchdog:
+    """A deadline on every wait for the GPU: past it, ``on_hang(label)`` writes what was measured
+    and the process exits (a hung kernel cannot be interrupted from the host)."""
+
+    def __init__(self, on_hang):
+        self.on_hang = on_hang
+        self._deadline = None
+        self._label = ""
+        self._lock = threading.Lock()
+        threading.Thread(target=self._watch, name="triton-tune-watchdog", daemon=True).start()
+
+    def arm(self, label: str, seconds: float) -> None:
+        with self._lock:
+            self._label, self._deadline = label, time.monotonic() + seconds
+
+    def disarm(self) -> None:
+        with self._lock:
+            self._deadline = None
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(0.5)
+            with self._lock:
+                late = self._deadline is not None and time.monotonic() > self._deadline
+                label = self._label
+                if late:
+                    self._deadline = None
+            if late:
+                self.on_hang(label)
+                os._exit(3)
+
+
+def run_shape(backend, problem, cfgs, args, started: float, sm_count: int, rows: list, watchdog=None) -> None:
+    """One shape: every candidate checked, those that passed (and v2) timed; rows appended to ``rows``."""
     from pa_bench.measure import timing
 
+    arm = watchdog.arm if watchdog else (lambda label, seconds: None)
+    disarm = watchdog.disarm if watchdog else (lambda: None)
     t0 = time.perf_counter()
+    arm(f"{problem.shape.label}: inputs and the FP64 reference", 600)
     shape = Shape(backend, problem, args.rows)
+    disarm()
     print(f"\n{problem.shape.label}: {problem.context} x {problem.queries}, {problem.heads_q}/{problem.heads_kv} heads, "
           f"D={problem.head_dim}, {problem.layout} {problem.page}, {problem.data}; inputs and FP64 reference of "
           f"{len(shape.rows)} rows {time.perf_counter() - t0:.1f} s", flush=True)
-    rows, fns, seen = [], {}, {}
+    first = len(rows)
+    fns, seen = {}, {}
     try:
         for i, cfg in enumerate(cfgs):
             if i and time.perf_counter() - started > args.budget_s:
                 rows.append({"shape": problem.shape.label, "candidate": cfg.name, "arithmetic": arithmetic(cfg),
                              "status": "skipped", "note": f"time budget ({args.budget_s:.0f} s) spent"})
                 continue
+            arm(f"{problem.shape.label} {cfg.name}", 120)     # compile and two launches
             row, fn = shape.check(cfg, sm_count, seen, is_default=i == 0)
+            disarm()
             rows.append(row)
             if fn is not None:
                 fns[cfg.name] = fn
@@ -284,11 +326,14 @@ def run_shape(backend, problem, cfgs, args, started: float, sm_count: int) -> li
                 print(f"  v2 not timed: {triton_runner._error_line(exc)}")
         if fns:
             settings = Settings(min_seconds=args.min_seconds, max_seconds=args.max_seconds)
+            arm(f"{problem.shape.label}: timing", args.max_seconds + 120)
             results = timing.time_interleaved(fns, settings, timer=backend.timer(),
                                               clock=timing.ClockReader(backend.device.id))
+            disarm()
             meds = {name: float(np.median(r.samples_ms)) for name, r in results.items()}
-            default_ms = meds.get(rows[0]["candidate"]) if rows else None
-            for row in rows:
+            mine = rows[first:]
+            default_ms = meds.get(mine[0]["candidate"]) if mine else None
+            for row in mine:
                 ms = meds.get(row["candidate"])
                 if ms is not None:
                     row.update(ms=round(ms, 5), tflops=round(problem.flops / (ms * 1e-3) / 1e12, 1),
@@ -302,9 +347,12 @@ def run_shape(backend, problem, cfgs, args, started: float, sm_count: int) -> li
                              "vs_default": round(default_ms / meds["v2"], 3) if default_ms else None,
                              "samples": len(results["v2"].samples_ms), "arithmetic": "cuda kernel"})
     finally:
-        shape.release()
-    print_table(rows)
-    return rows
+        disarm()
+        try:
+            shape.release()
+        except Exception:   # a context a candidate broke: the next shape says so
+            pass
+    print_table(rows[first:])
 
 
 def print_table(rows) -> None:
@@ -414,16 +462,60 @@ def main(argv=None) -> int:
                    started)
 
 
-def run_all(backend, gpu: str, sms: int, pbs, args, started: float) -> int:
+class Outputs:
+    """What the run has measured so far, written to --out after every shape (and on a hang)."""
+
+    def __init__(self, args, meta: dict, started: float):
+        self.args, self.meta, self.started = args, meta, started
+        self.rows: list[dict] = []
+        self.classes: dict[str, str] = {}
+
+    def entry(self) -> str:
+        src = f"{self.args.out}/triton_tune.json" if self.args.out else None
+        return table_entry(self.meta["gpu"], best_per_shape(self.rows), self.classes, src)
+
+    def write(self) -> None:
+        if not self.args.out:
+            return
+        out = Path(self.args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        with open(out / "triton_tune.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(COLUMNS) + ["samples", "binary_sha256"], extrasaction="ignore")
+            w.writeheader()
+            w.writerows(self.rows)
+        best = best_per_shape(self.rows)
+        (out / "triton_tune.json").write_text(json.dumps(
+            {"meta": self.meta, "classes": self.classes, "rows": self.rows,
+             "best": {s: r["candidate"] for s, r in best.items()}, "tuned_entry": self.entry(),
+             "seconds": round(time.perf_counter() - self.started, 1)}, indent=1, default=str))
+
+    def hung(self, label: str) -> None:
+        shape, _, cand = label.partition(" ")
+        self.rows.append({"shape": shape.rstrip(":"), "candidate": cand or label, "status": "failed",
+                          "note": "hung: no result before the watchdog's deadline; the run stopped here"})
+        print(f"error: {label}: the GPU gave no result before the deadline; writing what was measured and exiting",
+              flush=True)
+        self.write()
+
+
+def run_all(backend, gpu: str, sms: int, pbs, args, started: float, watch: bool = True) -> int:
     """Every shape's candidates on ``backend``; prints the fastest and the table entry, writes --out."""
     meta = {"gpu": gpu, "sm_count": sms, **triton_runner.meta(), "args": vars(args)}
     print(f"{gpu} ({sms} SMs); triton {meta.get('triton')}, torch {meta.get('torch')}; kernels/triton_pa.py "
           f"{meta['source_sha256']}")
-    rows, classes = [], {}
+    outputs = Outputs(args, meta, started)
+    watchdog = Watchdog(outputs.hung) if watch else None
     for pb in pbs:
-        cfgs = enumerate_candidates(pb, sms, args.candidates)
-        classes[pb.shape.label] = triton_runner.problem_class(pb)
-        rows += run_shape(backend, pb, cfgs, args, started, sms)
+        outputs.classes[pb.shape.label] = triton_runner.problem_class(pb)
+        try:
+            run_shape(backend, pb, enumerate_candidates(pb, sms, args.candidates), args, started, sms,
+                      outputs.rows, watchdog)
+        except Exception as exc:   # the shape could not be set up (memory, a CUDA context a candidate broke)
+            print(f"  {pb.shape.label} stopped: {triton_runner._error_line(exc)}")
+            outputs.rows.append({"shape": pb.shape.label, "candidate": "-", "status": "failed",
+                                 "note": triton_runner._error_line(exc)})
+        outputs.write()
+    rows = outputs.rows
     best = best_per_shape(rows)
     print("\nfastest per shape (passed, the default's arithmetic):")
     for shape, r in best.items():
@@ -433,20 +525,10 @@ def run_all(backend, gpu: str, sms: int, pbs, args, started: float) -> int:
     for r in rows:
         if r.get("status") == "ok" and r.get("arithmetic", "").startswith("tile"):
             print(f"  (changes the arithmetic) {r['shape']:<10} {r['candidate']}: {r.get('ms')} ms")
-    entry = table_entry(gpu, best, classes, f"{args.out}/triton_tune.json" if args.out else None)
-    print("\nthe table entry (pa_bench/backends/triton_runner.py, TUNED):\n" + entry)
+    print("\nthe table entry (pa_bench/backends/triton_runner.py, TUNED):\n" + outputs.entry())
     print(f"\n{time.perf_counter() - started:.0f} s in all")
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        with open(out / "triton_tune.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(COLUMNS) + ["samples", "binary_sha256"], extrasaction="ignore")
-            w.writeheader()
-            w.writerows(rows)
-        (out / "triton_tune.json").write_text(json.dumps(
-            {"meta": meta, "classes": classes, "rows": rows, "best": {s: r["candidate"] for s, r in best.items()},
-             "tuned_entry": entry, "seconds": round(time.perf_counter() - started, 1)}, indent=1, default=str))
-        print(f"wrote {out / 'triton_tune.csv'} and {out / 'triton_tune.json'}")
+        print(f"wrote {Path(args.out) / 'triton_tune.csv'} and {Path(args.out) / 'triton_tune.json'}")
     return 0
 
 

@@ -203,7 +203,8 @@ def test_the_gpu_path_on_a_fake_backend(monkeypatch, capsys):
     cfgs = [mod.Config.parse(n) for n in ("m64-w4-s3-cast-gather", "m64-w4-s3-bits-tile", "m64-w4-s5-bits-tma-kt",
                                           "m64-w4-s3-asm-tile", "m64-w4-s3-cast-gather-n128")]
     args = T.parse_args(["--rows", "8", "--max-seconds", "0.3", "--min-seconds", "0.01"])
-    rows = T.run_shape(_FakeBackend(), pb, cfgs, args, time.perf_counter(), 132)
+    rows = []
+    T.run_shape(_FakeBackend(), pb, cfgs, args, time.perf_counter(), 132, rows)
     by = {r["candidate"]: r for r in rows}
     assert [r["candidate"] for r in rows] == [c.name for c in cfgs]
     for name in ("m64-w4-s3-cast-gather", "m64-w4-s3-bits-tile", "m64-w4-s5-bits-tma-kt"):
@@ -230,7 +231,7 @@ def test_run_all_writes_the_table_entry_and_files(monkeypatch, tmp_path, capsys)
     pb = Problem(parse_shape("70x20"), heads_q=2, heads_kv=1, head_dim=64, layout="contiguous", seed=5)
     args = T.parse_args(["--rows", "4", "--max-seconds", "0.2", "--min-seconds", "0.01", "--out", str(tmp_path),
                          "--candidates", "m64-w4-s3-bits-gather,m64-w4-s3-bits-tma"])
-    assert T.run_all(_FakeBackend(), "Fake GPU", 132, [pb], args, time.perf_counter()) == 0
+    assert T.run_all(_FakeBackend(), "Fake GPU", 132, [pb], args, time.perf_counter(), watch=False) == 0
     import csv
     import json
 
@@ -269,3 +270,26 @@ def test_apply_replaces_the_table_in_triton_runner(tmp_path, capsys):
     bad.write_text("{}")
     assert T.main(["--apply", str(bad)]) == 2
     assert capsys.readouterr().err.startswith("error: --apply")
+
+
+def test_a_hang_writes_what_was_measured_and_exits(monkeypatch, tmp_path, capsys):
+    import json
+
+    exits = []
+    monkeypatch.setattr(T.os, "_exit", exits.append)
+    args = T.parse_args(["--out", str(tmp_path)])
+    outputs = T.Outputs(args, {"gpu": "G"}, time.perf_counter())
+    outputs.rows.append({"shape": "32Kx1024", "candidate": "m128-w8-s3-cast-gather", "status": "ok",
+                         "arithmetic": "same", "ms": 3.5})
+    outputs.classes["32Kx1024"] = "c"
+    dog = T.Watchdog(outputs.hung)
+    dog.arm("32Kx1024 m128-w8-s5-asm-tma", 0.05)
+    deadline = time.monotonic() + 10
+    while not exits and time.monotonic() < deadline:
+        time.sleep(0.1)
+    dog.disarm()
+    assert exits[:1] == [3]
+    data = json.loads((tmp_path / "triton_tune.json").read_text())
+    assert data["rows"][-1]["candidate"] == "m128-w8-s5-asm-tma" and data["rows"][-1]["status"] == "failed"
+    assert "hung" in data["rows"][-1]["note"] and data["best"] == {"32Kx1024": "m128-w8-s3-cast-gather"}
+    assert "error: 32Kx1024 m128-w8-s5-asm-tma: the GPU gave no result" in capsys.readouterr().out
