@@ -69,8 +69,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="comma-separated configuration names (default: triton_pa.candidates(full=True) per shape)")
     ap.add_argument("--out", default=None, help="directory for triton_tune.csv and triton_tune.json")
     ap.add_argument("--rows", type=int, default=32, help="query rows checked against FP64 (default 32)")
-    ap.add_argument("--budget-s", type=float, default=200.0,
-                    help="no new candidate is compiled after this many seconds (default 200)")
+    ap.add_argument("--budget-s", type=float, default=180.0,
+                    help="no new candidate is compiled after this many seconds (default 180)")
     ap.add_argument("--min-seconds", type=float, default=0.2, help="GPU time per candidate before it may stop")
     ap.add_argument("--max-seconds", type=float, default=1.5, help="wall-clock timing budget per shape")
     ap.add_argument("--no-v2", action="store_true", help="do not time v2 beside the candidates")

@@ -25,7 +25,7 @@ if _reason:
 def test_arguments():
     a = T.parse_args([])
     assert (a.config, a.shapes, a.candidates, a.out, a.rows, a.budget_s, a.list) == (
-        "configs/pr2092.yaml", None, None, None, 32, 200.0, False)
+        "configs/pr2092.yaml", None, None, None, 32, 180.0, False)
     assert (a.min_seconds, a.max_seconds) == (0.2, 1.5)
     a = T.parse_args(["--shapes", "32Kx1024,0x1536", "--out", "x", "--candidates", "m64-w4-s5-asm-tma", "--no-v2"])
     assert (a.shapes, a.out, a.candidates, a.no_v2) == ("32Kx1024,0x1536", "x", "m64-w4-s5-asm-tma", True)

@@ -10,7 +10,7 @@ Which configuration (``triton_pa.Config``: launch parameters and the kernel's st
 runs a shape, in this order:
   1. the ``config`` argument, or ``PA_BENCH_TRITON_CONFIG`` (a configuration name) for every shape;
   2. ``TUNED``, the committed table of what ``scripts/triton_tune.py`` measured, by GPU name and
-     problem class (``problem_class``): a run on a GPU of the table never tunes;
+     problem class (``problem_class``): a run never tunes a class the table has for its GPU;
   3. this GPU's tune cache (``cache_path``: ``$XDG_CACHE_HOME/pa-bench/triton/<gpu>.json``), keyed
      on the problem class, the Triton version and the kernel source's hash;
   4. a tune on first use (on a GPU, unless ``PA_BENCH_TRITON_TUNE=0``): the class's few candidates
@@ -43,8 +43,8 @@ TUNE_ENV = "PA_BENCH_TRITON_TUNE"      # "0" (or off/no/false): never tune; the 
 CONFIG_ENV = "PA_BENCH_TRITON_CONFIG"  # a configuration name used for every shape
 
 #: What scripts/triton_tune.py measured: {GPU name: {problem class: configuration name}}. A run on
-#: one of these GPUs uses the entry of its problem class and never tunes it. The tune script
-#: prints the entries to paste here (and the run they come from).
+#: one of these GPUs uses the entry of its problem class and never tunes it.
+#: ``scripts/triton_tune.py --apply RUN/triton_tune.json`` writes this table; its comments name the run.
 TUNED: dict[str, dict[str, str]] = {}
 
 _modules: dict[bool, object] = {}
