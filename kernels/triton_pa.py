@@ -22,13 +22,12 @@ At the end out = acc * (1 / l) * (1 / p_scale), stored as fp32 or fp16 (the outp
 Structure switches (compile-time constants; ``Config`` on the host side). None of them changes a
 row's arithmetic: the same fp16 operands reach the same dots and the same fp32 steps in the same
 order. They change how the operands get there:
-  * CONVERT, int8 -> fp16 (exact in every mode): 0 ``cast`` is Triton's conversion, one I2F per
-    element (the sm_90a build: 64 per thread and tile at 128 rows and 8 warps; at the 16 such
-    conversions per SM and cycle of CUDA's throughput table, an estimated 1,024 cycles per tile,
-    about what the tile's two dots take at peak); 1 ``bits`` builds fp16 1024 + (x + 128) from the
-    bits and subtracts 1152 (integer and fp16 adds in Triton operations: ptxas packs them in pairs);
-    2 ``asm`` does the same in PTX four elements at a time (one xor, two byte permutes, two fp16x2
-    subtractions per four elements; GPU only: Triton's interpreter runs no PTX).
+  * CONVERT, int8 -> fp16 (exact in every mode): 0 ``cast`` is Triton's conversion, one I2F
+    instruction per element, which issues at a fraction of the rate of integer and fp16 arithmetic
+    (CUDA's throughput table); 1 ``bits`` builds fp16 1024 + (x + 128) from the bits and subtracts
+    1152 (integer and fp16 adds in Triton operations, which ptxas packs in pairs); 2 ``asm`` does
+    the same in PTX four elements at a time (one xor, two byte permutes, two fp16x2 subtractions
+    per four elements; GPU only: Triton's interpreter runs no PTX).
   * TILE_PAGE (paged layouts whose page holds whole tiles): one page-table entry per tile instead
     of one per key, so the tile's rows are contiguous and their addresses affine.
   * DESC: K/V tiles through tensor descriptors (TMA on sm_90): the pool (or contiguous K/V) seen
@@ -405,9 +404,9 @@ def default_config(head_dim: int, group: int, queries: int, heads_q: int, sm_cou
 
 def deep_stages(paged: bool) -> tuple[int, int]:
     """Pipeline depths that give Triton's pipeliner two and three K/V buffers. Paged K/V addresses
-    wait on a page-table load, which takes pipeline stages of its own: with 3 or 4 stages the
-    pipeliner gives such loads a single buffer (a tile's copies are issued only after the previous
-    tile was consumed), from 5 on two, from 7 three. Contiguous K/V: two at 3 stages, three at 4."""
+    wait on a page-table load, which takes pipeline stages of its own: in Triton 3.6's sm_90a
+    output, 3 or 4 stages give such loads a single buffer (a tile's copies are issued only after
+    the previous tile was consumed), 5 two, 7 three. Contiguous K/V: two at 3 stages, three at 4."""
     return (5, 7) if paged else (3, 4)
 
 
