@@ -1,7 +1,12 @@
 """The triton variant's kernel (kernels/triton_pa.py) on the CPU, through Triton's interpreter
 (TRITON_INTERPRET=1): paged and contiguous layouts, GQA (packed and odd groups), a ragged 113-row
 chunk over 1023 keys, a first chunk with no context, fp16 output and key segments, each judged
-against the FP64 reference by the parity rule with the numerics model of 64-key tiles.
+against the FP64 reference by the parity rule with the numerics model of 64-key tiles. Every
+structure switch (conversion, load path, transposed K, loop stages, warp specialisation) gives the
+default configuration's bits on paged (16- and 64-key pages) and contiguous layouts, D 64 and 128,
+ragged tails and GQA; 128-key tiles meet the model of 128-key tiles; the PTX conversion, which the
+interpreter cannot run, is replayed from its constants. Also: configuration names, candidates and
+how a configuration is chosen (override, table, cache, default).
 
 Needs ``pip install 'pa-bench[triton]'`` (triton and torch); skipped with the reason otherwise.
 Shapes are tiny: the interpreter runs every program op by op in NumPy.
@@ -132,3 +137,221 @@ def test_heads_packed_and_default_config():
         mod.plan_launch(queries=8, context=0, heads_q=1, heads_kv=1, head_dim=64, paged=False, page=16,
                         kv_stride=8, scale_stride=8, seg_keys=100, qk_scale_log2=1.0, p_scale=1.0,
                         config=mod.Config())
+
+
+# --------------------------------------------------------------------------- structure switches
+
+# (shape, layout, hq, hkv, d, page): ragged tails (contexts and chunks off the tile and page sizes), GQA
+SWITCH_CASES = {
+    "paged64-d64-gqa": ("200x70", "paged", 4, 2, 64, 64),
+    "paged16-d128": ("100x37", "paged", 2, 1, 128, 16),
+    "paged128-d64-gqa": ("170x60", "paged", 6, 2, 64, 128),      # two tiles per page, a group of 3
+    "contig-d128-gqa": ("130x50", "contiguous", 4, 1, 128, 64),
+}
+# every switch value the interpreter runs (the asm conversion is replayed below), at m64-w4-s3
+SWITCHES = ["m64-w4-s3-bits-gather", "m64-w4-s3-cast-gather-kt", "m64-w4-s3-bits-gather-ls5-ws",
+            "m64-w4-s3-bits-tile", "m64-w4-s3-cast-tile-kt", "m64-w4-s3-bits-tma", "m64-w4-s3-cast-tma-kt",
+            "m64-w4-s5-bits-tile-ws", "m64-w4-s5-bits-tma-r168"]
+
+
+def _reference(inputs):
+    pb = inputs.problem
+    return reference_attention(inputs.q, inputs.k_i8, inputs.v_i8, pb.context, pb.softmax_scale,
+                               k_scale=inputs.k_scale, v_scale=inputs.v_scale)
+
+
+@pytest.mark.parametrize("case", list(SWITCH_CASES))
+def test_every_switch_gives_the_default_bits(case):
+    shape, layout, hq, hkv, d, page = SWITCH_CASES[case]
+    inputs = make_inputs(_problem(shape, layout, hq=hq, hkv=hkv, d=d, page=page))
+    mod = triton_runner.kernel_module()
+    base, ok = _run(inputs, config=mod.Config(64, 4, 3))
+    _check(inputs, base, ok)
+    ran = 0
+    for name in SWITCHES:
+        cfg = mod.Config.parse(name)
+        why = cfg.unsupported(paged=layout == "paged", page=page)
+        if why:
+            assert page % 64 and cfg.loads in ("tile", "tma") and "multiple of 64" in why
+            continue
+        out, guards = _run(inputs, config=cfg)
+        assert guards and np.array_equal(out.view(np.uint32), base.view(np.uint32)), name
+        ran += 1
+    assert ran == (3 if page == 16 else len(SWITCHES))
+
+
+def test_switches_with_key_segments():
+    """Segments of 128 keys on 64-key pages: the tile and descriptor loads give the default's bits."""
+    inputs = make_inputs(_problem("300x50", "paged", hq=2, hkv=1, page=64))
+    mod = triton_runner.kernel_module()
+    base, _ = _run(inputs, seg_keys=128, config=mod.Config(64, 4, 3))
+    for name in ("m64-w4-s3-bits-tile", "m64-w4-s3-bits-tma-kt"):
+        out, guards = _run(inputs, seg_keys=128, config=mod.Config.parse(name))
+        assert guards and np.array_equal(out.view(np.uint32), base.view(np.uint32)), name
+
+
+@pytest.mark.parametrize("layout,page,name", [("paged", 128, "m64-w4-s3-bits-tile-n128"),
+                                              ("paged", 16, "m64-w4-s3-cast-gather-n128"),
+                                              ("contiguous", 64, "m64-w4-s3-bits-tma-n128")])
+def test_128_key_tiles_meet_the_model_of_128_key_tiles(layout, page, name):
+    inputs = make_inputs(_problem("300x45", layout, hq=2, hkv=1, page=page))
+    mod = triton_runner.kernel_module()
+    cfg = mod.Config.parse(name)
+    assert cfg.block_n == 128 and not cfg.same_arithmetic
+    out, guards = _run(inputs, config=cfg)
+    ref = _reference(inputs)
+    err = error_metrics(out, ref)["max_abs_err"]
+    model128 = error_metrics(model_attention(inputs, 128), ref)["max_abs_err"]
+    ok, why = judge_parity(err, model128, parity_floor(ref), 0, guards)
+    assert ok, why
+    assert np.abs(out - model_attention(inputs, 128)).max() < 1e-5   # the 128-key model's arithmetic
+
+
+def _asm_replay(words: np.ndarray) -> np.ndarray:
+    """kernels/triton_pa.py's PTX conversion on 32-bit words of four int8, from its constants:
+    xor, two byte permutes (prmt.b32 d, a, b, sel: byte k of d = byte sel[4k+3:4k] of {b, a}),
+    two fp16x2 subtractions. Returns float16 [4 * len(words)], element 0 first."""
+    mod = triton_runner.kernel_module()
+    t = words.astype(np.uint64) ^ mod.ASM_SIGN
+    pool = (np.uint64(mod.ASM_HIGH) << np.uint64(32)) | t                  # bytes 0-3: t, 4-7: 0x64...
+    halves = []
+    for sel in mod.ASM_SELECT:
+        d = np.zeros_like(t)
+        for k in range(4):
+            src = (sel >> (4 * k)) & 0x7
+            d |= ((pool >> np.uint64(8 * src)) & np.uint64(0xFF)) << np.uint64(8 * k)
+        bits = d.astype(np.uint32).view(np.uint16).reshape(-1, 2)          # little endian: low half first
+        bias = np.array([mod.ASM_BIAS & 0xFFFF, mod.ASM_BIAS >> 16], dtype=np.uint16).view(np.float16)
+        halves.append(bits.view(np.float16) - bias)                        # exact: fp16 rounding never acts
+    return np.concatenate(halves, axis=1).reshape(-1)
+
+
+def test_asm_conversion_replayed_from_its_constants():
+    """Every int8 value, four per word in every position, converts exactly; the PTX holds the
+    constants the replay uses."""
+    mod = triton_runner.kernel_module()
+    values = np.arange(-128, 128, dtype=np.int8)
+    words = np.concatenate([np.roll(values, k) for k in range(4)]).view(np.uint32)
+    got = _asm_replay(words)
+    want = np.concatenate([np.roll(values, k) for k in range(4)]).astype(np.float16)
+    assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
+    asm = str(mod.I8_TO_F16_ASM.value)
+    for const in (mod.ASM_SIGN, mod.ASM_HIGH, mod.ASM_BIAS, *mod.ASM_SELECT):
+        assert f"{const:#x}" in asm
+    assert asm.count("prmt.b32") == 2 and asm.count("sub.rn.f16x2") == 2
+
+
+def test_asm_conversion_is_not_run_by_the_interpreter():
+    mod = triton_runner.kernel_module()
+    assert "asm" not in mod.INTERPRETER_CONVERTS and set(mod.INTERPRETER_CONVERTS) < set(mod.CONVERTS)
+    inputs = make_inputs(_problem("10x16"))
+    with pytest.raises(Exception, match="inline_asm not supported"):   # wrapped in InterpreterError
+        _run(inputs, config=mod.Config(64, 4, 3, convert="asm"))
+
+
+# --------------------------------------------------------------------------- configurations
+
+
+def test_config_names_round_trip_and_bad_ones_are_refused():
+    mod = triton_runner.kernel_module()
+    names = set()
+    for d, paged, page, q in ((128, True, 64, 1024), (128, True, 64, 512), (64, False, 64, 300), (64, True, 16, 2000)):
+        for cfg in mod.candidates(head_dim=d, paged=paged, page=page, queries=q, heads_q=32, heads_kv=8,
+                                  sm_count=132, full=True):
+            assert mod.Config.parse(cfg.name) == cfg
+            names.add(cfg.name)
+    assert len(names) > 30
+    for bad in ("m64-w4", "m64-w4-s3-fast-gather", "m64-w4-s3-asm-tile-zz", "x64-w4-s3-asm-tile", "m64-w4-s3-asm-tile-n100",
+                "m64-w4-s3-asm-tile-r8", "m64-w4-s3-asm-tile-r168-kt"):
+        with pytest.raises(ValueError, match="not a triton configuration name"):
+            mod.Config.parse(bad)
+    with pytest.raises(ValueError, match="convert"):
+        mod.Config(convert="fast")
+    assert "multiple of 64" in mod.Config(loads="tma").unsupported(paged=True, page=16)
+    assert mod.Config(loads="tma").unsupported(paged=False, page=16) is None
+    with pytest.raises(ValueError, match="multiple of 64"):
+        mod.plan_launch(queries=8, context=0, heads_q=1, heads_kv=1, head_dim=64, paged=True, page=16,
+                        kv_stride=0, scale_stride=0, seg_keys=0, qk_scale_log2=1.0, p_scale=1.0,
+                        config=mod.Config(loads="tile"))
+
+
+def test_candidates_cover_every_switch():
+    mod = triton_runner.kernel_module()
+    kw = dict(head_dim=128, paged=True, page=64, heads_q=32, heads_kv=8, sm_count=132)
+    for q in (1024, 512, 256):
+        full = mod.candidates(queries=q, full=True, **kw)
+        small = mod.candidates(queries=q, **kw)
+        default = mod.default_config(128, 4, q, 32, 132)
+        assert full[0] == small[0] == default and len(set(full)) == len(full)
+        assert set(small) <= set(full) and all(c.same_arithmetic for c in small) and 4 <= len(small) <= 8
+        assert {c.convert for c in full} == set(mod.CONVERTS) and {c.loads for c in full} == set(mod.LOADS)
+        assert any(c.k_trans for c in full) and any(c.loop_stages for c in full) and any(c.warp_specialize for c in full)
+        assert any(c.maxnreg for c in small) and mod.Config.parse("m64-w4-s5-asm-tma-r168").maxnreg == 168
+        assert [c.block_n for c in full if not c.same_arithmetic] == [128]
+        assert {c.num_stages for c in small if c.loads != "gather"} >= {mod.deep_stages(True)[0]}
+    page16 = mod.candidates(queries=1024, full=True, **(kw | {"page": 16}))
+    assert {c.loads for c in page16} == {"gather"}
+    assert mod.deep_stages(True) == (5, 7) and mod.deep_stages(False) == (3, 4)
+
+
+def _pb(shape="32Kx1024", layout="paged", page=64, d=128, out="float32"):
+    return Problem(parse_shape(shape), heads_q=32, heads_kv=8, head_dim=d, layout=layout, page=page, out_dtype=out)
+
+
+def test_problem_classes_and_cache_paths(tmp_path, monkeypatch):
+    pc = triton_runner.problem_class
+    assert pc(_pb()) == "d128-h32.8-paged64-q1024-k65536"
+    assert pc(_pb("64Kx512")) == "d128-h32.8-paged64-q512-k131072"
+    assert pc(_pb("0x1536")) == "d128-h32.8-paged64-q2048-k2048"
+    assert pc(_pb("2.1Kx256")) == "d128-h32.8-paged64-q256-k4096"
+    assert pc(_pb("100Kx64", "contiguous", d=64, out="float16")) == "d64-h32.8-contig-q64-k131072-f16-seg"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path = triton_runner.cache_path("NVIDIA H200 (rev 2)/x")
+    assert path.parent == tmp_path / "pa-bench" / "triton" and path.name == "NVIDIA_H200_rev_2_x.json"
+    triton_runner.write_cache("G", "k1", {"config": "m64-w4-s3-bits-tile"})
+    triton_runner.write_cache("G", "k2", {"config": "m128-w8-s3-cast-gather"})
+    assert triton_runner.read_cache("G") == {"k1": {"config": "m64-w4-s3-bits-tile"},
+                                             "k2": {"config": "m128-w8-s3-cast-gather"}}
+    key = triton_runner.cache_key("d128-x")
+    import triton
+
+    assert key.startswith("d128-x|") and triton.__version__ in key and triton_runner.source_hash() in key
+
+
+def test_how_a_configuration_is_chosen(tmp_path, monkeypatch):
+    """The override, the table, the cache, no tuning: the default; describe() says which."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv(triton_runner.CONFIG_ENV, raising=False)
+    inputs = make_inputs(_problem("100x20", "paged", hq=4, hkv=2, page=64))
+    var = triton_runner.TritonVariant(inputs, device="cpu")
+    assert var.config_source == "default" and var.config == var.default_config()   # no GPU: never tunes
+    d = var.describe()
+    assert d["config"] == var.config.name and d["config_source"] == "default" and d["block_n"] == 64
+
+    monkeypatch.setenv(triton_runner.CONFIG_ENV, "m64-w4-s5-bits-tile")
+    var = triton_runner.TritonVariant(inputs, device="cpu")
+    assert (var.config.name, var.config_source) == ("m64-w4-s5-bits-tile", "env")
+    monkeypatch.setenv(triton_runner.CONFIG_ENV, "m64-w4-s5-bits-turbo")
+    with pytest.raises(ValueError, match=triton_runner.CONFIG_ENV):
+        triton_runner.TritonVariant(inputs, device="cpu")
+    monkeypatch.delenv(triton_runner.CONFIG_ENV)
+
+    monkeypatch.setattr(triton_runner.TritonVariant, "gpu", property(lambda self: "Test GPU"))
+    cls = triton_runner.problem_class(inputs.problem)
+    monkeypatch.setattr(triton_runner, "TUNED", {"Test GPU": {cls: "m64-w4-s3-bits-tma"}})
+    var = triton_runner.TritonVariant(inputs, device="cpu")
+    assert (var.config.name, var.config_source) == ("m64-w4-s3-bits-tma", "table")
+    assert var.describe()["problem_class"] == cls
+
+    monkeypatch.setattr(triton_runner, "TUNED", {"Test GPU": {cls: "m64-w4-s3-bits-nonsense"}})
+    triton_runner.write_cache("Test GPU", triton_runner.cache_key(cls), {"config": "m64-w4-s5-cast-tile"})
+    var = triton_runner.TritonVariant(inputs, device="cpu")
+    assert (var.config.name, var.config_source) == ("m64-w4-s5-cast-tile", "cache")
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty"))
+    monkeypatch.setenv(triton_runner.TUNE_ENV, "0")
+    var = triton_runner.TritonVariant(inputs, device="cpu")
+    assert var.config_source == "default" and not triton_runner.tuning_enabled()
+    assert triton_runner.meta()["tuning"]["enabled"] is False
+    explicit = triton_runner.TritonVariant(inputs, device="cpu", config="m64-w4-s3-bits-gather")
+    assert explicit.config_source == "argument" and explicit.config.convert == "bits"
