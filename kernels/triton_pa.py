@@ -382,7 +382,7 @@ class Config:
         return {"config": self.name, **asdict(self)}
 
 
-#: The launch parameters scripts/triton_check.py --sweep tries with the default structure.
+#: The launch parameters scripts/triton_tune.py tries with the default structure.
 CANDIDATES = (
     Config(128, 8, 3), Config(128, 8, 2), Config(128, 4, 3), Config(64, 4, 3), Config(64, 4, 2),
     Config(64, 8, 3),

@@ -147,8 +147,8 @@ class _FakeTimer:
     def start(self): self.t = time.perf_counter()
     def stop(self): self.ms = (time.perf_counter() - self.t) * 1e3
     def release(self): pass
-    def elapsed(self): return self.ms, False
-    def synchronize(self): pass
+    def elapsed(self, deadline_s=None): return self.ms, False
+    def synchronize(self, deadline_s=None): pass
 
 
 class _FakeBackend:
