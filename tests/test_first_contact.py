@@ -291,3 +291,13 @@ def test_the_readmes_commands_leave_a_fresh_clone_clean(results, tmp_path, monke
     assert invoke("compare", ref, ref).exit_code == 0
     assert git("status", "--porcelain").stdout == ""
     assert len([p for p in (repo / "results").iterdir() if p.name != "reference"]) == 1  # the user's run
+
+
+def test_compare_without_runs_suggests_two_reference_runs_of_one_config(results):
+    root, ref = results
+    base = root / "reference" / "h200"
+    shutil.copytree(ref, base / "20261130-010000-pr2092-cuda")
+    shutil.copytree(ref, base / "20261201-000000-long-cuda")  # newer, but alone of its config
+    res = invoke("compare", "--results", root)
+    assert res.exit_code == 2
+    assert res.stderr.strip().endswith(f"e.g. pa-bench compare {ref} {base / '20261130-010000-pr2092-cuda'}")

@@ -445,6 +445,17 @@ def reference_runs(root: str | Path) -> list[RunDir]:
     return [RunDir(p) for p in runs]
 
 
+def _same_config(runs: list[RunDir], n: int) -> list[RunDir]:
+    """The newest ``n`` of ``runs`` (oldest first) that share a config and backend (their run ids
+    after the time stamp): runs that can be compared. [] if no config has ``n``."""
+    groups: dict[str, list[RunDir]] = {}
+    for run in runs:
+        m = _RUN_ID_RE.match(run.run_id)
+        groups.setdefault(m.group("rest") if m else run.run_id, []).append(run)
+    full = [g[-n:] for g in groups.values() if len(g) >= n]
+    return max(full, key=lambda g: _run_sort_key(g[-1].path)) if full else []
+
+
 def pick_runs(names: Sequence[str], root: str | Path, n: int, command: str = "report") -> list[RunDir]:
     """The runs ``names`` names (paths, or run ids under ``root``), else the ``n`` newest of a
     user's runs under ``root`` (never a committed reference run). With too few, one line
@@ -456,9 +467,9 @@ def pick_runs(names: Sequence[str], root: str | Path, n: int, command: str = "re
         return found
     have = f"only {len(found)} run" if found else ("no runs" if n == 1 else "no two runs")
     needs = "" if n == 1 else " (it needs two)"
-    refs = reference_runs(root)
-    if len(refs) >= n:
-        example = " ".join(str(r.path) for r in refs[-n:])
+    refs = _same_config(reference_runs(root), n)
+    if refs:
+        example = " ".join(str(r.path) for r in refs)
         named = f"or name {'one' if n == 1 else 'two'}, e.g. pa-bench {command} {example}"
     else:
         named = f"or name {'the run' if n == 1 else 'the two runs'}"
