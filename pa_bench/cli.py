@@ -869,7 +869,8 @@ def _resolve_runs(runs: tuple[str, ...], results_root: str, n: int) -> list:
 def report(runs, output, results_root, no_plots, as_json):
     """Markdown report of stored runs (default: the newest under results/); no GPU needed.
 
-    The report is written into the run (or -o FILE) and printed on stdout.
+    The report is written into the run (or -o FILE) and printed on stdout; a committed
+    reference run (results/reference/...) is only printed, unless -o names a file.
     """
     from pa_bench.present import report as report_mod
 
