@@ -268,14 +268,7 @@ def model_attention(inputs: Inputs | ModelArrays, tile_keys: int, rows=None, spl
             out[g0 * group:g1 * group, r0:r0 + len(part)] = _model_rows(
                 sub, tile, part, split, seg, mma, mma_k, chain, parts_fn)
 
-    if len(heads) == 1:
-        run(*heads[0])
-    else:  # KV heads are independent: one thread per share of them, the same bits
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(len(heads)) as pool:
-            for done in [pool.submit(run, g0, g1) for g0, g1 in heads]:
-                done.result()
+    _on_threads(run, heads)  # KV heads are independent: one thread per share, the same bits
     if a.out_dtype == "float16":
         out = out.astype(xp.float16).astype(xp.float32)
     return out
@@ -296,6 +289,29 @@ def _kv_head_ranges(hkv: int, xp) -> list[tuple[int, int]]:
     n = min(hkv, _threads()) if xp is np else 1
     bounds = [hkv * i // n for i in range(n + 1)]
     return [(g0, g1) for g0, g1 in zip(bounds, bounds[1:]) if g1 > g0]
+
+
+def _on_threads(fn: Callable[[int, int], None], ranges: list[tuple[int, int]]) -> None:
+    """``fn(g0, g1)`` for every range: the first on this thread, the others on daemon threads,
+    so that Ctrl-C stops the command at once (a share left running ends with the process)."""
+    import threading
+
+    failures: list[BaseException] = []
+
+    def guarded(g0: int, g1: int) -> None:
+        try:
+            fn(g0, g1)
+        except BaseException as exc:  # re-raised on the calling thread below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=r, daemon=True) for r in ranges[1:]]
+    for t in threads:
+        t.start()
+    fn(*ranges[0])
+    for t in threads:
+        t.join()
+    if failures:
+        raise failures[0]
 
 
 def _kv_heads(a: ModelArrays, g0: int, g1: int) -> ModelArrays:
