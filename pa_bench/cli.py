@@ -503,21 +503,17 @@ def load_run_config(config_path: str | None, *, resume: str | None, results_root
         config = _resumed_config(resume, results_root)  # the run's own settings (#14 defect 3)
     else:
         config = load_config(config_path or DEFAULT_CONFIG)
+    notice = None
     overrides: dict[str, Any] = dict(layout=layout, page=page, heads_q=heads_q, heads_kv=heads_kv,
                                      head_dim=head_dim, seed=seed, force_turing=force_turing,
                                      hot=hot, max_seconds=max_seconds)
     if data is not None:
         if data.endswith(".npz") or os.sep in data:
-            from pa_bench.problem.inputs import read_capture
+            from pa_bench.problem.inputs import capture_overrides
 
-            cap = read_capture(data)  # what the capture holds fixes what was not given
-            overrides.update(data="npz", data_file=data)
-            if heads is None:
-                overrides.update(heads_q=cap.heads_q, heads_kv=cap.heads_kv)
-            if head_dim is None:
-                overrides["head_dim"] = cap.head_dim
-            if shapes is None:
-                shapes = cap.shape.spec
+            taken, shapes, notice = capture_overrides(config, data, shapes=shapes, heads_given=heads
+                                                      is not None, head_dim_given=head_dim is not None)
+            overrides.update(taken)  # what the capture holds fixes what was not given
         else:
             overrides["data"] = data
     config = config.with_overrides(**overrides)
@@ -526,6 +522,8 @@ def load_run_config(config_path: str | None, *, resume: str | None, results_root
     from pa_bench.problem.inputs import check_config_data
 
     check_config_data(config)  # unusable data stops here, before any row runs
+    if notice:
+        _note(notice)
     return config
 
 
@@ -870,17 +868,9 @@ def run(config_arg, config_path, shapes, variants, backend, layout, page, heads,
 
 def _resolve_runs(runs: tuple[str, ...], results_root: str, n: int) -> list:
     """Runs named on the command line (paths or ids under --results), else the n newest."""
-    from pa_bench.errors import RunNotFound
-    from pa_bench.store.results import newest_runs, open_run
+    from pa_bench.store.results import pick_runs
 
-    if runs:
-        return [open_run(r, root=results_root) for r in runs]
-    found = newest_runs(results_root, n)
-    if len(found) < n:
-        have = f"only {len(found)}" if found else "none"
-        raise RunNotFound(f"no{'' if n == 1 else ' two'} runs to use under {results_root}/ ({have} "
-                       f"with records.csv); run 'pa-bench run' first or name the run(s)")
-    return found
+    return pick_runs(runs, results_root, n, "report" if n == 1 else "compare")
 
 
 @cli.command()
@@ -896,7 +886,8 @@ def _resolve_runs(runs: tuple[str, ...], results_root: str, n: int) -> list:
 def report(runs, output, results_root, no_plots, as_json):
     """Markdown report of stored runs (default: the newest under results/); no GPU needed.
 
-    The report is written into the run (or -o FILE) and printed on stdout.
+    The report is written into the run (or -o FILE) and printed on stdout; a committed
+    reference run (results/reference/...) is only printed, unless -o names a file.
     """
     from pa_bench.present import report as report_mod
 
@@ -905,12 +896,12 @@ def report(runs, output, results_root, no_plots, as_json):
         raise click.UsageError("-o takes one run; without -o each run gets its own report.md")
     written = []
     for run in found:
-        path = report_mod.write_report(run, output, plots=not no_plots)
-        written.append({"run": str(run.path), "report": str(path),
-                        "plots": [str(p) for p in report_mod.linked_plots(path)]})
+        done = report_mod.render_report(run, output, plots=not no_plots)
+        written.append({"run": str(run.path), "report": done.path and str(done.path),
+                        "plots": [str(p) for p in done.plots]})
         if not as_json:
-            click.echo(Path(path).read_text(encoding="utf-8"))
-        _note(f"wrote {path}")
+            click.echo(done.text)
+        _note(done.note)
     if as_json:
         _print_json(written)
 

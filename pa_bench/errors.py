@@ -27,6 +27,10 @@ class EmptyRun(PaBenchError):
     """A run holds no finished row (records.csv missing or header-only): nothing to report."""
 
 
+class DamagedRun(PaBenchError):
+    """A run's files are damaged: meta.json missing or not JSON, records.csv cut short."""
+
+
 class ResultsNotWritable(PaBenchError):
     """``--results`` cannot hold a new run directory (not creatable, not writable)."""
 

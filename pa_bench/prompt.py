@@ -39,7 +39,7 @@ import numpy as np
 
 from pa_bench import variants as registry
 from pa_bench.errors import ConfigError, PaBenchError, ShapeError
-from pa_bench.problem.config import CONFIG_DIR, Config
+from pa_bench.problem.config import CONFIG_DIR, Config, resolve_config_path
 from pa_bench.problem.shapes import Shape, parse_shape
 from pa_bench.store import prompt_rows as P
 from pa_bench.fmt import first_line
@@ -439,10 +439,8 @@ def load_prompt_config(path: str | Path | None = None, *, tokens: Any = None, ch
     """Read a prompt config (default ``configs/prompt98k.yaml``; a bare name finds
     ``configs/<name>.yaml``) and apply command-line overrides: ``tokens``, ``chunk``, ``measure``
     and any :meth:`Config.with_overrides` key (``None``: not given)."""
-    p = Path(path) if path is not None else DEFAULT_PROMPT_CONFIG
+    p = resolve_config_path(path) if path is not None else DEFAULT_PROMPT_CONFIG
     shown = str(path) if path is not None else str(DEFAULT_PROMPT_CONFIG)
-    if not p.exists() and p.suffix == "" and len(p.parts) == 1 and (CONFIG_DIR / f"{p}.yaml").exists():
-        p = CONFIG_DIR / f"{p}.yaml"
     raw = dict(_read_yaml(p, shown))
     if "prompt" not in raw:
         raise ConfigError(f"{shown}: missing required key 'prompt' (tokens, chunk, measure): "

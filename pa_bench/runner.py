@@ -181,7 +181,7 @@ def _run(
     started = time.time()
     describe = backend.describe()
     if resume_run is not None:
-        run = R.open_run(resume_run, root=results_root)
+        run = R.open_run_to_resume(resume_run, root=results_root)
         stored = run.read_meta()
         shard = resume_shard(str(resume_run), stored, shard)
         sample_rows = check_resume(str(resume_run), stored, mode=mode, config=plan.config.to_dict(),
@@ -209,6 +209,9 @@ def _run(
     from pa_bench.problem.prefetch import InputsPrefetch
 
     job.prefetch = InputsPrefetch([] if previous else plan.problems)
+    if not previous:  # what the run is about to do, and roughly how long it will take
+        from pa_bench.backends import announce_plan
+        announce_plan(mode, plan, backend, lambda pb: _rows_for(job, pb.queries, pb.seed), progress.log)
     progress.start(len(plan), f"{mode} {config.name} on {backend.name}")
     try:
         for problem in plan.problems:
@@ -216,8 +219,8 @@ def _run(
             _sort_records(run, plan)
     except KeyboardInterrupt:
         progress.stop()
-        run.update_meta(status="interrupted", finished=R.now_utc_iso(),
-                        wall_seconds=round(time.time() - started, 3),
+        run.finish_meta(resumed=resume_run is not None, status="interrupted",
+                        finished=R.now_utc_iso(), wall_seconds=round(time.time() - started, 3),
                         phase_seconds=job.phases.rounded(), backend_meta=backend.meta())
         raise RunInterrupted(run.path) from None
     except KernelHung as exc:   # the row is saved as failed; the GPU is lost: nothing more runs
@@ -232,14 +235,14 @@ def _run(
     finally:
         job.prefetch.close()   # drop inputs drawn ahead, whatever ended the walk
     # backend_meta again: the builds and launches are known only once the kernels have run
-    run.update_meta(status="complete", finished=R.now_utc_iso(),
+    run.finish_meta(resumed=resume_run is not None, status="complete", finished=R.now_utc_iso(),
                     wall_seconds=round(time.time() - started, 3),
                     phase_seconds=job.phases.rounded(), backend_meta=backend.meta())
     if write_report:  # after every record is saved; shown as the last phase
         with job.phases.phase("report"):
             # plots only where a run times and checks (matplotlib's first import is slow)
             _write_report(run, progress, plots=mode == MODE_ALL)
-        run.update_meta(wall_seconds=round(time.time() - started, 3),
+        run.finish_meta(resumed=resume_run is not None, wall_seconds=round(time.time() - started, 3),
                         phase_seconds=job.phases.rounded())
     progress.stop()
     return run.path

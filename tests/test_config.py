@@ -141,7 +141,8 @@ def test_missing_file_is_one_line(tmp_path):
     path = tmp_path / "nope.yaml"
     with pytest.raises(ConfigError) as info:
         load_config(path)
-    assert str(info.value) == f"{path}: config file not found"
+    assert str(info.value) == (f"{path}: config file not found (packaged configs, by name: "
+                               "long, pr2092, prompt98k, smoke, sweep)")
 
 
 def test_yaml_syntax_error_is_one_line(tmp_path):

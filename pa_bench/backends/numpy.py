@@ -8,6 +8,7 @@ kernel/model error ratio is 1 by construction. A peer that runs on the CPU (``ba
 
 from __future__ import annotations
 
+import os
 import platform
 
 import numpy as np
@@ -18,17 +19,117 @@ from pa_bench.numerics.model import pv_chain_keys, tile_keys
 
 # The determinism check runs the model a second time; do it only while that is cheap:
 # at most this many (query head x row x visible key) score elements (about a second).
-DETERMINISM_MAX_WORK = 1 << 25
+DETERMINISM_MAX_WORK = 1 << 21
+
+#: Seconds the numerics model takes per score element (query head x row x visible key) at
+#: head_dim 128 on one core of a 2-core x86 machine: the basis of the run's time estimate.
+MODEL_SECONDS_PER_ELEMENT = 0.5e-6
+#: A shape is refused when its estimated host memory is above this share of what is available.
+HOST_MEMORY_SHARE = 0.9
 
 
 def _model_work(inputs, rows) -> int:
     """Score elements one model run computes: query heads x rows x keys they see."""
     hq, nq, _ = inputs.q.shape
     ctx = inputs.k_i8.shape[1] - nq
+    return rows_work(hq, ctx, nq, rows)
+
+
+def rows_work(heads_q: int, context: int, queries: int, rows) -> int:
+    """Score elements (query heads x rows x visible keys) of ``rows`` (None: every row)."""
     if rows is None:
-        return hq * (nq * ctx + nq * (nq + 1) // 2)
+        return heads_q * (queries * context + queries * (queries + 1) // 2)
     rows = np.asarray(rows)
-    return int(hq * (len(rows) * ctx + int(rows.sum()) + len(rows)))
+    return int(heads_q * (len(rows) * context + int(rows.sum()) + len(rows)))
+
+
+def estimate_host_bytes(problem) -> int:
+    """Host memory a shape needs on the numpy backend: the float and int8 K/V, the shuffled page
+    pool (twice the pages, filled), Q, and the FP64 reference's one KV head and score block."""
+    hq, hkv, d, nq, nk = problem.heads_q, problem.heads_kv, problem.head_dim, problem.queries, problem.keys
+    kv = hkv * nk * d * (2 * 4 + 2)            # K and V as float32, then as int8
+    if problem.layout == "paged":
+        kv += 2 * (2 * nk + problem.page) * hkv * (d + 4)   # two pools of 2x the pages, + scales
+    q = hq * nq * d * (4 + 2)
+    reference = 2 * nk * d * 8 + 256 * nk * 8 * 2          # one KV head in float64, a score block
+    return kv + q + reference
+
+
+def available_host_bytes() -> int | None:
+    """Memory the system can give without swapping (MemAvailable), or None where unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def host_fit_reason(problem, available: int | None = None) -> str | None:
+    """Why ``problem`` will not fit in host memory (one line with the estimate), or None."""
+    have = available_host_bytes() if available is None else available
+    need = estimate_host_bytes(problem)
+    if have is None or need <= HOST_MEMORY_SHARE * have:
+        return None
+    return (f"needs about {_gib(need)} of host memory (K/V, page pool, FP64 reference), "
+            f"{_gib(have)} available")
+
+
+def refuse_if_nothing_fits(config) -> None:
+    """Refuse a run none of whose shapes fits in host memory, before any work (one line with the
+    estimate); where only some do not fit, their rows are skipped with the reason instead."""
+    from pa_bench.errors import PaBenchError
+    from pa_bench.problem.plan import make_plan
+
+    have = available_host_bytes()
+    problems = make_plan(config).problems
+    reasons = [host_fit_reason(p, have) for p in problems]
+    if problems and all(reasons):
+        raise PaBenchError(f"shape {problems[0].shape.label} {reasons[0]}: nothing to run on the "
+                           "numpy backend (choose smaller shapes)")
+
+
+#: Seconds per value for the rest of a shape's work on the CPU, from the same machine: drawing,
+#: quantising and paging K/V (per K/V value), and the FP64 references (per score element).
+INPUT_SECONDS_PER_VALUE = 25e-9
+REFERENCE_SECONDS_PER_ELEMENT = 20e-9
+
+
+def arithmetics(backend, problem, variants) -> list[tuple]:
+    """The distinct arithmetics (tile, split, P.V chain, segments) of ``variants``' kernels on
+    ``problem``: the model runs once per arithmetic (the others reuse its output)."""
+    from pa_bench.numerics.model import pv_chain_keys, tile_keys
+
+    keys = [(tile_keys(v), backend.split_keys(v, problem), pv_chain_keys(v), backend.segment_keys(v, problem))
+            for v in variants if registry.is_kernel(v)]
+    return list(dict.fromkeys(keys))
+
+
+def estimate(plan, rows_of, backend, determinism: bool = True) -> tuple[float, int]:
+    """(seconds, score elements) a parity run of ``plan`` takes on the numpy backend, where
+    ``rows_of(problem)`` gives the compared rows (None: all): the numerics model once per
+    arithmetic (twice where the determinism check is cheap), the FP64 references and the inputs."""
+    seconds, elements = 0.0, 0
+    for pb in plan.problems:
+        runs = len(arithmetics(backend, pb, plan.variants))
+        if not runs:
+            continue
+        work = rows_work(pb.heads_q, pb.context, pb.queries, rows_of(pb))
+        repeat = 2 if determinism and work <= DETERMINISM_MAX_WORK else 1
+        elements += runs * work
+        seconds += runs * repeat * work * MODEL_SECONDS_PER_ELEMENT * pb.head_dim / 128
+        seconds += 2 * work * REFERENCE_SECONDS_PER_ELEMENT * pb.head_dim / 128
+        seconds += 2 * pb.heads_kv * pb.keys * pb.head_dim * INPUT_SECONDS_PER_VALUE
+    return seconds, elements
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**40:.1f} TiB" if n >= 2**40 else f"{n / 2**30:.1f} GiB"
 
 
 class NumpyBackend:
@@ -38,7 +139,8 @@ class NumpyBackend:
 
     def __init__(self, check_determinism: bool = True) -> None:
         self.check_determinism = check_determinism
-        # v2 and v2t share a tile size, so their model outputs are the same: compute once.
+        # Variants whose arithmetic is the same here (v2 and v2t; v1, triton and, where it needs
+        # no key segments, v3) have the same model output: computed once per shape.
         self._cache: dict[tuple, KernelOutput] = {}
         self._cache_owner = None  # keeps id(prepared) in the cache key unique
         self._impl: dict[str, str | None] = {}
@@ -73,7 +175,7 @@ class NumpyBackend:
                 return cls.unavailable(problem)
             except Exception as exc:
                 return f"{variant} cannot say whether it runs here: {type(exc).__name__}: {exc}"
-        return None
+        return host_fit_reason(problem)
 
     def unsupported_timing(self, variant: str, problem) -> str | None:
         return "the numpy backend does not time kernels (needs CuPy and a GPU)"
@@ -108,6 +210,8 @@ class NumpyBackend:
         chain = pv_chain_keys(variant)
         seg = self.segment_keys(variant, prepared.problem)
         check = self.check_determinism if check_determinism is None else check_determinism
+        if self._cache_owner is not prepared:  # one shape's outputs at a time
+            self._cache, self._cache_owner = {}, prepared
         key = (id(prepared), tile, split, chain, seg, None if rows is None else np.asarray(rows).tobytes(), check)
         hit = self._cache.get(key)
         if hit is not None:
@@ -119,8 +223,7 @@ class NumpyBackend:
             again = np.asarray(model_attention(prepared, tile, rows, **kw), dtype=np.float32)
             deterministic = bool(again.tobytes() == out.tobytes())
         result = KernelOutput(out=out, canary_ok=True, deterministic=deterministic)
-        self._cache = {key: result}  # one shape's outputs at a time
-        self._cache_owner = prepared
+        self._cache[key] = result
         return result
 
     def _compute_peer(self, inputs, variant: str, rows, check_determinism) -> KernelOutput:

@@ -259,12 +259,66 @@ def model_attention(inputs: Inputs | ModelArrays, tile_keys: int, rows=None, spl
     rows = np.arange(nq, dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
     out = xp.zeros((hq, len(rows), d), dtype=xp.float32)
     step = max(1, _MAX_STACKED_ROWS // group)
-    for r0 in range(0, len(rows), step):
-        part = rows[r0:r0 + step]
-        out[:, r0:r0 + len(part)] = _model_rows(a, tile, part, split, seg, mma, mma_k, chain, parts_fn)
+    heads = _kv_head_ranges(hkv, xp)
+
+    def run(g0: int, g1: int) -> None:
+        sub = a if (g0, g1) == (0, hkv) else _kv_heads(a, g0, g1)
+        for r0 in range(0, len(rows), step):
+            part = rows[r0:r0 + step]
+            out[g0 * group:g1 * group, r0:r0 + len(part)] = _model_rows(
+                sub, tile, part, split, seg, mma, mma_k, chain, parts_fn)
+
+    _on_threads(run, heads)  # KV heads are independent: one thread per share, the same bits
     if a.out_dtype == "float16":
         out = out.astype(xp.float16).astype(xp.float32)
     return out
+
+
+def _threads() -> int:
+    """CPU cores this process may use (the model's threads on NumPy arrays)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _kv_head_ranges(hkv: int, xp) -> list[tuple[int, int]]:
+    """KV heads [g0, g1) per thread: NumPy releases the GIL inside its array operations, so on
+    NumPy arrays the model runs one thread per core, each on its share of the KV heads; on
+    CuPy one range (the GPU runs the work in parallel already)."""
+    n = min(hkv, _threads()) if xp is np else 1
+    bounds = [hkv * i // n for i in range(n + 1)]
+    return [(g0, g1) for g0, g1 in zip(bounds, bounds[1:]) if g1 > g0]
+
+
+def _on_threads(fn: Callable[[int, int], None], ranges: list[tuple[int, int]]) -> None:
+    """``fn(g0, g1)`` for every range: the first on this thread, the others on daemon threads,
+    so that Ctrl-C stops the command at once (a share left running ends with the process)."""
+    import threading
+
+    failures: list[BaseException] = []
+
+    def guarded(g0: int, g1: int) -> None:
+        try:
+            fn(g0, g1)
+        except BaseException as exc:  # re-raised on the calling thread below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=r, daemon=True) for r in ranges[1:]]
+    for t in threads:
+        t.start()
+    fn(*ranges[0])
+    for t in threads:
+        t.join()
+    if failures:
+        raise failures[0]
+
+
+def _kv_heads(a: ModelArrays, g0: int, g1: int) -> ModelArrays:
+    """``a`` for KV heads [g0, g1) and their query heads (views, no copy)."""
+    group = a.q.shape[0] // a.k_i8.shape[0]
+    return ModelArrays(a.xp, a.q[g0 * group:g1 * group], a.k_i8[g0:g1], a.v_i8[g0:g1], a.k_mult[g0:g1],
+                       a.v_mult[g0:g1], a.p_scale, a.out_dtype)
 
 
 def _engine(engine, xp) -> Callable:

@@ -23,17 +23,18 @@ from __future__ import annotations
 import math
 import os
 import shlex
+from dataclasses import dataclass
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from pa_bench import variants as registry
-from pa_bench.errors import EmptyRun
+from pa_bench.errors import DamagedRun, EmptyRun, PaBenchError
 from pa_bench import fmt
 from pa_bench.fmt import DASH
 from pa_bench.present.prompt_report import prompt_section
 from pa_bench.store.records import STATUS_OK, Record
-from pa_bench.store.results import REPORT_FILE, RunDir, open_run
+from pa_bench.store.results import REPORT_FILE, RunDir, is_reference_run, open_run
 
 PLOT_MS = "ms_per_chunk.png"
 PLOT_TFLOPS = "tflops_vs_context.png"
@@ -623,6 +624,7 @@ def build_report(run_path: str | Path | RunDir, out_dir: str | Path | None = Non
     if not records:
         how = "has only its header" if run.records_path.exists() else "is missing"
         raise EmptyRun(f"{run.path}: nothing to report: records.csv {how}; {_status_note(meta)}")
+    check_whole(run, records, meta)
     cfg = _config(meta)
     out_dir = Path(out_dir) if out_dir is not None else run.path
     prefix = "" if out_dir.resolve() == run.path.resolve() else f"{run.run_id}-"
@@ -655,15 +657,58 @@ def build_report(run_path: str | Path | RunDir, out_dir: str | Path | None = Non
     if plots:
         lines += _plots(records, out_dir, prefix) + [""]
     elif _timed(records):
-        lines += ["## Plots", "", "Not drawn by the command that wrote this report: "
-                  f"`pa-bench report {run.path}` draws them.", ""]
+        how = (f"`pa-bench report {run.path} -o DIR/report.md` draws them beside it"
+               if is_reference_run(run.path) else f"`pa-bench report {run.path}` draws them")
+        lines += ["## Plots", "", f"Not drawn by the command that wrote this report: {how}.", ""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def check_whole(run: RunDir, records: list[Record], meta: Mapping[str, Any]) -> None:
+    """Refuse a damaged run in one line (:class:`DamagedRun`): no meta.json, or a run that
+    meta.json calls complete (and that is not a merge of some shards) missing planned rows,
+    which only a records.csv cut at a line's end gives (a cut inside a line is refused when
+    records.csv is read)."""
+    run.check_files()
+    missing = missing_rows(records, meta)
+    if meta.get("status") == "complete" and not meta.get("parts") and missing:
+        shown = ", ".join(f"{s} {v}" for s, v in missing[:3]) + (", ..." if len(missing) > 3 else "")
+        raise DamagedRun(f"{run.records_path}: holds {len(records)} of the {len(planned_rows(meta))} "
+                         f"rows the run planned, though meta.json says it completed (missing: "
+                         f"{shown}): the file was cut short")
+
+
+@dataclass
+class Rendered:
+    """A report built for the CLI: its markdown, where it was written (None: printed only,
+    for a committed reference run), the PNG plots it links, and a note for stderr."""
+
+    text: str
+    path: Path | None
+    plots: list[Path]
+    note: str
+
+
+def render_report(run_path: str | Path | RunDir, out_path: str | Path | None = None,
+                  plots: bool = True) -> Rendered:
+    """``pa-bench report``: write the report (``out_path``, default the run's report.md), except
+    into a committed reference run (results/reference/...): its report is built without plots
+    and only returned, so that the committed files stay as they are; ``-o`` writes it anywhere."""
+    run = _as_run(run_path)
+    if out_path is None and is_reference_run(run.path):
+        text = build_report(run, plots=False)
+        return Rendered(text, None, [], f"{run.path} is a committed reference run: printed, not "
+                        "rewritten (write it elsewhere with -o FILE)")
+    path = write_report(run, out_path, plots=plots)
+    return Rendered(path.read_text(encoding="utf-8"), path, linked_plots(path), f"wrote {path}")
 
 
 def write_report(run_path: str | Path | RunDir, out_path: str | Path | None = None, plots: bool = True) -> Path:
     """Write the report (default `<run>/report.md`, plots beside it) and return its path."""
     run = _as_run(run_path)
     out = Path(out_path) if out_path is not None else run.path / REPORT_FILE
+    if out_path is None and is_reference_run(run.path):  # -o may name any file, even there
+        raise PaBenchError(f"{run.path} is a committed reference run: its report.md is not "
+                           "rewritten unless -o names the file")
     out.parent.mkdir(parents=True, exist_ok=True)
     text = build_report(run, out_dir=out.parent, plots=plots)
     out.write_text(text, encoding="utf-8")

@@ -57,7 +57,7 @@ class ParitySettings:
     """How parity is checked. ``None`` sample sizes mean every query row."""
 
     sample_rows: int | None = None
-    numpy_sample_rows: int | None = 64
+    numpy_sample_rows: int | None = 8
     determinism: bool = True
 
 
@@ -296,13 +296,30 @@ _Loader.add_constructor("tag:yaml.org,2002:float", _construct_float)
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def _resolve_path(path: str | Path) -> Path:
+def packaged_configs() -> list[str]:
+    """The bare names of the configs pa-bench ships (``pr2092``, ``smoke`` ...), sorted."""
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+
+
+def resolve_config_path(path: str | Path) -> Path:
+    """The file ``path`` names: the path itself where it exists; else, for a relative path that
+    names a packaged config (``smoke``, ``smoke.yaml`` or ``configs/smoke.yaml``), the packaged
+    copy, so the README's ``configs/<name>.yaml`` works from any directory and from a wheel."""
     p = Path(path).expanduser()
-    if not p.exists() and p.suffix == "" and len(p.parts) == 1:
-        named = CONFIG_DIR / f"{p.name}.yaml"  # `pa-bench run smoke` finds configs/smoke.yaml
-        if named.exists():
+    if p.exists() or p.is_absolute():
+        return p
+    parent = p.parent.as_posix()
+    if parent in (".", "configs") and p.suffix in ("", ".yaml"):
+        named = CONFIG_DIR / f"{p.stem}.yaml"
+        if named.is_file():
             return named
     return p
+
+
+def not_found_message(shown: str) -> str:
+    """A missing config, in one line that names the packaged configs one can give instead."""
+    names = ", ".join(packaged_configs())
+    return f"{shown}: config file not found (packaged configs, by name: {names})"
 
 
 def read_yaml(p: Path, shown: str) -> Any:
@@ -311,7 +328,7 @@ def read_yaml(p: Path, shown: str) -> Any:
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"{shown}: config file not found") from None
+        raise ConfigError(not_found_message(shown)) from None
     except IsADirectoryError:
         raise ConfigError(f"{shown}: is a directory, not a config file") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -329,7 +346,7 @@ def read_yaml(p: Path, shown: str) -> Any:
 
 def load_config(path: str | Path = DEFAULT_CONFIG) -> Config:
     """Read and validate a config file. A bare name (``smoke``) also finds ``configs/smoke.yaml``."""
-    p = _resolve_path(path)
+    p = resolve_config_path(path)
     shown = str(path)
     raw = read_yaml(p, shown)
     if raw is None:
@@ -652,5 +669,5 @@ def _reference(c: _Checker, value: Any, shapes: tuple[Shape, ...],
 
 __all__ = [
     "Config", "TimingSettings", "ParitySettings", "Reference", "RefFigure", "FigureTable",
-    "load_config", "config_from_dict", "DEFAULT_CONFIG", "CONFIG_DIR", "LAYOUTS", "DATA_KINDS", "OUT_DTYPES", "HEAD_DIMS",
+    "load_config", "config_from_dict", "resolve_config_path", "packaged_configs", "DEFAULT_CONFIG", "CONFIG_DIR", "LAYOUTS", "DATA_KINDS", "OUT_DTYPES", "HEAD_DIMS",
 ]

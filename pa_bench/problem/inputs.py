@@ -541,6 +541,42 @@ def check_config_data(config) -> Capture | None:
     return cap
 
 
+def capture_overrides(config, path: str | Path, *, shapes: str | None, heads_given: bool,
+                      head_dim_given: bool) -> tuple[dict, str, str | None]:
+    """``--data FILE.npz``: the overrides that run ``config`` on the capture, the shapes to run,
+    and a notice (None where the config already asks for what the capture holds).
+
+    What the command line did not give (shapes, heads, head dim) comes from the capture. Where
+    that replaces the config's own, the run is named after the data file (``cap.npz`` -> run
+    ``cap``), not after a config whose shapes it does not run, and the notice says so."""
+    cap = read_capture(path)
+    overrides: dict = {"data": "npz", "data_file": str(path)}
+    replaced = []
+    if shapes is None:
+        shapes = cap.shape.spec
+        if [(s.context, s.queries) for s in config.shapes] != [(cap.shape.context, cap.queries)]:
+            replaced.append("shapes")
+    if not heads_given:
+        overrides.update(heads_q=cap.heads_q, heads_kv=cap.heads_kv)
+        if (config.heads_q, config.heads_kv) != (cap.heads_q, cap.heads_kv):
+            replaced.append("heads")
+    if not head_dim_given:
+        overrides["head_dim"] = cap.head_dim
+        if config.head_dim != cap.head_dim:
+            replaced.append("head_dim")
+    if not replaced:
+        return overrides, shapes, None
+    name = Path(path).stem
+    overrides.update(name=name, description=f"{config.name}'s settings on the chunk captured in "
+                     f"{Path(path).name} ({cap.shape.spec}, heads {cap.heads_q}/{cap.heads_kv}, "
+                     f"head_dim {cap.head_dim})")
+    note = (f"note: {Path(path).name} holds {cap.shape.spec} with heads {cap.heads_q}/{cap.heads_kv}, "
+            f"head_dim {cap.head_dim}: the run takes the capture's {', '.join(replaced)} instead "
+            f"of {config.name}'s and is named {name!r} (give --shapes/--heads/--head-dim to say "
+            "what to run)")
+    return overrides, shapes, note
+
+
 def npz_shape(path: str | Path) -> Shape:
     """The shape (ctx x Nq) that an ``.npz`` capture holds."""
     return read_capture(path).shape

@@ -190,11 +190,13 @@ def make_plan(config: Config, shapes: str | Sequence[str | Shape] | None = None,
 
 
 def _keep_config_labels(config: Config, shapes) -> list[Shape]:
-    from pa_bench.problem.shapes import parse_shapes
+    from pa_bench.problem.shapes import parse_shapes, split_shape_list
 
     by_dims = {(s.context, s.queries): s for s in config.shapes}
     by_label = {s.label: s for s in config.shapes}
-    items = shapes.split(",") if isinstance(shapes, str) else list(shapes)
+    items = split_shape_list(shapes) if isinstance(shapes, str) else list(shapes)
+    if not items:
+        parse_shapes(shapes)  # "no shapes given in ..." with the text as typed
     resolved: list[Shape | str] = []
     for item in items:
         if isinstance(item, str) and item.strip() in by_label:  # --shapes 1.5K

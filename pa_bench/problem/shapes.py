@@ -93,17 +93,34 @@ def parse_shape(text: str, label: str | None = None) -> Shape:
     return Shape(context=context, queries=queries, label=compact if label is None else str(label))
 
 
+def split_shape_list(text: str) -> list[str]:
+    """The items of a comma list of shapes. One trailing comma is allowed (``1Kx5,``); any other
+    empty item (``1Kx5,,``, ``1Kx5,,2Kx8``) is a typo that would silently drop a shape: an error.
+    A list with no shape at all gives [] (the caller says that nothing was given)."""
+    items = text.split(",")
+    if len(items) > 1 and not items[-1].strip():
+        items = items[:-1]  # the trailing comma
+    if not any(i.strip() for i in items):
+        return []
+    for n, item in enumerate(items, start=1):
+        if not item.strip():
+            raise ShapeError(f"bad shape list {text!r}: item {n} of {len(items)} is empty "
+                             f"(remove the extra comma); expected a comma list of {GRAMMAR}")
+    return items
+
+
 def parse_shapes(text: str | Iterable[str | Shape]) -> tuple[Shape, ...]:
     """Parse a comma-separated list (``"32Kx1024,64Kx512"``) or a list of strings/Shapes.
 
-    Empty items (a trailing comma) are ignored; an empty list or a shape given twice is an error.
+    One trailing comma is allowed; any other empty item (:func:`split_shape_list`), an empty
+    list or a shape given twice is an error.
     """
-    items = text.split(",") if isinstance(text, str) else list(text)
+    items = split_shape_list(text) if isinstance(text, str) else list(text)
     shapes: list[Shape] = []
     seen: dict[tuple[int, int], str] = {}
     for item in items:
         if isinstance(item, str) and not item.strip():
-            continue
+            raise ShapeError(f"bad shape list {text!r}: an empty shape; expected {GRAMMAR}")
         shape = parse_shape(item)
         key = (shape.context, shape.queries)
         if key in seen:

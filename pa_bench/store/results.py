@@ -12,11 +12,18 @@ Layout of a run directory:
 
 `run-id` = `YYYYmmdd-HHMMSS-<config>-<backend>` (UTC); if that directory exists a suffix
 `-2`, `-3`, ... is added. Every file is written through a temporary file and `os.replace`,
-so a reader never sees half a file.
+so a reader never sees half a file, with a plain write's permissions (group-readable under the
+usual umask). A run whose meta.json is missing or not JSON, or whose records.csv was cut
+short, is refused in one line (:class:`~pa_bench.errors.DamagedRun`).
+
+A user's runs are `results/<run-id>/`; the committed runs the README quotes are
+`results/reference/<gpu>/<run-id>/`: read by `report` and `compare`, never picked as "the newest
+run" and never written into.
 """
 
 from __future__ import annotations
 
+import csv
 import datetime as _dt
 import io
 import json
@@ -29,7 +36,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pa_bench.errors import ResultsNotWritable, RunError, RunNotFound
+from pa_bench.errors import DamagedRun, ResultsNotWritable, RunError, RunNotFound
+from pa_bench.fmt import one_line as fmt_one_line
 from pa_bench.store.records import STATUS_OK, Record, read_csv, write_csv
 from pa_bench.store.schema import SCHEMA_VERSION, RunMeta, migrate_series_v2, upgrade_meta, version_of
 
@@ -38,6 +46,8 @@ SAMPLES_FILE = "samples.json"
 CLOCKS_FILE = "clocks.json"
 META_FILE = "meta.json"
 REPORT_FILE = "report.md"
+#: Committed runs live in `results/reference/<gpu>/<run-id>/` (read, never written by pa-bench).
+REFERENCE_DIR = "reference"
 
 _TS_FORMAT = "%Y%m%d-%H%M%S"
 _RUN_ID_RE = re.compile(r"^(?P<ts>\d{8}-\d{6})-(?P<rest>.+?)(?:-(?P<n>\d+))?$")
@@ -86,10 +96,20 @@ def _git(repo_path: str | Path, *args: str) -> str | None:
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 
+def _file_mode() -> int:
+    """The mode a plain ``open()`` would give a new file: 0o666 less the umask (mkstemp's files
+    are 0600, which would hide a shared sweep from the rest of a lab's group)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def _atomic_write_text(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file in the same directory and os.replace."""
+    """Write `text` to `path` through a temporary file in the same directory and os.replace;
+    the file gets the permissions of a plain write (readable by the group under umask 022)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, _file_mode())
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
             fh.write(text)
             fh.flush()
@@ -113,6 +133,31 @@ def _dump_series(d: dict[str, list]) -> str:
         return "{}\n"
     lines = [f"{json.dumps(k)}: {json.dumps(v, separators=(',', ':'))}" for k, v in d.items()]
     return "{\n" + ",\n".join(lines) + "\n}\n"
+
+
+def check_csv_complete(path: Path) -> None:
+    """Refuse (:class:`DamagedRun`, one line naming the file) a CSV that was cut short: pa-bench
+    ends every line with a newline and writes every field of every row, so a file whose end is
+    not a newline, or a row with fewer or more fields than the header, was truncated or edited."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise DamagedRun(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise DamagedRun(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if not text:
+        raise DamagedRun(f"{path}: empty (not even the header): the file is damaged")
+    if not text.endswith("\n"):
+        raise DamagedRun(f"{path}: cut short (its last line has no newline): the file is damaged")
+    rows = csv.reader(io.StringIO(text, newline=""))
+    try:
+        width = len(next(rows))
+        for row in rows:
+            if len(row) != width:
+                raise DamagedRun(f"{path}, line {rows.line_num}: {len(row)} fields, the header has "
+                                 f"{width}: the file is damaged (truncated or edited)")
+    except csv.Error as exc:
+        raise DamagedRun(f"{path}, line {rows.line_num}: {exc}: the file is damaged") from None
 
 
 class RunDir:
@@ -185,10 +230,31 @@ class RunDir:
         try:
             meta = json.loads(self.meta_path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            raise RunError(f"{self.meta_path}: unreadable meta.json ({exc})") from None
+            raise DamagedRun(f"{self.meta_path}: unreadable meta.json ({fmt_one_line(exc)})") from None
         if not isinstance(meta, dict):
-            raise RunError(f"{self.meta_path}: meta.json is not a JSON object")
+            raise DamagedRun(f"{self.meta_path}: meta.json is not a JSON object")
         return upgrade_meta(meta, str(self.meta_path))
+
+    def check_files(self) -> None:
+        """Refuse a damaged run in one line (:class:`DamagedRun`): meta.json missing (every run
+        writes it before its first row) or unreadable, records.csv cut short."""
+        if not self.meta_path.is_file():
+            raise DamagedRun(f"{self.meta_path}: missing (pa-bench writes it before any row): "
+                             "the run directory is damaged or incomplete")
+        self.read_meta()
+        self.records()
+
+    def finish_meta(self, *, resumed: bool, wall_seconds: float, phase_seconds: dict,
+                    **values: Any) -> dict[str, Any]:
+        """Record a command's end: ``values`` (status, finished ...) and its own seconds. A
+        resumed run keeps the first command's ``wall_seconds`` and ``phase_seconds`` and gives
+        the resume's own to its entry in ``resumes``."""
+        if not resumed:
+            return self.update_meta(wall_seconds=wall_seconds, phase_seconds=phase_seconds, **values)
+        meta = self.read_meta()
+        resumes = [dict(r) for r in meta.get("resumes") or []] or [{}]
+        resumes[-1].update(wall_seconds=wall_seconds, phase_seconds=phase_seconds)
+        return self.update_meta(resumes=resumes, **values)
 
     def meta(self) -> RunMeta:
         """meta.json typed (an older schema migrated; an empty RunMeta if there is none yet)."""
@@ -199,7 +265,11 @@ class RunDir:
         """The run's records in file order ([] if none yet)."""
         if not self.records_path.exists():
             return []
-        return read_csv(self.records_path)
+        check_csv_complete(self.records_path)
+        try:
+            return read_csv(self.records_path)
+        except RunError as exc:  # a value that does not parse: the file is damaged
+            raise DamagedRun(str(exc)) from None
 
     def save_record(self, record: Record) -> None:
         """Add a record, replacing the row with the same (shape, variant) in place, and
@@ -319,14 +389,31 @@ def new_run_dir(
     raise RunError(f"too many runs named {base} under {root}")
 
 
+def is_reference_run(path: str | Path) -> bool:
+    """Whether ``path`` is a committed reference run: it lies under ``results/reference/``
+    (``results/reference/<gpu>/<run-id>/``), where the README's figures come from. pa-bench
+    reads such a run but never writes into it."""
+    parts = Path(path).resolve().parts
+    return any(a == "results" and b == REFERENCE_DIR for a, b in zip(parts, parts[1:]))
+
+
+def _reference_run(root: Path, run_id: str) -> Path | None:
+    """``root/reference/<gpu>/<run_id>`` where exactly one GPU folder holds that run id."""
+    found = [p for p in (root / REFERENCE_DIR).glob(f"*/{run_id}") if p.is_dir()]
+    return found[0] if len(found) == 1 else None
+
+
 def open_run(path: str | Path, root: str | Path | None = None) -> RunDir:
     """Reopen an existing run (for --resume, report, compare).
 
-    `path` is a run directory, or a run id under `root`. It must hold records.csv or meta.json.
+    `path` is a run directory, or a run id under `root` (or under `root/reference/<gpu>/`). It
+    must hold records.csv or meta.json.
     """
     p = Path(path)
     if not p.is_dir() and root is not None and (Path(root) / p).is_dir():
         p = Path(root) / p
+    if not p.is_dir() and root is not None and len(p.parts) == 1:
+        p = _reference_run(Path(root), p.name) or p
     if not p.is_dir():
         raise RunNotFound(f"no run directory {path}")
     if not ((p / RECORDS_FILE).exists() or (p / META_FILE).exists()):
@@ -354,12 +441,65 @@ def _run_sort_key(path: Path) -> tuple[float, int, float, str]:
 
 
 def newest_runs(root: str | Path, n: int = 1) -> list[RunDir]:
-    """The `n` newest runs under `root` that hold records.csv, oldest first, newest LAST
-    (so `a, b = newest_runs(root, 2)` gives the earlier run as A). Ordered by the run id's
-    timestamp and suffix, else by records.csv's mtime. [] if there are none."""
+    """The `n` newest of a user's runs under `root` that hold records.csv, oldest first, newest
+    LAST (so `a, b = newest_runs(root, 2)` gives the earlier run as A). Ordered by the run id's
+    timestamp and suffix, else by records.csv's mtime. [] if there are none. Only `root`'s own
+    run directories count: the committed runs under `root/reference/` never do."""
     root = Path(root)
     if not root.is_dir() or n <= 0:
         return []
-    runs = [p for p in root.iterdir() if p.is_dir() and (p / RECORDS_FILE).is_file()]
+    runs = [p for p in root.iterdir() if p.is_dir() and p.name != REFERENCE_DIR
+            and (p / RECORDS_FILE).is_file()]
     runs.sort(key=_run_sort_key)
     return [RunDir(p) for p in runs[-n:]]
+
+
+def reference_runs(root: str | Path) -> list[RunDir]:
+    """The committed runs under ``root/reference/<gpu>/``, oldest first (as newest_runs)."""
+    base = Path(root) / REFERENCE_DIR
+    if not base.is_dir():
+        return []
+    runs = [p for p in base.glob("*/*") if p.is_dir() and (p / RECORDS_FILE).is_file()]
+    runs.sort(key=_run_sort_key)
+    return [RunDir(p) for p in runs]
+
+
+def _same_config(runs: list[RunDir], n: int) -> list[RunDir]:
+    """The newest ``n`` of ``runs`` (oldest first) that share a config and backend (their run ids
+    after the time stamp): runs that can be compared. [] if no config has ``n``."""
+    groups: dict[str, list[RunDir]] = {}
+    for run in runs:
+        m = _RUN_ID_RE.match(run.run_id)
+        groups.setdefault(m.group("rest") if m else run.run_id, []).append(run)
+    full = [g[-n:] for g in groups.values() if len(g) >= n]
+    return max(full, key=lambda g: _run_sort_key(g[-1].path)) if full else []
+
+
+def pick_runs(names: Sequence[str], root: str | Path, n: int, command: str = "report") -> list[RunDir]:
+    """The runs ``names`` names (paths, or run ids under ``root``), else the ``n`` newest of a
+    user's runs under ``root`` (never a committed reference run). With too few, one line
+    (:class:`RunNotFound`) that says how to make a run or which runs can be named instead."""
+    if names:
+        return [open_run(r, root=root) for r in names]
+    found = newest_runs(root, n)
+    if len(found) >= n:
+        return found
+    have = f"only {len(found)} run" if found else ("no runs" if n == 1 else "no two runs")
+    needs = "" if n == 1 else " (it needs two)"
+    refs = _same_config(reference_runs(root), n)
+    if refs:
+        example = " ".join(str(r.path) for r in refs)
+        named = f"or name {'one' if n == 1 else 'two'}, e.g. pa-bench {command} {example}"
+    else:
+        named = f"or name {'the run' if n == 1 else 'the two runs'}"
+    raise RunNotFound(f"{have} of yours under {root}/ to {command}{needs}: make one with "
+                      f"'pa-bench run configs/smoke.yaml' (seconds on a CPU), {named}")
+
+
+def open_run_to_resume(path: str | Path, root: str | Path | None = None) -> RunDir:
+    """A run that ``--resume`` may write into: any run but a committed reference run."""
+    run = open_run(path, root=root)
+    if is_reference_run(run.path):
+        raise RunNotFound(f"{run.path} is a committed reference run: it is not resumed or "
+                          "written into (run the config again for a run of your own)")
+    return run
