@@ -68,7 +68,7 @@ REL_TOL, ABS_TOL_MS = 0.03, 0.003
 # kernel at 0x1536 on the H200: 97.6-111.6 us over 40 calls), so its median over a few calls is
 # itself uncertain by more than 1 %. Short calls get more reps: about REP_BUDGET_MS of GPU time per
 # row (pa-bench's own median says how long a call is), at least --reps, at most MAX_REPS.
-REP_BUDGET_MS, MAX_REPS = 1.0, 10     # ncu spends about a third of a second per profiled kernel
+REP_BUDGET_MS, MAX_REPS = 1.0, 8      # ncu spends about a third of a second per profiled kernel
 PROCESSES = 3                         # fresh ncu processes per row (ncu's own figure moves between them)
 METRIC = "gpu__time_duration.sum"
 _MS_PER_UNIT = {"nsecond": 1e-6, "ns": 1e-6, "usecond": 1e-3, "us": 1e-3, "msecond": 1.0, "ms": 1.0,

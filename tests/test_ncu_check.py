@@ -169,7 +169,7 @@ def test_one_process_alone_would_have_failed_the_same_row():
 def test_short_calls_get_more_reps_within_the_cap():
     assert ncu_check.reps_for(1.5, 5) == 5                    # a long call: the base
     assert ncu_check.reps_for(0.15, 5) == 7                   # 1 ms of GPU time
-    assert ncu_check.reps_for(0.05, 10) == ncu_check.MAX_REPS
+    assert ncu_check.reps_for(0.05, 5) == ncu_check.MAX_REPS
     assert ncu_check.reps_for(None, 10) == 10                 # not timed by pa-bench: the base
     assert ncu_check.reps_for(0.05, 80) == 80                 # the cap never lowers --reps
     assert ncu_check.reps_map("0:6:40,3:5:10") == {(0, 6): 40, (3, 5): 10}
