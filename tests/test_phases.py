@@ -26,14 +26,19 @@ class Recorder:
     def __init__(self):
         self.calls: list[tuple[str, object]] = []
 
-    def start(self, total, description):
+    def start(self, total, description, work=0.0):
         self.calls.append(("start", total))
+        self.work = work
 
     def update(self, description):
         self.calls.append(("update", description))
 
-    def advance(self, n=1):
+    def variant(self, name):
+        self.calls.append(("variant", name))
+
+    def advance(self, n=1, work=0.0, ran=True):
         self.calls.append(("advance", n))
+        self.done = getattr(self, "done", 0.0) + (work if ran else 0.0)
 
     def phase(self, name):
         self.calls.append(("phase", name))
@@ -148,7 +153,7 @@ print("matplotlib" in sys.modules)
 
 
 def test_the_cli_progress_names_the_shape_and_phase_in_a_log(capsys):
-    from pa_bench.cli import RichProgress
+    from pa_bench.present.console import RichProgress
 
     progress = RichProgress()  # stderr is not a terminal here: heartbeat lines, no bar
     progress.start(2, "parity long on cuda")
