@@ -1,158 +1,27 @@
-"""The ``pa-bench`` command line (click): parse the options, call the library, choose the exit code.
+"""The ``pa-bench`` command line (click): parse the options, call the library.
 
 Commands: ``parity``, ``time``, ``run``, ``report``, ``compare``, ``merge``, ``kernels``,
 ``env``, ``prompt``. What they print is pa_bench.present.console's: tables on stdout, progress
-and notes on stderr; ``--json`` prints machine output on stdout instead of tables. Every
-:class:`~pa_bench.errors.PaBenchError`, usage error or unreadable file is one line
-``error: <message>`` on stderr and a non-zero exit (2 for bad input), never a traceback; Ctrl-C
-says where the finished rows are kept and exits 130.
+and notes on stderr; ``--json`` prints machine output on stdout instead of tables. How a
+command ends (exit codes, every error as one line ``error: ...``) is pa_bench.exits'.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import os
-import signal
 import sys
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import click
 
 from pa_bench import __version__
 from pa_bench import fmt
-from pa_bench.errors import BackendUnavailable, PaBenchError
+from pa_bench.exits import CliFailure, PaBenchGroup
+from pa_bench.options import DEFAULT_RESULTS, RunOptions, build_backend, load_run_config, resolve_runs
 from pa_bench.present import console
 from pa_bench.variants import names as variant_names
-
-EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT)
-EXIT_TERMINATED = 143  # SIGTERM: 128 + 15, as a shell reports it
-DEFAULT_RESULTS = "results"
-DEBUG_ENV = "PA_BENCH_DEBUG"  # set to 1 to see the traceback of an unexpected error
-RESUMABLE = ("run", "parity", "time")  # the commands that take --resume (prompt starts over)
-
-
-class Interrupted(Exception):
-    """Ctrl-C inside a command, as an ordinary exception: click would print 'Aborted!'."""
-
-    def __init__(self, run_dir: Path | None):
-        super().__init__(str(run_dir))
-        self.run_dir = run_dir
-
-
-class CliFailure(Exception):
-    """A command finished but its verdict is a failure (parity failed, a slowdown): exit 1."""
-
-    def __init__(self, message: str, exit_code: int = 1):
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where Ctrl-C would be, so that a run stops the same way."""
-
-
-# --------------------------------------------------------------------------- the group
-
-
-class PaBenchGroup(click.Group):
-    """A click group whose errors are one line on stderr and an exit code, never a traceback."""
-
-    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
-        argv = list(sys.argv[1:] if args is None else args)
-        obj = extra.setdefault("obj", {})
-        if isinstance(obj, dict):
-            obj.setdefault("argv", ["pa-bench", *map(str, argv)])  # recorded in meta.json
-        with _sigterm_as_interrupt():
-            code = self._main(args if argv else ["--help"], prog_name or "pa-bench", complete_var,
-                              **extra)
-        if standalone_mode:
-            sys.exit(code)
-        return code
-
-    def invoke(self, ctx):
-        try:
-            return super().invoke(ctx)
-        except KeyboardInterrupt as exc:  # before click turns it into Abort and loses the run
-            raise Interrupted(getattr(exc, "run_dir", None)) from None
-
-    def _main(self, args, prog_name, complete_var, **extra) -> int:
-        try:
-            rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
-                              standalone_mode=False, **extra)
-            return rv if isinstance(rv, int) else 0
-        except click.exceptions.Exit as exc:
-            return exc.exit_code
-        except click.ClickException as exc:
-            hint = ""
-            if isinstance(exc, click.UsageError) and exc.ctx is not None:
-                hint = f" (see '{exc.ctx.command_path} --help')"
-            return _fail(fmt.one_line(exc.format_message()) + hint, exc.exit_code)
-        except click.exceptions.Abort:
-            return _interrupted(None)
-        except (Interrupted, KeyboardInterrupt) as exc:
-            return _interrupted(getattr(exc, "run_dir", None), _resumable(args))
-        except CliFailure as exc:
-            return _fail(str(exc), exc.exit_code)
-        except PaBenchError as exc:
-            return _fail(fmt.one_line(str(exc)), exc.exit_code)
-        except FileNotFoundError as exc:
-            return _fail(f"no such file: {exc.filename or fmt.one_line(str(exc))}", 2)
-        except OSError as exc:
-            where = f"{exc.filename}: " if exc.filename else ""
-            return _fail(f"{where}{exc.strerror or fmt.one_line(str(exc))}", 1)
-        except Exception as exc:  # a bug: still one line, with a way to get the traceback
-            if os.environ.get(DEBUG_ENV):
-                raise
-            return _fail(f"internal error: {type(exc).__name__}: {fmt.one_line(str(exc))} "
-                         f"(set {DEBUG_ENV}=1 for the traceback)", 1)
-
-
-def _fail(message: str, code: int) -> int:
-    console.note(f"error: {message}")
-    return code
-
-
-_signals = {"term": False}
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt():
-    """While a command runs, SIGTERM raises :class:`Terminated` (a KeyboardInterrupt): the
-    runner marks the run interrupted and the CLI says where its rows are, as for Ctrl-C."""
-    def on_term(signum, frame):
-        _signals["term"] = True
-        raise Terminated()
-
-    _signals["term"] = False
-    try:
-        previous = signal.signal(signal.SIGTERM, on_term)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _resumable(args) -> bool:
-    """Whether the command in ``args`` (the argv after the program) takes --resume."""
-    words = [a for a in (args or sys.argv[1:]) if not str(a).startswith("-")]
-    return bool(words) and words[0] in RESUMABLE
-
-
-def _interrupted(run_dir: Path | None, resumable: bool = True) -> int:
-    what, code = ("terminated (SIGTERM)", EXIT_TERMINATED) if _signals["term"] else \
-        ("interrupted", EXIT_INTERRUPTED)
-    if run_dir is None:
-        console.note(what)
-    else:
-        again = f"resume with --resume {run_dir}" if resumable else "run the command again to start over"
-        console.note(f"{what}: finished rows kept in {run_dir}; {again}")
-    return code
 
 
 @click.group(cls=PaBenchGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -229,47 +98,6 @@ def _sample_rows(_ctx, _param, value: str | None) -> int | None:
 def _profile_flag(ctx: click.Context, _param, value: bool) -> None:
     if value:
         ctx.meta["pa_bench.profile"] = True
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """The options parity, time, run and prompt share, parsed once (None: not given)."""
-
-    config_path: str | None = None
-    shapes: str | None = None
-    variants: tuple[str, ...] | None = None
-    backend: str = "auto"
-    layout: str | None = None
-    page: int | None = None
-    heads: tuple[int, int] | None = None  # (query heads, KV heads)
-    head_dim: int | None = None
-    data: str | None = None  # a data kind, or the path of a capture (.npz)
-    seed: int | None = None
-    force_turing: bool | None = None
-    results_root: str = DEFAULT_RESULTS
-    resume: str | None = None
-    as_json: bool = False
-    wide: bool = False
-    sample_rows: int | None = None  # 0: every row
-    hot: bool | None = None
-    max_seconds: float | None = None
-
-    @property
-    def capture(self) -> str | None:
-        """``--data``'s file when it names a capture rather than a data kind."""
-        data = self.data
-        return data if data is not None and (data.endswith(".npz") or os.sep in data) else None
-
-    def overrides(self) -> dict[str, Any]:
-        """The given options as ``Config.with_overrides`` keys (None: keep the config's)."""
-        hq, hkv = self.heads or (None, None)
-        out: dict[str, Any] = dict(layout=self.layout, page=self.page, heads_q=hq, heads_kv=hkv,
-                                   head_dim=self.head_dim, seed=self.seed,
-                                   force_turing=self.force_turing, hot=self.hot,
-                                   max_seconds=self.max_seconds, data=self.data)
-        if self.capture is not None:
-            out.update(data="npz", data_file=self.capture)
-        return out
 
 
 OPTIONS: dict[str, Callable] = {
@@ -350,56 +178,6 @@ def with_options(*names: str) -> Callable:
 # --------------------------------------------------------------------------- building objects
 
 
-def load_run_config(opts: RunOptions):
-    """The config file (or the resumed run's own) with the command line's overrides applied."""
-    from pa_bench.problem.config import DEFAULT_CONFIG, load_config
-    from pa_bench.problem.inputs import check_config_data, read_capture
-    from pa_bench.problem.plan import make_plan
-
-    if opts.config_path is None and opts.resume is not None:
-        config = _resumed_config(opts.resume, opts.results_root)
-    else:
-        config = load_config(opts.config_path or DEFAULT_CONFIG)
-    overrides, shapes = opts.overrides(), opts.shapes
-    if opts.capture is not None:  # what the capture holds fixes what the command line left open
-        cap = read_capture(opts.capture)
-        if opts.heads is None:
-            overrides.update(heads_q=cap.heads_q, heads_kv=cap.heads_kv)
-        if opts.head_dim is None:
-            overrides["head_dim"] = cap.head_dim
-        shapes = shapes if shapes is not None else cap.shape.spec
-    config = config.with_overrides(**overrides)
-    if shapes is not None or opts.variants is not None:
-        variants = None if opts.variants is None else list(opts.variants)
-        config = make_plan(config, shapes=shapes, variants=variants).config
-    check_config_data(config)  # unusable data stops here, before any row runs
-    return config
-
-
-def _resumed_config(resume: str, results_root: str):
-    """The config a resumed run was made with, as its meta.json stores it (so --resume alone
-    carries on with the same settings, even where the YAML file has changed since)."""
-    from pa_bench.problem.config import config_from_dict
-    from pa_bench.store.results import open_run
-
-    run = open_run(resume, root=results_root)
-    meta = run.meta()
-    return config_from_dict(meta.config, where=f"{run.path}/meta.json", path=meta.config_path)
-
-
-def build_backend(name: str, config, *, needs_timing: bool = False):
-    """The backend for ``--backend``; ``auto`` falls back to numpy with a one-line notice,
-    except for a command that only times (it needs the GPU)."""
-    from pa_bench.backends import cuda_problem, cuda_unavailable_message, make_backend
-
-    if needs_timing and name == "auto":
-        problem = cuda_problem()
-        if problem is not None:
-            raise BackendUnavailable("timing " + cuda_unavailable_message(problem)
-                                     .replace("the cuda backend needs", "needs", 1))
-    return make_backend(name, config, notice=console.note)
-
-
 def _command_line() -> list[str]:
     """The command as typed (``pa-bench ...``), for meta.json."""
     ctx = click.get_current_context(silent=True)
@@ -448,31 +226,24 @@ def _write_profile(profile, run_dir: Path | None) -> None:
             console.note(summary)
 
 
-def _show(mode: str, run_path: Path, config, opts: RunOptions) -> list:
-    """The run's records as JSON or as tables; returns them."""
+def _finish(mode: str, run_path: Path, config, opts: RunOptions) -> None:
+    """The run as JSON or as tables, where it is, and exit 1 if a row failed."""
     from pa_bench.store.results import open_run
 
-    run = open_run(run_path)
-    records = run.records()
+    run_dir = open_run(run_path)
+    records, meta = run_dir.records(), run_dir.meta()
+    summary = meta.prompt or {}
     if opts.as_json:
-        console.print_json({"run": str(run_path), "records": [r.to_dict() for r in records]})
+        console.print_json({"run": str(run_path), **({"prompt": summary} if mode == "prompt" else {}),
+                            "records": [r.to_dict() for r in records]})
     else:
         timed = mode == "time" or (mode == "run" and any(r.ms_median is not None for r in records))
-        console.show_run(records, run.meta().backend, config, parity=mode in ("parity", "run"),
-                         timing=timed, wide=opts.wide)
-    return records
-
-
-def _verdict(run_path: Path, records) -> None:
-    """Where the results are, and exit 1 if a row failed parity or failed to run."""
+        console.show_run(records, meta.backend, config, parity=mode != "time", timing=timed,
+                         wide=opts.wide)
+        if mode == "prompt":
+            console.show_prompt(summary, meta.backend.get("gpu"), wide=opts.wide)
     console.note(f"run directory: {run_path} (report: {run_path / 'report.md'})")
-    named = lambda rows: ", ".join(f"{r.display_shape} {r.variant}" for r in rows)  # noqa: E731
-    bad_parity = [r for r in records if r.parity_pass is False]
-    nondet = [r for r in records if r.deterministic is False]
-    failed = [r for r in records if r.status == "failed"]
-    problems = ([f"parity failed for {named(bad_parity)}"] if bad_parity else []) + \
-        ([f"not deterministic: {named(nondet)}"] if nondet else []) + \
-        ([f"{len(failed)} row(s) failed to run: {named(failed)}"] if failed else [])
+    problems = console.failures(records, summary)
     if problems:
         raise CliFailure("; ".join(problems))
 
@@ -487,12 +258,11 @@ def _verdict(run_path: Path, records) -> None:
 def parity(opts: RunOptions, save_outputs):
     """Error of every variant against an FP64 reference, judged against the numerics model."""
     config = load_run_config(opts)
-    path = _run_command("parity", config, build_backend(opts.backend, config), opts,
+    path = _run_command("parity", config, build_backend(opts.backend, config, console.note), opts,
                         save_outputs=save_outputs)
-    records = _show("parity", path, config, opts)
     if save_outputs:
         console.note(f"outputs written under {save_outputs}")
-    _verdict(path, records)
+    _finish("parity", path, config, opts)
 
 
 @cli.command("time")
@@ -500,8 +270,8 @@ def parity(opts: RunOptions, save_outputs):
 def time_cmd(opts: RunOptions):
     """Time per chunk (CUDA events, L2 flushed before each launch; variants interleaved)."""
     config = load_run_config(opts)
-    path = _run_command("time", config, build_backend(opts.backend, config, needs_timing=True), opts)
-    _verdict(path, _show("time", path, config, opts))
+    path = _run_command("time", config, build_backend(opts.backend, config, console.note, needs_timing=True), opts)
+    _finish("time", path, config, opts)
 
 
 @cli.command()
@@ -539,23 +309,8 @@ def run(opts: RunOptions, shard, devices):
         finally:
             progress.stop()
     else:
-        path = _run_command("run", config, build_backend(opts.backend, config), opts, shard=shard)
-    _verdict(path, _show("run", path, config, opts))
-
-
-def _resolve_runs(runs: tuple[str, ...], results_root: str, n: int) -> list:
-    """Runs named on the command line (paths or ids under --results), else the n newest."""
-    from pa_bench.errors import RunNotFound
-    from pa_bench.store.results import newest_runs, open_run
-
-    if runs:
-        return [open_run(r, root=results_root) for r in runs]
-    found = newest_runs(results_root, n)
-    if len(found) < n:
-        have = f"only {len(found)}" if found else "none"
-        raise RunNotFound(f"no{'' if n == 1 else ' two'} runs to use under {results_root}/ ({have} "
-                          f"with records.csv); run 'pa-bench run' first or name the run(s)")
-    return found
+        path = _run_command("run", config, build_backend(opts.backend, config, console.note), opts, shard=shard)
+    _finish("run", path, config, opts)
 
 
 def _results_option(help_text: str) -> Callable:
@@ -578,7 +333,7 @@ def report(runs, output, results_root, no_plots, as_json):
     """
     from pa_bench.present import report as report_mod
 
-    found = _resolve_runs(runs, results_root, 1)
+    found = resolve_runs(runs, results_root, 1)
     if output and len(found) > 1:
         raise click.UsageError("-o takes one run; without -o each run gets its own report.md")
     written = []
@@ -641,7 +396,7 @@ def compare(runs, results_root, min_change, fail_on_slowdown, as_json, wide):
 
     if len(runs) not in (0, 2):
         raise click.UsageError("compare takes two runs (A then B), or none for the two newest")
-    run_a, run_b = _resolve_runs(runs, results_root, 2)
+    run_a, run_b = resolve_runs(runs, results_root, 2)
     df = compare_mod.compare_runs(run_a, run_b, min_change=min_change)
     warnings = list(df.attrs.get("warnings", []))
     if as_json:
@@ -652,15 +407,8 @@ def compare(runs, results_root, min_change, fail_on_slowdown, as_json, wide):
         console.show_compare(df, wide=wide)
     for w in warnings:
         console.note(f"warning: {w}")
-    problems = []
-    if fail_on_slowdown and compare_mod.has_slowdown(df):
-        problems.append("B is slower than A beyond noise on " + ", ".join(
-            f"{r['shape']} {r['variant']}" for r in df.to_dict(orient="records")
-            if r["verdict"] == "slower"))
-    if fail_on_slowdown and compare_mod.has_parity_regression(df):
-        problems.append("parity regressed (pass -> fail)")
-    if problems:
-        raise CliFailure("; ".join(problems))
+    if fail_on_slowdown and compare_mod.regressions(df):
+        raise CliFailure("; ".join(compare_mod.regressions(df)))
 
 
 @cli.command()
@@ -714,12 +462,11 @@ def prompt(opts: RunOptions, tokens, chunk, measure):
     configs/prompt98k.yaml (the PR's 98K-token prompt in 1024-token chunks).
     """
     from pa_bench import prompt as prompt_mod
-    from pa_bench.store.results import open_run
 
     pc = prompt_mod.load_prompt_config(
         opts.config_path, tokens=tokens, chunk=chunk, measure=measure,
         variants=None if opts.variants is None else list(opts.variants), **opts.overrides())
-    be = build_backend(opts.backend, pc.config)
+    be = build_backend(opts.backend, pc.config, console.note)
     progress = console.RichProgress()
     try:
         path = prompt_mod.run_prompt(pc, be, results_root=opts.results_root,
@@ -727,19 +474,7 @@ def prompt(opts: RunOptions, tokens, chunk, measure):
                                      command=_command_line())
     finally:
         progress.stop()
-    run_dir = open_run(path)
-    records, summary = run_dir.records(), run_dir.meta().prompt or {}
-    if opts.as_json:
-        console.print_json({"run": str(path), "prompt": summary,
-                            "records": [r.to_dict() for r in records]})
-    else:
-        console.show_run(records, run_dir.meta().backend, pc.config, parity=True, timing=False,
-                         wide=opts.wide)
-        console.show_prompt(summary, be.describe().get("gpu"), wide=opts.wide)
-    _verdict(path, records)
-    failed = [t["variant"] for t in summary.get("totals") or [] if t.get("failed")]
-    if failed:
-        raise CliFailure("timing failed on a chunk for " + ", ".join(failed) + " (see prompt.csv)")
+    _finish("prompt", path, pc.config, opts)
 
 
 __all__ = ["cli", "main"]

@@ -281,10 +281,10 @@ def test_report_json_lists_the_plots(tmp_path):
 
 
 def test_only_commands_that_take_resume_are_told_to_resume():
-    from pa_bench import cli as C
+    from pa_bench import exits as E
 
-    assert C._resumable(["run", "configs/smoke.yaml"]) and C._resumable(["parity", "--backend", "numpy"])
-    assert not C._resumable(["prompt", "--config", "configs/prompt98k.yaml"])
+    assert E._resumable(["run", "configs/smoke.yaml"]) and E._resumable(["parity", "--backend", "numpy"])
+    assert not E._resumable(["prompt", "--config", "configs/prompt98k.yaml"])
     # every command named resumable really takes --resume
-    for name in C.RESUMABLE:
-        assert any(p.name == "resume" for p in C.cli.commands[name].params), name
+    for name in E.RESUMABLE:
+        assert any(p.name == "resume" for p in cli.commands[name].params), name

@@ -157,6 +157,18 @@ def has_parity_regression(df) -> bool:
     return bool((df["parity_change"] == "regressed").any()) if len(df) else False
 
 
+def regressions(df) -> list[str]:
+    """What ``--fail-on-slowdown`` fails on: rows slower beyond noise, parity gone pass -> fail."""
+    out = []
+    if has_slowdown(df):
+        out.append("B is slower than A beyond noise on " + ", ".join(
+            f"{r['shape']} {r['variant']}" for r in df.to_dict(orient="records")
+            if r["verdict"] == "slower"))
+    if has_parity_regression(df):
+        out.append("parity regressed (pass -> fail)")
+    return out
+
+
 def _missing(x: Any) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x))
 

@@ -323,6 +323,20 @@ def show_run(records, backend_desc: dict, config, *, parity: bool, timing: bool,
                                                     for r, text in own if text])
 
 
+def failures(records, prompt: dict | None = None) -> list[str]:
+    """What makes a command fail (exit 1): rows that failed parity, were not deterministic or
+    failed to run, and a prompt's variants whose timing failed on a chunk."""
+    named = lambda rows: ", ".join(f"{r.display_shape} {r.variant}" for r in rows)  # noqa: E731
+    bad_parity = [r for r in records if r.parity_pass is False]
+    nondet = [r for r in records if r.deterministic is False]
+    failed = [r for r in records if r.status == "failed"]
+    timing = [t["variant"] for t in (prompt or {}).get("totals") or [] if t.get("failed")]
+    return ([f"parity failed for {named(bad_parity)}"] if bad_parity else []) + \
+        ([f"not deterministic: {named(nondet)}"] if nondet else []) + \
+        ([f"{len(failed)} row(s) failed to run: {named(failed)}"] if failed else []) + \
+        ([f"timing failed on a chunk for {', '.join(timing)} (see prompt.csv)"] if timing else [])
+
+
 def show_prompt(summary: dict, gpu: str | None, wide: bool = False) -> None:
     """The prompt read: how it was timed, its totals, and the PR's engine figure beside it."""
     from pa_bench.present import prompt_report as P
