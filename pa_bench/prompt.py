@@ -600,13 +600,9 @@ def run_prompt(pconfig: PromptConfig, backend, *, results_root: str | Path = "re
                                    "timing": round(time.time() - t0, 3)},
                     backend_meta=backend.meta())
     if write_report:
-        from pa_bench.present import report
+        from pa_bench.present.report import write_report_or_note
 
-        try:
-            report.write_report(run.path)
-        except Exception as exc:  # the rows are saved; a report problem must not lose the run
-            progress.log(f"note: report.md not written ({first_line(exc)}); "
-                         f"rebuild it with: pa-bench report {run.path}")
+        write_report_or_note(run.path, progress.log)
     return run.path
 
 

@@ -230,7 +230,9 @@ def _run(
     if write_report:  # after every record is saved; shown as the last phase
         with job.phases.phase("report"):
             # plots only where a run times and checks (matplotlib's first import is slow)
-            _write_report(run, progress, plots=mode == MODE_ALL)
+            from pa_bench.present.report import write_report_or_note
+
+            write_report_or_note(run.path, progress.log, plots=mode == MODE_ALL)
         run.update_meta(wall_seconds=round(time.time() - started, 3),
                         phase_seconds=job.phases.rounded())
     progress.stop()
@@ -246,16 +248,6 @@ def _sort_records(run: R.RunDir, plan) -> None:
                                              variants.get(r.variant, len(variants))))
     if [r.key() for r in ordered] != [r.key() for r in records]:
         run.write_records(ordered)
-
-
-def _write_report(run: R.RunDir, progress: Progress, plots: bool = True) -> None:
-    from pa_bench.present import report
-
-    try:
-        report.write_report(run.path, plots=plots)
-    except Exception as exc:  # the rows are saved; a report problem must not lose the run
-        progress.log(f"note: report.md not written ({first_line(exc)}); "
-                     f"rebuild it with: pa-bench report {run.path}")
 
 
 # --------------------------------------------------------------------------- meta

@@ -74,7 +74,7 @@ def test_merge_of_shards_equals_the_unsharded_run(runs, tmp_path):
     assert "shard" not in meta and meta["status"] == "complete"
     assert meta["config"] == open_run(whole).read_meta()["config"]
     from pa_bench.present.report import missing_rows
-    assert missing_rows(merged, meta) == []
+    assert missing_rows(merged, out.meta()) == []
 
 
 def test_a_missing_shard_is_named_by_the_report(runs, tmp_path):
