@@ -8,11 +8,9 @@ import json
 import shutil
 
 import pytest
-from click.testing import CliRunner
 
 from pa_bench import runner
 from pa_bench.backends.numpy import NumpyBackend
-from pa_bench.cli import cli
 from pa_bench.present.report import build_report
 from pa_bench.problem.config import CONFIG_DIR, load_config
 from pa_bench.problem.plan import make_plan
@@ -130,21 +128,19 @@ def test_merge_refuses_a_row_held_twice_with_other_values(runs, tmp_path):
         merge_runs([open_run(shards[0]), twin], RunDir(tmp_path / "m"))
 
 
-def test_merge_cli_one_line_exit_2_and_no_run_left(runs, tmp_path):
+def test_merge_cli_one_line_exit_2_and_no_run_left(one_line_error, invoke, runs, tmp_path):
     _whole, shards = runs
     other = copy_run(shards[1], tmp_path / "other")
     edit_meta(other, lambda m: m.update(seed=7))
-    res = CliRunner().invoke(cli, ["merge", str(shards[0]), str(other.path), "-o",
-                                   str(tmp_path / "m")])
+    res = invoke("merge", shards[0], other.path, "-o", tmp_path / "m")
     assert res.exit_code == 2
-    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: cannot merge") and "the seed" in lines[0]
+    assert one_line_error(res, "the seed").startswith("error: cannot merge")
     assert not (tmp_path / "m").exists()
 
-    res = CliRunner().invoke(cli, ["merge", *map(str, shards), "-o", str(tmp_path / "m")])
+    res = invoke("merge", *shards, "-o", tmp_path / "m")
     assert res.exit_code == 0, res.output
     assert len(open_run(tmp_path / "m").records()) == 8 and (tmp_path / "m" / "report.md").exists()
-    res = CliRunner().invoke(cli, ["merge", *map(str, shards), "-o", str(tmp_path / "m")])
+    res = invoke("merge", *shards, "-o", tmp_path / "m")
     assert res.exit_code == 2 and "is not an empty directory" in res.stderr
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from pa_bench import runner
 from pa_bench.problem.config import DEFAULT_CONFIG, load_config
-from pa_bench.errors import PaBenchError, RunError
+from pa_bench.errors import PaBenchError
 from pa_bench.resume import ResumeConflict
 from pa_bench.numerics.model import split_keys
 from pa_bench.backends.numpy import NumpyBackend
@@ -18,12 +18,10 @@ from pa_bench.store.records import COLUMNS
 from pa_bench.store.results import open_run
 from pa_bench.measure.timing import TimingResult
 
-SMOKE = DEFAULT_CONFIG.parent / "smoke.yaml"
-
 
 @pytest.fixture(scope="module")
-def smoke():
-    return load_config(SMOKE)
+def smoke(smoke_yaml):
+    return load_config(smoke_yaml)
 
 
 def tiny(config, shapes="256x64,1023x113", variants=None):
