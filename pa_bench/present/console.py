@@ -422,15 +422,16 @@ class RichProgress:
     """The runner's progress sink (pa_bench.runner.Progress) on stderr.
 
     On a terminal: a rich bar with the shape, the phase and variant now running with the phase's
-    seconds, rows done of all, the time so far and an ETA. Off a terminal (a log, CI), once the
-    run has gone on for HEARTBEAT_S: a line at every finished row, and a line whenever
-    HEARTBEAT_S pass without one; each names the same, so a log never goes silent and its
-    counts never go back. The ETA weighs the rows left by
+    seconds, rows done of all, the time so far and an ETA. Off a terminal (a log, CI): once the
+    run has gone on for QUIET_S, a line at every finished row; and a line whenever HEARTBEAT_S
+    pass without one. Each names the same, so a log never goes silent and its counts never go
+    back; a run over within QUIET_S leaves a log as it found it. The ETA weighs the rows left by
     their work (FLOPs) at the rate of the rows done so far; rows that needed no work (kept by
     --resume, skipped) are left out of it.
     """
 
     HEARTBEAT_S = 30.0
+    QUIET_S = 30.0
 
     def __init__(self) -> None:
         self.console = stderr_console()
@@ -486,8 +487,8 @@ class RichProgress:
                 self._work[0] -= work
         if self.bar is not None:
             self.bar.advance(self.task, n)
-        elif not self.console.is_terminal and time.monotonic() - self._since >= self.HEARTBEAT_S:
-            self._line()  # a run over within HEARTBEAT_S leaves a log as it found it
+        elif not self.console.is_terminal and time.monotonic() - self._since >= self.QUIET_S:
+            self._line()
 
     def log(self, message: str) -> None:
         if self.bar is not None:
