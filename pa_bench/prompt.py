@@ -1,4 +1,4 @@
-"""``pa-bench prompt``: the attention of a whole prompt read in chunks (issue #16).
+"""``pa-bench prompt``: the attention of a whole prompt read in chunks.
 
 An engine reads a prompt of ``T`` tokens in chunks of ``C``: chunk ``i`` is ``C`` new queries
 after ``i*C`` tokens of context (``0 x C, C x C, 2C x C, ...``), the last one partial when ``C``

@@ -182,7 +182,7 @@ def test_resume_alone_reuses_the_runs_config(numpy_args, smoke_yaml, invoke, tmp
 
 def test_resume_takes_the_runs_settings_and_refuses_others(numpy_args, smoke_yaml, invoke,
                                                            tmp_path):
-    """#14 defect 3: --resume alone keeps the run's sampled rows; a conflicting option is one line, exit 2."""
+    """--resume alone keeps the run's sampled rows; a conflicting option is one line, exit 2."""
     assert invoke("parity", "--config", smoke_yaml, *numpy_args, "--shapes", "256x64,0x96",
                   "--variant", "v1", "--sample-rows", "16", "--results", tmp_path).exit_code == 0
     (run_dir,) = run_dirs(tmp_path)

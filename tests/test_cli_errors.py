@@ -1,6 +1,5 @@
-"""Bad input on the command line: one line `error: ...` naming what is wrong, and exit code 2.
-
-Issue #14: bad --data contents, missing run directories, empty option values, signals."""
+"""Bad input on the command line: one line `error: ...` naming what is wrong, and exit code 2:
+bad --data contents, missing run directories, empty option values, signals."""
 
 from __future__ import annotations
 

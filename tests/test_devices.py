@@ -1,4 +1,4 @@
-"""run --devices (#17) with fake GPUs: real worker processes on the numpy backend, one per
+"""run --devices with fake GPUs: real worker processes on the numpy backend, one per
 "device", merged into one run directory whose rows name their device."""
 
 from __future__ import annotations

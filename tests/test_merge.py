@@ -1,4 +1,4 @@
-"""pa-bench merge (#17): shard runs round-trip into the unsharded run's rows; runs that did not
+"""pa-bench merge: shard runs round-trip into the unsharded run's rows; runs that did not
 measure the same thing are refused with one line; a merged run's report has a GPU column where
 its rows ran on different GPUs."""
 

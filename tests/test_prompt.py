@@ -1,4 +1,4 @@
-"""pa-bench prompt (issue #16): chunking, the timed subset, the interpolation and the sums on
+"""pa-bench prompt: chunking, the timed subset, the interpolation and the sums on
 synthetic times, a run through a backend whose ``time`` returns known samples, and the CLI end
 to end on the numpy backend."""
 

@@ -236,7 +236,7 @@ def test_resume_with_another_config_is_refused(smoke, tmp_path):
 
 
 def test_resume_keeps_the_runs_settings_and_refuses_other_ones(smoke, tmp_path):
-    """Defect 3 of #14: a resume takes the stored sampled rows and refuses a different layout."""
+    """A resume takes the stored sampled rows and refuses a different layout."""
     cfg = tiny(smoke, "256x64,1023x113", ["v1"])
     path = runner.run_parity(cfg, NumpyBackend(), results_root=tmp_path, sample_rows=16)
     run = open_run(path)

@@ -15,7 +15,7 @@ from pa_bench.store.results import new_run_dir, open_run
 from pa_bench.store.schema import SCHEMA_VERSION, RunMeta, migrate_v1, upgrade_meta
 
 DATA = Path(__file__).resolve().parent / "data"
-V1_RUN = DATA / "run_v1"      # an H200 run of 2026-11-30 (no schema_version)
+V1_RUN = DATA / "run_v1"      # an H200 run from before schema_version existed
 V2_RUN = DATA / "run_v2"      # an H200 run at version 2, its torch-sdpa rows the pinned flash kernel
 
 

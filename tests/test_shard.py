@@ -1,4 +1,4 @@
-"""--shard I/N (#17): the deal covers every shape once, is stable and balanced; a shard run
+"""--shard I/N: the deal covers every shape once, is stable and balanced; a shard run
 records its shard and runs only its shapes."""
 
 from __future__ import annotations

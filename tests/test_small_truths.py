@@ -1,4 +1,4 @@
-"""What the README and the reports say about a run matches what the run wrote (#14 defect 7)."""
+"""What the README and the reports say about a run matches what the run wrote."""
 
 from __future__ import annotations
 

@@ -82,8 +82,8 @@ def test_an_unregistered_variant_is_refused_by_the_config(smoke_yaml):
 
 
 def test_the_readme_variant_table_names_every_registered_variant():
-    # the README's "what it is" table is where a new user meets the variants; v3, triton and
-    # torch-flex were registered for two sessions before it named them
+    # the README's "what it is" table is where a new user meets the variants: a variant
+    # registered but missing there is one a reader never hears of
     import re
     from pathlib import Path
 

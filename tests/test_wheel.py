@@ -1,4 +1,4 @@
-"""A real package (#14 defect 1): the wheel carries the kernels and configs, and a non-editable
+"""A real package: the wheel carries the kernels and configs, and a non-editable
 install runs from any directory. Builds offline (no build isolation, no index)."""
 
 from __future__ import annotations

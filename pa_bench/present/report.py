@@ -275,7 +275,7 @@ def several_gpus(records: list[Record]) -> bool:
 
 
 def gpu_cell(r: Record) -> str:
-    """``NVIDIA H200 #3``: the row's GPU and its index on its host."""
+    """The row's GPU and its NVML index on its host: ``<gpu> #<index>``."""
     return (r.gpu or DASH) + (f" #{r.device_index}" if r.device_index is not None else "")
 
 

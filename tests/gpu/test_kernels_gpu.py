@@ -167,7 +167,7 @@ def test_paged_and_contiguous_kv_give_the_same_bits(backend, segments):
     """The layout changes where a key's row is read from, not the arithmetic: every kernel gives
     the same bits from a paged pool (64-key pages, shuffled) as from contiguous K/V, with key
     segments (512 keys: several per row) and without; so a parity run on one layout answers for
-    the other (issue #12 asks for both)."""
+    the other."""
     from dataclasses import replace
 
     pb = problem("1023x113", "d128-gqa-paged64-realistic")
