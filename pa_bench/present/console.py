@@ -450,7 +450,7 @@ class RichProgress:
     # -- the Progress protocol ----------------------------------------------------------
     def start(self, total: int, description: str, work: float = 0.0) -> None:
         self._base, self._rows, self._work = description, [total, 0, 0], [float(work), 0.0]
-        self._since = time.monotonic()
+        self._since, self._variant = time.monotonic(), None
         if not self.console.is_terminal:
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
