@@ -127,13 +127,20 @@ def print_table(console, title: str | None, header: Sequence[str], rows: Sequenc
             console.print(table)
     finally:
         console.width = width
-    console.file.write("".join(ln.rstrip() + "\n" for ln in text.get().splitlines()))
+    _write(console, text.get())
 
 
 def print_lines(console, lines: Sequence[str]) -> None:
     """Text lines, wrapped at spaces to the console's width."""
-    for line in lines:
-        console.print(line, markup=False)
+    with console.capture() as text:
+        for line in lines:
+            console.print(line, markup=False)
+    _write(console, text.get())
+
+
+def _write(console, text: str) -> None:
+    """What rich rendered, without the spaces it pads lines with."""
+    console.file.write("".join(ln.rstrip() + "\n" for ln in text.splitlines()))
 
 
 # --------------------------------------------------------------------------- a run's tables
