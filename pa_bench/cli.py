@@ -429,7 +429,7 @@ def kernels(archs, head_dim, force_turing, as_json, wide):
     elif wide:
         click.echo(kernel_info.format_table(rows))
     else:
-        console.show_kernels(rows, kernel_info.SEGMENTS_NOTE)
+        console.show_kernels(rows)
     if rows and not any(r.get("compiled") for r in rows):
         raise CliFailure(f"no kernel built ({len(rows)} tried); the first: {rows[0]['variant']} "
                          f"{rows[0]['arch']}: {fmt.one_line(rows[0].get('reason') or 'no reason')}")

@@ -382,15 +382,12 @@ def show_compare(df, wide: bool = False) -> None:
     print_lines(console, C.summary_lines(df))
 
 
-def _copy_kind(row: dict) -> str:
-    """cp.async (LDGSTS), bulk (cp.async.bulk, the TMA unit), both or '-'."""
-    kinds = [name for key, name in (("cp_async", "cp.async"), ("bulk_copy", "bulk")) if row.get(key)]
-    return "+".join(kinds) or "-"
-
-
-def show_kernels(rows: list[dict], segments_note: str) -> None:
+def show_kernels(rows: list[dict]) -> None:
     """``pa-bench kernels``: the built rows' resources in a table; under it each variant's CTA,
-    the builds that were not made and why, and how key segments launch."""
+    the builds that were not made and why, and how key segments launch (kernel_info.format_table:
+    the same in one row a build, every column)."""
+    from pa_bench.backends.kernel_info import SEGMENTS_NOTE, _copy_kind
+
     console = stdout_console()
     built = [r for r in rows if r.get("compiled")]
     table = [[r["variant"], r["arch"], str(r["registers"]), str(r["spill_bytes"]),
@@ -407,7 +404,7 @@ def show_kernels(rows: list[dict], segments_note: str) -> None:
               for r in rows if not r.get("compiled")]
     ctas = {r["variant"]: r.get("cta") for r in rows if r.get("cta")}
     lines += [f"{v} CTA: {cta}" for v, cta in ctas.items()]
-    print_lines(console, lines + [f"With {segments_note}."])
+    print_lines(console, lines + [f"With {SEGMENTS_NOTE}."])
 
 
 # --------------------------------------------------------------------------- progress
