@@ -1,4 +1,6 @@
-// pa_common.cuh — what the three int8-KV prompt-attention kernels (v1, v2, v2t) share.
+// pa_common.cuh: what every CUDA variant (v1, v2, v2t, v3) includes. v3 takes the arguments, the
+// global addresses, the int8 -> f16 conversion, exp2 and pa_combine from here; the 16-key slice,
+// its swizzle and the per-warp mma.sync math are v1's, v2's and v2t's.
 //
 // The problem (SPEC section 1): one chunk of Nq fp16 queries per query head, at absolute
 // positions ctx .. ctx+Nq-1, attends causally to Nk = ctx+Nq int8 keys/values of its KV head
@@ -164,7 +166,7 @@ constexpr int SLICE_VS_OFF = SLICE_KS_OFF + SLICE_KEYS * 4;
 
 // The reads of the math (fragment layout above), written so that every offset is one swizzled
 // base per lane plus a xor or an add: the swizzle term depends only on the lane, not on h, G or
-// the row pair (checked exhaustively against swz_chunk when the layout was written).
+// the row pair (it equals swz_chunk for every lane, h, G and row pair).
 // K: lane (g, t) reads row 4*(g/2) + 2h + g%2, chunk 4G + t.
 __device__ __forceinline__ int k_rd_off(int lane, int h, int G) {
     const int g = lane >> 2, t = lane & 3;
@@ -671,7 +673,7 @@ __device__ __forceinline__ void store_out(void* out, u64 off, const float (&vals
 // With segments: one row's unnormalised O (the lane's 2*NT dims from 2*NT*t) and, from lane t = 0,
 // its (m, l) into the workspace of segment blockIdx.z (see Args::part). The workspace's row index
 // is 32-bit (n_seg*Hq*Nq rows of D+2 floats: 2^32 of them would be 2 TB); 32-bit arithmetic here
-// kept v2's register count where it was.
+// keeps v2's register count down.
 template <int N>
 __device__ __forceinline__ void store_segment(const Args& a, int t, int hq, int row, float m, float l,
                                               const float (&vals)[N]) {
@@ -817,7 +819,7 @@ __device__ __forceinline__ bool merge_split(int warp, int lane, PipelinedSmem& s
     return true;
 }
 // The epilogue: merge split keys, normalise and store. The tiles are derived again rather than
-// kept in registers through the loop (that kept the register count under 255 without spills).
+// kept in registers through the loop, which keeps the register count under 255 without spills.
 __device__ __forceinline__ void pipelined_warp_end(const Args& a, int warp, int lane, PipelinedSmem& sm,
                                                    WarpState<TILES>& st) {
     if (a.split_keys && !merge_split(warp, lane, sm, st)) return;

@@ -138,7 +138,7 @@ PAM_HD float exp2_ftz(float x) {
 
 // round_fp16: x.astype(float16).astype(float32) for finite 0 <= x < 65520, as model.round_fp16:
 // the normal range on the bit pattern (round to nearest even to 10 mantissa bits), below 2^-14
-// (x + 0.5) - 0.5, which rounds to fp16's subnormal step 2^-24.
+// (x + 0.5) - 0.5, which rounds to fp16's subnormal spacing 2^-24.
 PAM_HD float round_fp16(float x) {
     const unsigned b = f32_bits(x);
     const float normal = f32_from_bits((b + 0x0FFFu + ((b >> 13) & 1u)) & 0xFFFFE000u);

@@ -1,103 +1,19 @@
-// v3 — int8-KV prompt attention for Hopper (sm_90a only): a warp-specialised CTA, K/V converted
-// to fp16 once per CTA for all the query heads of a KV group, wgmma for both products.
-//
-// Tiling. A CTA owns one KV head and a block of M = 128 rows (NCWG = 2 consumer warpgroups x 64).
-//   The query heads of the KV group are packed into the rows: row R of the CTA is query position
-//   p0 + R / G of query head hkv*G + R % G (G = Hq/Hkv), so with 32/8 heads a CTA holds 32
-//   positions x 4 heads and K/V is gathered and converted once for all four. PPC = 128 / G
-//   positions per CTA (rows R >= PPC*G hold no query). Row blocks run longest-first
-//   (blockIdx.y counts down the positions), grid = (Hkv, ceil(Nq / PPC), n_seg).
-//   Keys are visited in tiles of BN = 64 from key 0 (or from the CTA's key segment, below).
-// Warp roles (384 threads, __launch_bounds__(384, 1): one CTA per SM).
-//   * Warpgroup 0, the producer (setmaxnreg.dec to 72 registers). Its thread 0 starts each tile's
-//     bulk copies (cp.async.bulk, the TMA unit without a tensor map) of the int8 K and V rows and
-//     their scales into a 3-deep int8 staging ring (three tiles ahead): one copy of each per run
-//     of keys contiguous in memory (a page, or the whole tile where a page of >= 64 keys or the
-//     contiguous cache holds it), completing on the slot's `landed` mbarrier (expect_tx). Every
-//     producer thread owns fixed 16-byte chunks of every tile (prod_row/prod_chunk; a
-//     static_assert checks that every chunk of K and V is owned exactly once): it waits for
-//     `landed`, loads all its chunks into registers, waits for the fp16 stage to be free, and
-//     converts them exactly to fp16 (0x6400|x+128 is the f16 1024+x+128; minus 1152:
-//     pa_common.cuh) into the 128-byte-swizzled fp16 stage; warp 0 stores the scales
-//     premultiplied (k_scale*qk_scale_log2, v_scale*p_scale: the same fp32 products the other
-//     kernels form), zero for keys past the cache (the copies stop there, the slot's bytes past
-//     them are stale). After its arrive on `full` the warpgroup meets on a named barrier
-//     (PROD_BAR: every thread has read the slot), and thread 0 refills the slot with the tile
-//     three ahead.
-//   * Warpgroups 1 and 2, the consumers (setmaxnreg.inc to 216 registers), 64 rows each, in
-//     steps n = 0 .. n_tiles: step n issues S[64 x 64] = Q.K^T of tile n (KSTEPS
-//     wgmma.m64n64k16, A = Q from registers, B = K from shared memory) and, behind it, O += P.V of tile n-1
-//     (4 wgmma.m64nDk16, A = P from registers, B = V from shared memory, transposed; O was first
-//     rescaled by tile n-1's alpha), waits for S only (wgmma.wait_group 1), runs tile n's online
-//     softmax while P.V still runs (and loads the V scales), waits for P.V, then multiplies p by
-//     the V scales and packs tile n's P into the A fragments (only now: the P.V in flight reads
-//     the previous ones). Step 0 has no P.V and step n_tiles no S. No register that feeds a wgmma
-//     is written while one is in flight (ptxas would serialise the wgmma: C7513), and the
-//     descriptors are formed before wgmma.fence.
-//   * Pingpong: the issue phase of a step is a turn. Named barriers PP_BAR + w give the two
-//     consumer warpgroups turns 0, 1, 0, 1, ... (warpgroup w syncs on its own, then arrives on the
-//     other's), so one warpgroup's softmax runs while the other's wgmma occupy the tensor pipe.
-// Pipeline and barriers. Four fp16 stages (F16_STAGES; a consumer holds two: S of tile n, P.V of
-//   tile n-1, so the producer converts up to two tiles ahead; three stages timed the same:
-//   docs/PERF_NOTES.md, "v3 step 4"), each with an mbarrier pair:
-//   full[s]  (128 arrivals: every producer thread, after its stores and fence.proxy.async.shared::cta,
-//            since wgmma reads shared memory through the async proxy),
-//   empty[s] (256 arrivals: every consumer thread after wgmma.wait_group 0 of the tile's P.V, i.e.
-//            once the tensor cores have finished reading the stage);
-//   and one per int8 staging slot, landed[i] (thread 0's arrive.expect_tx with the bytes of the
-//            tile's copies: the phase completes when they have all landed; tile n is in slot n%3,
-//            parity (n/3)&1).
-//   Tile n uses stage n%4; its full phase is n/4 (parity (n/4)&1), and the producer waits for
-//   empty with parity ((n/4)&1)^1 before refilling a stage (not for n < 4). Both consumer
-//   warpgroups wait for and release every tile and take every turn, also past their rows'
-//   diagonal (they skip the math), so the phase counts and the turns stay in lockstep. Q goes to
-//   shared memory once (each consumer warpgroup its 64 rows, a named barrier of its 128
-//   threads), and from there into each thread's A fragments of all KSTEPS k-steps (32 registers
-//   for the whole loop at D = 128): S's wgmma then reads only K from shared memory, 16 KB per
-//   warpgroup and tile less than with Q as a shared-memory operand (docs/PERF_NOTES.md, step 7).
-// Shared-memory layouts and wgmma descriptors (the derivation). Every fp16 operand is stored in
-//   the canonical 128-byte-swizzle layout: a "row" of 128 bytes = 64 fp16 along the contiguous
-//   dimension; 8 rows form a 1024-byte atom in which 16-byte chunk c of row r sits at chunk
-//   c ^ (r & 7) (the hardware applies this XOR to address bits [4:6] with bits [7:9], so every
-//   region starts 1024-byte aligned and the matrix base offset field is 0). Rows are dense
-//   (row r at r*128), and a D = 128 operand is two 64-column blocks stored one after the other.
-//   Descriptor: bits 0-13 start address >> 4, 16-29 LBO >> 4, 32-45 SBO >> 4, 62-63 = 1 (128B).
-//   * Q [128 rows][D]: block b (dims 64b..) at b*128*128; row R at R*128 (read back once into
-//     registers with the same swizzle, sw128).
-//   * K tile [64 keys][D], K-major B of S = Q.K^T (N = keys): block b at b*8192, key row j at
-//     j*128; k-step kk: start = K + (kk/4)*8192 + (kk%4)*32 (the 32-byte step inside the 128-byte
-//     row is how K advances inside a swizzle atom: the hardware swizzles the final address);
-//     SBO = 1024 (next 8 rows); LBO unused for swizzled K-major layouts (set to 16 bytes).
-//   * V tile [64 keys][D], the same bytes as K's layout, read as the MN-major B of O = P.V
-//     (K = keys, N = dims; imm-trans-b = 1). The canonical MN-major 128B layout is
-//     ((64 n),(8 k, k-groups)) with n contiguous, k-rows 128 bytes apart, the next 8 k at SBO and
-//     the next 64-column block of n at LBO. So for k-step kk (keys 16kk..16kk+15):
-//     start = V + kk*16*128 (1024-aligned), SBO = 1024 (keys +8), LBO = 8192 (dims +64).
-//   Register fragments (PTX ISA, wgmma m64nNk16): warp w of a warpgroup holds rows 16w..16w+15;
-//   lane (g = lane/4, t = lane%4) holds accumulator element 4j+e at row g + 8*(e>>1), column
-//   8j + 2t + (e&1); the A fragment of k-step kk is {(g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..),
-//   (g+8, 2t+8..)} of columns 16kk.. — so the S accumulator columns of n8 blocks 2kk and 2kk+1
-//   become P's A fragment of k-step kk in place (as in FlashAttention-2).
-// Numerics (pa_bench.numerics.model, tile_keys = 64, the v1 arithmetic):
-//   s = S_raw * kq (fp32, kq = k_scale*qk_scale_log2); masked keys -inf; per 64-key tile
-//   m_new = max(m, rowmax), alpha = exp2(m - m_new), p = exp2(s - m_new) (ex2.approx.ftz),
-//   l = l*alpha + sum p (per-lane partial sums, added across the 4 lanes of a row at the end),
-//   P = fp16_rn(p * (v_scale*p_scale)), O = O*alpha (fp32), then the tile's 4 k16 wgmma steps
-//   accumulate P.V into O: one tensor-core chain over the CTA's keys, as in v1/v2 (the model's
-//   pv_chain_keys 0). Past 64K keys the key segments (below) bound that chain, and the long
-//   contexts of configs/long.yaml keep parity (docs/NUMERICS.md). (Until the softmax overlapped
-//   P.V, v3 summed each tile's P.V in a fresh accumulator and added it with __fadd_rn: 64 more
-//   registers than a consumer has once S and P.V are in flight together.) All fp32 softmax
-//   arithmetic uses the _rn intrinsics (no contraction). Key segments (Args::seg_keys, issue
-//   #12) are honoured as in the other kernels: the CTAs of blockIdx.z = z see only keys
-//   [z*S, (z+1)*S) and write their unnormalised (O, m, l) for pa_combine. Besides long contexts,
-//   v3 gets segments where its grid would have fewer than 128 CTAs (2.1Kx256 with 32/8 heads: 64),
-//   so that the GPU is filled (pa_bench.numerics.model.segment_keys, registry fill_rows = M_CTA).
-// Why this shape: the warp-private v2 converts every K/V fragment once per warp and issues
-//   mma.sync at a rate that caps the tensor pipe (docs/PERF_NOTES.md); here one producer
-//   warpgroup converts each tile once for 128 rows, and wgmma runs 64 x 64 x 16 (S) and
-//   64 x D x 16 (P.V) per instruction with its B operand in shared memory. The softmax of one tile hides under the P.V of the previous one (within
-//   a warpgroup) and under the other warpgroup's wgmma (pingpong), as in FlashAttention-3.
+// v3: int8-KV prompt attention for Hopper (sm_90a only). A chunk of Nq query rows per query
+// head attends causally to Nk = ctx + Nq int8 keys of its KV head (one fp32 scale per token and
+// head), with the arithmetic of pa_bench.numerics.model at 64-key tiles, as v1 computes it.
+// Tiling: grid (Hkv, ceil(Nq / PPC), n_seg), 384 threads, one CTA per SM; a CTA owns one KV head
+//   and M_CTA = 128 rows into which the G = Hq/Hkv query heads of its group are packed (row R is
+//   position p0 + R / G of query head hkv*G + R % G; PPC = 128 / G positions), so K and V are
+//   gathered and converted once for all G heads. Row blocks run longest-first; grid.z is the
+//   key segment of the CTA (pa_combine merges the segments).
+// Roles. Warpgroup 0, the producer: the TMA unit's bulk copies bring each 64-key tile's int8 K,
+//   V and scales into a 3-deep staging ring, and the warpgroup converts them to fp16 into a
+//   4-deep ring of swizzled stages. Warpgroups 1 and 2, the consumers, 64 rows each: S = Q.K^T
+//   and O += P.V by wgmma with B from shared memory, tile n's online softmax under tile n-1's
+//   P.V, and turns (pingpong) so that one warpgroup's softmax runs under the other's wgmma, as in
+//   FlashAttention-3. A tile is converted once for 128 rows, where v2 converts every fragment
+//   once per warp (docs/PERF_NOTES.md). The pipeline and its barriers, the layouts, descriptors
+//   and fragments are described where they are set up.
 #include "pa_common.cuh"
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -133,6 +49,19 @@ static_assert(PRODUCER_REGS % 8 == 0 && CONSUMER_REGS % 8 == 0, "setmaxnreg take
 static_assert(128 * PRODUCER_REGS + 128 * NCWG * CONSUMER_REGS <= LAUNCH_REGS * THREADS,
               "the consumers' setmaxnreg.inc must fit in what the producer's setmaxnreg.dec frees");
 
+// Shared memory: Q, then F16_STAGES fp16 stages, I8_STAGES int8 staging slots, the mbarriers.
+// Pipeline. A consumer holds two fp16 stages at a time (S of tile n, P.V of tile n-1), so with
+// four the producer converts up to two tiles ahead (three time the same: docs/PERF_NOTES.md).
+// Each stage s has an mbarrier pair: full[s] (128 arrivals: every producer thread, after its
+// stores and fence.proxy.async.shared::cta, since wgmma reads shared memory through the async
+// proxy) and empty[s] (256 arrivals: every consumer thread after wgmma.wait_group 0 of the tile's
+// P.V, once the tensor cores have read the stage). Each int8 slot i has landed[i]: thread 0's
+// arrive.expect_tx with the bytes of the tile's copies, so the phase completes when they have all
+// landed; tile n is in slot n % 3 with parity (n / 3) & 1. Tile n uses stage n % 4 with full phase
+// n / 4 (parity (n / 4) & 1); the producer waits for empty with parity ((n / 4) & 1) ^ 1 before
+// refilling a stage (not for n < 4). Both consumer warpgroups wait for and release every tile and
+// take every turn, also past their rows' diagonal (they skip the math), so that the phase counts
+// and the turns stay in lockstep.
 constexpr int Q_BLOCK = M_CTA * 128;            // bytes of one 64-dim block of Q
 constexpr int KV_BLOCK = BN * 128;              // bytes of one 64-dim block of a K or V tile
 // fp16 stage: K tile, V tile, kq[64], vs[64]
@@ -162,6 +91,13 @@ constexpr int SMEM_ALLOC = SM_BYTES + 1024;             // + slack to align the 
 static_assert(SM_F16 % 1024 == 0 && F16_STAGE % 1024 == 0 && F16_V % 1024 == 0, "swizzle atoms");
 static_assert(SM_I8 % 16 == 0 && I8_STAGE % 16 == 0 && SM_BAR % 8 == 0, "alignment");
 
+// Every fp16 operand in shared memory is in the canonical 128-byte-swizzle layout: a "row" of 128
+// bytes = 64 fp16 along the contiguous dimension; 8 rows form a 1024-byte atom in which 16-byte
+// chunk c of row r sits at chunk c ^ (r & 7) (the hardware applies this XOR to address bits [4:6]
+// with bits [7:9], so every region starts 1024-byte aligned and the descriptors' base offset is 0).
+// Rows are dense (row r at r*128), and a D = 128 operand is two 64-column blocks one after the
+// other: Q [128 rows][D] with block b at b*Q_BLOCK; a K or V tile [64 keys][D] with block b at
+// b*KV_BLOCK.
 // Byte offset of 8-half chunk `ch` (dims 8ch..8ch+7) of row r in a 128B-swizzled operand whose
 // 64-dim blocks are `block` bytes apart.
 __host__ __device__ constexpr int sw128(int r, int ch, int block) {
@@ -291,7 +227,12 @@ __device__ __forceinline__ void pin(u32 (&x)[N][M]) {
         for (int j = 0; j < M; ++j) asm volatile("" : "+r"(x[i][j])::"memory");
 }
 
-// wgmma shared-memory matrix descriptor, 128-byte swizzle (see the opening comment).
+// wgmma shared-memory matrix descriptor, 128-byte swizzle: bits 0-13 start address >> 4, 16-29
+// LBO >> 4, 32-45 SBO >> 4, 62-63 = 1 (128B). For K (S's K-major B, N = keys): SBO = 1024 (the
+// next 8 rows); LBO is unused by swizzled K-major layouts (16). For V (P.V's MN-major B: K = keys,
+// N = dims, imm-trans-b = 1; a V tile has K's layout): the canonical MN-major 128B layout is
+// ((64 n), (8 k, k-groups)) with n contiguous, k rows 128 bytes apart, the next 8 k at SBO and
+// the next 64 n at LBO, so SBO = 1024 (keys + 8) and LBO = KV_BLOCK (dims + 64).
 __device__ __forceinline__ u64 desc_sw128(u32 addr, u32 lbo, u32 sbo) {
     return (u64)((addr >> 4) & 0x3FFFu) | ((u64)((lbo >> 4) & 0x3FFFu) << 16) | ((u64)((sbo >> 4) & 0x3FFFu) << 32) |
            (1ull << 62);
@@ -327,7 +268,11 @@ __device__ __forceinline__ void i8x16_to_f16(uint4 x, uint4& lo, uint4& hi) {
     pa::i8x4_to_f16x2x2(x.w, hi.z, hi.w);   // dims 12-15
 }
 
-// What a CTA covers: KV head, query positions [p0, p_end), key tiles [t_begin, t_end).
+// What a CTA covers: KV head, query positions [p0, p_end), key tiles [t_begin, t_end). With key
+// segments (Args::seg_keys) the CTAs of blockIdx.z = z see only keys [z*S, (z+1)*S) and write
+// their unnormalised (O, m, l) for pa_combine. Besides long contexts, v3 gets segments where its
+// grid would have fewer than 128 CTAs (2.1Kx256 with 32/8 heads: 64), to fill the GPU
+// (pa_bench.numerics.model.segment_keys, the registry's fill_rows = M_CTA).
 struct Cta {
     int group, ppc, hkv, p0, p_end, t_begin, t_end;
 };
@@ -378,6 +323,14 @@ __device__ __forceinline__ void issue_tile(const pa::Args& a, const Cta& c, int 
     }
 }
 
+// Every producer thread owns fixed 16-byte chunks of every tile (prod_row, prod_chunk): it waits
+// for the tile's `landed`, loads all its chunks into registers, waits for the fp16 stage to be
+// free, and converts them exactly to fp16 (0x6400|x+128 is the f16 1024+x+128, minus 1152:
+// pa_common.cuh) into the swizzled stage. Warp 0 stores the scales premultiplied (k_scale *
+// qk_scale_log2, v_scale * p_scale: the fp32 products the other kernels form), zero for keys past
+// the cache (the copies stop there; the slot's bytes past them are stale). After its arrive on
+// `full` the warpgroup meets on PROD_BAR (every thread has read the slot), and thread 0 refills
+// the slot with the tile I8_STAGES ahead.
 __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsigned char* sm, u32 base) {
     const int pw = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int ch = prod_chunk(lane);
@@ -441,8 +394,10 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
 }
 
 // ---------------------------------------------------------------- the consumer warpgroups
-// S[64 x 64] = Q . K^T of one tile (raw integer-valued K, fp32): KSTEPS wgmma, A = Q from this
-// thread's registers (qf, loaded once), not waited for.
+// S[64 x 64] = Q . K^T of one tile (raw integer-valued K, fp32): KSTEPS wgmma.m64n64k16, A = Q
+// from this thread's registers (qf, loaded once), not waited for. K-step kk starts at
+// (kk/4)*KV_BLOCK + (kk%4)*32 bytes: the 32-byte step inside a 128-byte row is how K advances
+// inside a swizzle atom (the hardware swizzles the final address).
 __device__ __forceinline__ void issue_s(float (&s)[S_REGS], const u32 (&qf)[KSTEPS][4], u64 dk) {
 #pragma unroll
     for (int kk = 0; kk < KSTEPS; ++kk) {
@@ -451,7 +406,9 @@ __device__ __forceinline__ void issue_s(float (&s)[S_REGS], const u32 (&qf)[KSTE
     }
 }
 
-// O[64 x D] += P . V of one tile (O already rescaled by the tile's alpha): PV_STEPS wgmma, not waited for.
+// O[64 x D] += P . V of one tile (O already rescaled by the tile's alpha): PV_STEPS wgmma.m64nDk16,
+// B = V transposed, not waited for. K-step kk (keys 16kk..16kk+15) starts at kk*16*128 bytes, a
+// 1024-byte boundary.
 __device__ __forceinline__ void issue_pv(float (&o)[O_REGS], const u32 (&pf)[PV_STEPS][4], u64 dv) {
 #pragma unroll
     for (int kk = 0; kk < PV_STEPS; ++kk) {
@@ -463,9 +420,15 @@ __device__ __forceinline__ void issue_pv(float (&o)[O_REGS], const u32 (&pf)[PV_
     }
 }
 
-// The online softmax of one tile's S, in place: scale (k_scale*qk_scale_log2 per key), mask,
-// running max (m), alpha = exp2(m_old - m_new), p = exp2(s - m_new) into s, l = l*alpha + sum p.
-// Element 4j+e of s: row g + 8*(e>>1), key j0 + 8j + 2t + (e&1).
+// The online softmax of one tile's S, in place: s = S_raw * kq (kq = k_scale*qk_scale_log2 per
+// key), masked keys -inf, running max m, alpha = exp2(m_old - m_new), p = exp2(s - m_new) into s
+// (ex2.approx.ftz), l = l*alpha + sum p (per-lane partial sums, added across the 4 lanes of a row
+// at the end). With P = fp16_rn(p * v_scale*p_scale) and O = O*alpha before each tile's 4 k16
+// steps of P.V, O is one tensor-core chain over the CTA's keys, as in v1/v2 (the model's
+// pv_chain_keys 0); the key segments bound that chain on long contexts (docs/NUMERICS.md). The
+// fp32 arithmetic uses the _rn intrinsics (no contraction).
+// Register fragments (PTX ISA, wgmma m64nNk16): warp w of a warpgroup holds rows 16w..16w+15;
+// element 4j+e of s (lane g = lane/4, t = lane%4): row g + 8*(e>>1), key j0 + 8j + 2t + (e&1).
 template <bool MASKED>
 __device__ __forceinline__ void softmax_tile(const unsigned char* f_ptr, int j0, const int (&lim)[2],
                                              float (&s)[S_REGS], float (&m)[2], float (&l)[2], float (&alpha)[2]) {
@@ -506,10 +469,12 @@ __device__ __forceinline__ void softmax_tile(const unsigned char* f_ptr, int j0,
 }
 
 // P = fp16(p * v_scale*p_scale), in two parts: the multiplies are written before the wait for the
-// previous tile's P.V, the packing into the A fragments of P.V's k-steps (S's n8 blocks 2kk, 2kk+1)
-// after it, as the P.V in flight reads the fragments being replaced. What that buys is the V
-// scales' loads issued before the wait: ptxas schedules the multiplies after it all the same
-// (SASS; docs/PERF_NOTES.md, "v3 step 8" and "session 8").
+// previous tile's P.V, the packing into the A fragments of P.V's k-steps after it, as the P.V in
+// flight reads the fragments being replaced. What that buys is the V scales' loads issued before
+// the wait: ptxas schedules the multiplies after it all the same (in the SASS: docs/PERF_NOTES.md).
+// The A fragment of k-step kk is {(g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)} of
+// columns 16kk.., so the S accumulators of n8 blocks 2kk and 2kk+1 become P's A fragment of k-step
+// kk in place (as in FlashAttention-2).
 __device__ __forceinline__ void scale_by_vs(const unsigned char* f_ptr, float (&s)[S_REGS]) {
     const int t = threadIdx.x & 3;
     const float* vs = reinterpret_cast<const float*>(f_ptr + F16_VS);
@@ -530,17 +495,26 @@ __device__ __forceinline__ void p_fragments(const float (&s)[S_REGS], u32 (&pf)[
     }
 }
 
+// A consumer warpgroup runs steps n = 0 .. n_tiles (the loop below): step n issues S of tile n
+// and, behind it, O += P.V of tile n-1 (O first rescaled by tile n-1's alpha), waits for S only
+// (wgmma.wait_group 1), runs tile n's softmax while P.V still runs (and loads the V scales), waits
+// for P.V, then multiplies p by the V scales and packs tile n's P into the A fragments. Step 0 has
+// no P.V and step n_tiles no S. No register that feeds a wgmma is written while one is in flight
+// (ptxas would serialise the wgmma: C7513), and the descriptors are formed before wgmma.fence.
 __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsigned char* sm, u32 base) {
     // The warpgroup index, made warp-uniform for ptxas (a shuffle from lane 0, as CUTLASS's
     // canonical_warp_group_idx does): then the wgmma descriptors are provably uniform and live in
-    // uniform registers (no R2UR per descriptor half and wgmma; 463 -> 393 instructions a step).
+    // uniform registers (else an R2UR per descriptor half and wgmma: 70 more instructions a step).
     const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7) - 1, 0), tid = threadIdx.x & 127;
     const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int rows_used = c.ppc * c.group;   // rows of the CTA that hold a query (at most M_CTA)
     const int r0 = 64 * wg;                  // this warpgroup's first row
     const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
 
-    // ---- Q rows r0 .. r0+63 into shared memory (128B-swizzled, K-major); zero for rows without a query
+    // ---- Q rows r0 .. r0+63 into shared memory (128B-swizzled, K-major) once, then into each
+    // thread's A fragments of all KSTEPS k-steps for the whole loop: S's wgmma reads only K from
+    // shared memory, 16 KB per warpgroup and tile less than with Q as a shared-memory operand
+    // (docs/PERF_NOTES.md). Zero for rows without a query.
     for (int idx = tid; idx < 64 * (D / 8); idx += 128) {
         const int R = r0 + idx / (D / 8), ch = idx % (D / 8);
         const int pos = c.p0 + R / c.group;
@@ -588,10 +562,11 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
 
     // Step n (0 <= n <= n_tiles): O = O*alpha of tile n-1; issue S of tile n and P.V of tile n-1
     // (into O) back to back; run tile n's softmax while that P.V runs; release tile n-1 once it is
-    // done. Each step's issue phase is a turn: the pingpong barriers give the two warpgroups turns
-    // 0, 1, 0, 1, ... so that one's softmax overlaps the other's wgmma. Every warpgroup takes
-    // n_tiles + 1 turns (issuing nothing past its rows' diagonal), so the barriers stay matched:
-    // warpgroup 1's first arrival opens warpgroup 0's first turn, and it skips its last one.
+    // done. Each step's issue phase is a turn: named barriers PP_BAR + w give the two warpgroups
+    // turns 0, 1, 0, 1, ... (warpgroup w syncs on its own, then arrives on the other's), so that
+    // one's softmax overlaps the other's wgmma. Every warpgroup takes n_tiles + 1 turns (issuing
+    // nothing past its rows' diagonal), so the barriers stay matched: warpgroup 1's first arrival
+    // opens warpgroup 0's first turn, and it skips its last one.
     auto turn_begin = [&](int n) {
         if (n < n_tiles) mbar_wait(bar_full + 8 * (n % F16_STAGES), (n / F16_STAGES) & 1);
         named_barrier_sync(PP_BAR + wg, 256);
@@ -620,7 +595,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     if (wg == 1) named_barrier_arrive(PP_BAR, 256);
     int n = 0;
     if (n_math > 0) {
-        // step 0: S of tile 0
+        // the first step: S of tile 0
         turn_begin(0);
         u64 dk0 = desc_k(0);
         pin(dk0);

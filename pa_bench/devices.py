@@ -246,13 +246,9 @@ def run_on_devices(config, devices: Sequence[Device], *, backend: str = "auto",
     if len(made) < len(workers):
         run.update_meta(status="incomplete")
     if write_report:
-        try:
-            from pa_bench.present import report
+        from pa_bench.present.report import write_report_or_note
 
-            report.write_report(run.path)
-        except Exception as exc:  # the rows are saved; a report problem must not lose the run
-            progress.log(f"note: report.md not written ({exc}); rebuild it with: "
-                         f"pa-bench report {run.path}")
+        write_report_or_note(run.path, progress.log)
     return run.path
 
 

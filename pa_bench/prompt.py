@@ -1,4 +1,4 @@
-"""``pa-bench prompt``: the attention of a whole prompt read in chunks (issue #16).
+"""``pa-bench prompt``: the attention of a whole prompt read in chunks.
 
 An engine reads a prompt of ``T`` tokens in chunks of ``C``: chunk ``i`` is ``C`` new queries
 after ``i*C`` tokens of context (``0 x C, C x C, 2C x C, ...``), the last one partial when ``C``
@@ -598,13 +598,9 @@ def run_prompt(pconfig: PromptConfig, backend, *, results_root: str | Path = "re
                                    "timing": round(time.time() - t0, 3)},
                     backend_meta=backend.meta())
     if write_report:
-        from pa_bench.present import report
+        from pa_bench.present.report import write_report_or_note
 
-        try:
-            report.write_report(run.path)
-        except Exception as exc:  # the rows are saved; a report problem must not lose the run
-            progress.log(f"note: report.md not written ({first_line(exc)}); "
-                         f"rebuild it with: pa-bench report {run.path}")
+        write_report_or_note(run.path, progress.log)
     return run.path
 
 

@@ -34,6 +34,8 @@ import numpy as np
 from pa_bench import variants as registry
 from pa_bench.errors import PaBenchError
 from pa_bench.measure.deadline import KernelHung
+from pa_bench.notes import INPUTS, PARITY, TIMING, Note
+from pa_bench import notes as N
 from pa_bench.measure.outcome import TimingOutcome
 from pa_bench.numerics.judge import judge, twin_note
 from pa_bench.phases import PhaseClock
@@ -59,11 +61,17 @@ GPU_MODEL_WORK_BUDGET = 1 << 34
 
 
 class Progress(Protocol):
-    """What the runner reports while it works (the CLI draws a rich progress bar)."""
+    """What the runner reports while it works (pa_bench.present.console draws it).
 
-    def start(self, total: int, description: str) -> None: ...
-    def update(self, description: str) -> None: ...
-    def advance(self, n: int = 1) -> None: ...
+    ``work`` counts FLOPs (``Problem.flops`` per row), so an ETA can weigh the rows left by the
+    work they hold; a sink given no work counts rows."""
+
+    def start(self, total: int, description: str, work: float = 0.0) -> None: ...  # rows, their work
+    def update(self, description: str) -> None: ...  # the shape now running
+    def variant(self, name: str | None) -> None: ...  # the variant now running; None: all at once
+    # rows finished and their work; ran=False: they needed none (kept by --resume, skipped), so
+    # their work leaves the ETA's total instead of counting as done
+    def advance(self, n: int = 1, work: float = 0.0, ran: bool = True) -> None: ...
     def phase(self, name: str) -> None: ...  # the work now running (pa_bench.phases.PHASES)
     def log(self, message: str) -> None: ...
     def stop(self) -> None: ...
@@ -72,13 +80,16 @@ class Progress(Protocol):
 class NullProgress:
     """A progress sink that ignores everything (library use, tests)."""
 
-    def start(self, total: int, description: str) -> None:
+    def start(self, total: int, description: str, work: float = 0.0) -> None:
         pass
 
     def update(self, description: str) -> None:
         pass
 
-    def advance(self, n: int = 1) -> None:
+    def variant(self, name: str | None) -> None:
+        pass
+
+    def advance(self, n: int = 1, work: float = 0.0, ran: bool = True) -> None:
         pass
 
     def phase(self, name: str) -> None:
@@ -133,6 +144,7 @@ class _Job:
     last_phase: dict = field(default_factory=dict)  # variant -> the phase that finishes its row
     kept: set = field(default_factory=set)  # finished rows of a resumed run (only re-timed)
     phases: PhaseClock = field(default_factory=PhaseClock)  # seconds per phase: meta.json
+    work: float = 0.0  # FLOPs of one row of the shape now running (the progress ETA's weight)
     prefetch: Any = None  # pa_bench.problem.prefetch.InputsPrefetch: the next shapes' inputs
     hung_before: set = field(default_factory=set)  # (shape, variant) of a resumed run that hung
     retry_failed: bool = False  # --retry-failed: run those rows again
@@ -196,7 +208,7 @@ def _run(
         hung_before = set()
         run.write_meta(_meta(mode, config, backend, describe, command, sample_rows))
         if shard is not None:
-            run.update_meta(shard=shard_meta(plan.problems, shard, lambda p: shape_string(p.shape)))
+            run.update_meta(shard=shard_meta(plan.problems, shard, lambda p: p.shape.written))
     if shard is not None:
         plan.problems = shard_problems(plan.problems, shard)
     job = _Job(mode, config, backend, run, progress, sample_rows,
@@ -212,7 +224,8 @@ def _run(
     if not previous:  # what the run is about to do, and roughly how long it will take
         from pa_bench.backends import announce_plan
         announce_plan(mode, plan, backend, lambda pb: _rows_for(job, pb.queries, pb.seed), progress.log)
-    progress.start(len(plan), f"{mode} {config.name} on {backend.name}")
+    progress.start(len(plan), f"{mode} {config.name} on {backend.name}",
+                   work=sum(p.flops for p in plan.problems) * len(plan.variants))
     try:
         for problem in plan.problems:
             _run_shape(job, problem, plan.variants)
@@ -241,7 +254,9 @@ def _run(
     if write_report:  # after every record is saved; shown as the last phase
         with job.phases.phase("report"):
             # plots only where a run times and checks (matplotlib's first import is slow)
-            _write_report(run, progress, plots=mode == MODE_ALL)
+            from pa_bench.present.report import write_report_or_note
+
+            write_report_or_note(run.path, progress.log, plots=mode == MODE_ALL)
         run.finish_meta(resumed=resume_run is not None, wall_seconds=round(time.time() - started, 3),
                         phase_seconds=job.phases.rounded())
     progress.stop()
@@ -250,23 +265,13 @@ def _run(
 
 def _sort_records(run: R.RunDir, plan) -> None:
     """Keep records.csv in the plan's order (shape-major, variants as listed)."""
-    shapes = {shape_string(p.shape): i for i, p in enumerate(plan.problems)}
+    shapes = {p.shape.written: i for i, p in enumerate(plan.problems)}
     variants = {v: i for i, v in enumerate(plan.variants)}
     records = run.records()
     ordered = sorted(records, key=lambda r: (shapes.get(r.shape, len(shapes)),
                                              variants.get(r.variant, len(variants))))
     if [r.key() for r in ordered] != [r.key() for r in records]:
         run.write_records(ordered)
-
-
-def _write_report(run: R.RunDir, progress: Progress, plots: bool = True) -> None:
-    from pa_bench.present import report
-
-    try:
-        report.write_report(run.path, plots=plots)
-    except Exception as exc:  # the rows are saved; a report problem must not lose the run
-        progress.log(f"note: report.md not written ({first_line(exc)}); "
-                     f"rebuild it with: pa-bench report {run.path}")
 
 
 # --------------------------------------------------------------------------- meta
@@ -298,17 +303,12 @@ def _meta(mode: str, config, backend, describe: dict, command: list[str],
 # --------------------------------------------------------------------------- one shape
 
 
-def shape_string(shape) -> str:
-    """The shape as written in a config (``32Kx1024``), or its exact numbers for a labelled one."""
-    return shape.written
-
-
 def base_record(job: _Job, problem, variant: str) -> Record:
     """A record with every "what ran / who ran it" column and the reference figures filled."""
     cfg = job.config
     fig = cfg.ref_figure(problem.shape, variant)
     return Record(
-        config=cfg.name, shape=shape_string(problem.shape), label=problem.shape.label,
+        config=cfg.name, shape=problem.shape.written, label=problem.shape.label,
         context=problem.context, queries=problem.queries, heads_q=problem.heads_q,
         heads_kv=problem.heads_kv, head_dim=problem.head_dim, layout=problem.layout,
         page=problem.page, data=problem.data, variant=variant, backend=job.backend.name,
@@ -327,7 +327,7 @@ class _Row:
     record: Record
     parity_reason: str | None = None   # why parity cannot run (None: it can)
     timing_reason: str | None = None
-    notes: list[str] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)  # joined into the record's reason by finish()
     failed: bool = False
     ran: bool = False                  # some phase ran ok
 
@@ -339,14 +339,16 @@ class _Row:
             rec.status = STATUS_OK
         else:
             rec.status = STATUS_SKIPPED
-        rec.reason = "; ".join(dict.fromkeys(self.notes)) or None
+        rec.reason = N.join(self.notes)
         return rec
 
 
 def _run_shape(job: _Job, problem, variants: list[str]) -> None:
     backend = job.backend
-    key = shape_string(problem.shape)
+    key = problem.shape.written
     job.progress.update(f"{problem.shape.label} ({problem.context}x{problem.queries})")
+    job.progress.variant(None)
+    job.work = float(problem.flops)
     rows: dict[str, _Row] = {}
     for v in variants:
         row = _Row(base_record(job, problem, v))
@@ -354,7 +356,8 @@ def _run_shape(job: _Job, problem, variants: list[str]) -> None:
             row.parity_reason = _safe_reason(backend.unsupported_parity, v, problem)
         if job.timing:
             row.timing_reason = _safe_reason(backend.unsupported_timing, v, problem)
-        row.notes += [r for r in (row.parity_reason, row.timing_reason) if r]
+        row.notes += [Note(phase, r) for phase, r in ((PARITY, row.parity_reason),
+                                                      (TIMING, row.timing_reason)) if r]
         rows[v] = row
 
     # Rows a resumed run already finished are kept as they are.
@@ -364,10 +367,10 @@ def _run_shape(job: _Job, problem, variants: list[str]) -> None:
                       previous={v: p for v in variants if (p := job.previous.get((key, v))) is not None},
                       hold=set() if job.retry_failed else {v for v in variants if (key, v) in job.hung_before})
     for v in work.kept:
-        job.progress.advance()
+        job.progress.advance(work=job.work, ran=False)
     for v in work.skipped:  # nothing it can run
         job.run.save_record(rows[v].finish())
-        job.progress.advance()
+        job.progress.advance(work=job.work, ran=False)
     todo_parity, todo_timing, active = list(work.parity), list(work.timing), list(work.active)
     if not active:
         return
@@ -406,7 +409,7 @@ def _record_hung(job: _Job, rows: dict[str, "_Row"], exc: KernelHung, key: str) 
     hung = [exc.variant] if exc.variant in rows else [v for v in rows if v not in job.kept]
     for v in hung:
         rows[v].failed = True
-        rows[v].notes.append(str(exc))
+        rows[v].notes.append(Note(getattr(exc, "phase", PARITY), str(exc)))
         job.run.save_record(rows[v].finish())
 
 
@@ -414,7 +417,7 @@ def _save(job: _Job, row: _Row, phase: str) -> None:
     """Save a row after one of its phases, and count it when that phase was its last."""
     job.run.save_record(row.finish())
     if job.last_phase.get(row.record.variant) == phase:
-        job.progress.advance()
+        job.progress.advance(work=job.work)
 
 
 def _give_up(job: _Job, rows: dict[str, _Row], variants: list[str], reason: str,
@@ -423,11 +426,11 @@ def _give_up(job: _Job, rows: dict[str, _Row], variants: list[str], reason: str,
     for v in variants:
         if v in job.kept:  # a finished row is only replaced by a better one
             continue
-        rows[v].notes.append(reason)
+        rows[v].notes.append(Note(INPUTS if phase is None else PARITY, reason))
         rows[v].failed = rows[v].failed or failed
         if phase is None:
             job.run.save_record(rows[v].finish())
-            job.progress.advance()
+            job.progress.advance(work=job.work, ran=False)
         else:
             _save(job, rows[v], phase)
 
@@ -520,7 +523,7 @@ def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
 
     # Partners of the cross-variant diffs are computed too (not re-recorded) when resuming.
     held = set() if job.retry_failed else {v for (shape, v) in job.hung_before
-                                            if shape == shape_string(problem.shape)}
+                                            if shape == problem.shape.written}
     partners = [v for v in registry.DIFF_PARTNERS if v in variants and v not in todo
                 and rows[v].parity_reason is None and v not in held]   # a hung one would hang again
     order = registry.in_order(todo + partners)  # partners of the cross-variant diffs come first
@@ -528,6 +531,7 @@ def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
     for v in order:
         row, record = rows[v], rows[v].record
         recorded = v in todo
+        job.progress.variant(v)
         try:
             with job.phases.phase("kernels"):
                 ko = backend.compute(prepared, v, sel, check_determinism=cfg.parity.determinism)
@@ -550,21 +554,23 @@ def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
             record.sampled_rows = None if sel is None else len(sel)
             record.quant_max_abs_err = quant_err
             record.deterministic = ko.deterministic
-            row.notes += verdict.notes
+            row.notes += [Note(PARITY, n) for n in verdict.notes]
             row.ran = True
         except KeyboardInterrupt:
             raise
         except KernelHung as exc:       # the variant being computed is the one that hung
-            raise exc.at(exc.what, exc.variant or v) from None
+            hung = exc.at(exc.what, exc.variant or v)
+            hung.phase = PARITY
+            raise hung from None
         except PaBenchError as exc:
             if not recorded:
                 continue
-            row.notes.append(first_line(exc))
+            row.notes.append(Note(PARITY, first_line(exc)))
         except Exception as exc:
             if not recorded:
                 continue
             row.failed = True
-            row.notes.append(_failure(exc))
+            row.notes.append(Note(PARITY, _failure(exc)))
         _fill_diffs(job, prepared, rows, outputs, v)
         _save(job, row, MODE_PARITY)
         _refresh_partner_diffs(job, prepared, rows, outputs, v, todo)
@@ -615,7 +621,7 @@ def _fill_diffs(job: _Job, prepared, rows: dict[str, _Row], outputs: dict, v: st
     note = twin_note(v, twin, same, diff)
     if note:
         rec.parity_pass = False
-        rows[v].notes.append(note)
+        rows[v].notes.append(Note(PARITY, note))
 
 
 def _refresh_partner_diffs(job: _Job, prepared, rows, outputs, v: str, todo: list[str]) -> None:
@@ -644,7 +650,7 @@ def _save_outputs(job: _Job, problem, sel, ref, outputs: dict) -> None:
     """``<dir>/<shape>/{<variant>,reference,rows}.npy`` for checking with other tools."""
     import re
 
-    name = re.sub(r"[^A-Za-z0-9._+-]+", "_", shape_string(problem.shape))
+    name = re.sub(r"[^A-Za-z0-9._+-]+", "_", problem.shape.written)
     out_dir = job.save_outputs / name
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = np.arange(problem.queries) if sel is None else np.asarray(sel)
@@ -661,12 +667,16 @@ def _timing_phase(job: _Job, problem, prepared, rows: dict[str, _Row], todo: lis
                   parity_todo: list[str]) -> None:
     from pa_bench.measure import stats
 
-    key = shape_string(problem.shape)
+    key = problem.shape.written
+    job.progress.variant(None)  # every variant of the shape is timed at once, interleaved
     try:
         with job.phases.phase("timing"):
             timed = job.backend.time(prepared, list(todo), job.config.timing)
         results = {v: TimingOutcome.of(r) for v, r in timed.items()}
     except KeyboardInterrupt:
+        raise
+    except KernelHung as exc:
+        exc.phase = TIMING
         raise
     except PaBenchError as exc:
         results = {v: TimingOutcome(skipped=first_line(exc)) for v in todo}
@@ -683,9 +693,9 @@ def _timing_phase(job: _Job, problem, prepared, rows: dict[str, _Row], todo: lis
             _copy_parity(prev, rec, row)  # a resumed row keeps its parity columns
         if outcome.failed:
             row.failed = True
-            row.notes.append(f"timing: {outcome.failed}")
+            row.notes.append(Note(TIMING, outcome.failed))
         elif outcome.skipped:
-            row.notes.append(f"timing: {outcome.skipped}")
+            row.notes.append(Note(TIMING, outcome.skipped))
         else:
             res = outcome.result
             try:
@@ -695,7 +705,7 @@ def _timing_phase(job: _Job, problem, prepared, rows: dict[str, _Row], todo: lis
                 row.ran = True
             except Exception as exc:
                 row.failed = True
-                row.notes.append("timing: " + _failure(exc))
+                row.notes.append(Note(TIMING, _failure(exc)))
         _save(job, row, MODE_TIME)
 
 
@@ -715,8 +725,7 @@ def _copy_parity(prev: Record, rec: Record, row: _Row) -> None:
         setattr(rec, name, getattr(prev, name))
     if prev.parity_pass is not None:
         row.ran = True
-    if prev.reason:
-        row.notes += [n for n in prev.reason.split("; ") if n.startswith("parity")]
+    row.notes += [n for n in N.parse(prev.reason) if n.phase == PARITY]
 
 
 def _fill_timing(rec: Record, res, problem, base_samples, stats) -> None:
@@ -750,4 +759,4 @@ def _failure(exc: BaseException) -> str:
 
 
 __all__ = ["run_parity", "run_timing", "run_all", "RunInterrupted", "NullProgress", "Progress",
-           "shape_string", "base_record"]
+           "base_record"]

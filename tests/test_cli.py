@@ -10,27 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from pa_bench import backends
 from pa_bench import runner
-from pa_bench.cli import cli
-from pa_bench.problem.config import DEFAULT_CONFIG
 from spec_columns import SPEC_COLUMNS
 
 REPO = Path(__file__).resolve().parent.parent
-SMOKE = str(DEFAULT_CONFIG.parent / "smoke.yaml")
-
-
 SMALL = ["--heads", "4/2", "--head-dim", "64"]  # keeps PR-config shapes fast on the CPU
-
-
-@pytest.fixture
-def invoke():
-    def run(*args):
-        return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-
-    return run
 
 
 @pytest.fixture
@@ -50,23 +36,11 @@ def read_csv(path: Path) -> tuple[list[str], list[dict]]:
         return list(reader.fieldnames), list(reader)
 
 
-def assert_one_line_error(result, *needles: str) -> str:
-    assert result.exit_code != 0
-    err = result.stderr
-    assert "Traceback" not in err and "Traceback" not in result.stdout
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert len(lines) == 1, err
-    assert lines[0].startswith("error: ")
-    for needle in needles:
-        assert needle in lines[0]
-    return lines[0]
-
-
 # --------------------------------------------------------------------------- end to end
 
 
-def test_run_smoke_on_numpy_writes_a_complete_run_dir(invoke, tmp_path):
-    result = invoke("run", SMOKE, "--backend", "numpy", "--results", tmp_path)
+def test_run_smoke_on_numpy_writes_a_complete_run_dir(numpy_args, smoke_yaml, invoke, tmp_path):
+    result = invoke("run", smoke_yaml, *numpy_args, "--results", tmp_path)
     assert result.exit_code == 0, result.output
     (run_dir,) = run_dirs(tmp_path)
     header, rows = read_csv(run_dir / "records.csv")
@@ -86,8 +60,8 @@ def test_run_smoke_on_numpy_writes_a_complete_run_dir(invoke, tmp_path):
     assert "does not time kernels" in result.stdout  # timing skipped, said once
 
 
-def test_parity_prints_model_and_quantisation_error(invoke, tmp_path):
-    result = invoke("parity", "--backend", "numpy", "--shapes", "2Kx256", "--sample-rows", 8,
+def test_parity_prints_model_and_quantisation_error(numpy_args, invoke, tmp_path):
+    result = invoke("parity", *numpy_args, "--shapes", "2Kx256", "--sample-rows", 8,
                     *SMALL, "--results", tmp_path)
     assert result.exit_code == 0, result.output
     out = result.stdout
@@ -105,9 +79,9 @@ def test_parity_prints_model_and_quantisation_error(invoke, tmp_path):
             assert r["status"] == "skipped" and "runs on the cuda backend only" in r["reason"]
 
 
-def test_json_output_parses(invoke, tmp_path):
-    result = invoke("parity", "--backend", "numpy", "--shapes", "256x64", "--variant", "v1,v2t",
-                    "--config", SMOKE, "--results", tmp_path, "--json")
+def test_json_output_parses(numpy_args, smoke_yaml, invoke, tmp_path):
+    result = invoke("parity", *numpy_args, "--shapes", "256x64", "--variant", "v1,v2t",
+                    "--config", smoke_yaml, "--results", tmp_path, "--json")
     assert result.exit_code == 0
     data = json.loads(result.stdout)
     assert [r["variant"] for r in data["records"]] == ["v1", "v2t"]
@@ -115,17 +89,18 @@ def test_json_output_parses(invoke, tmp_path):
     assert Path(data["run"]).is_dir()
 
 
-def test_save_outputs(invoke, tmp_path):
+def test_save_outputs(numpy_args, smoke_yaml, invoke, tmp_path):
     out = tmp_path / "npy"
-    result = invoke("parity", "--config", SMOKE, "--backend", "numpy", "--shapes", "1023x113",
+    result = invoke("parity", "--config", smoke_yaml, *numpy_args, "--shapes", "1023x113",
                     "--results", tmp_path / "r", "--save-outputs", out)
     assert result.exit_code == 0
     names = sorted(p.name for p in (out / "1023x113").iterdir())
     assert names == ["reference.npy", "rows.npy", "v1.npy", "v2.npy", "v2t.npy"]
 
 
-def test_time_on_the_numpy_backend_skips_rows_with_the_reason(invoke, tmp_path):
-    result = invoke("time", "--config", SMOKE, "--backend", "numpy", "--shapes", "256x64",
+def test_time_on_the_numpy_backend_skips_rows_with_the_reason(numpy_args, smoke_yaml, invoke,
+                                                              tmp_path):
+    result = invoke("time", "--config", smoke_yaml, *numpy_args, "--shapes", "256x64",
                     "--results", tmp_path)
     assert result.exit_code == 0
     (run_dir,) = run_dirs(tmp_path)
@@ -133,15 +108,15 @@ def test_time_on_the_numpy_backend_skips_rows_with_the_reason(invoke, tmp_path):
     assert all(r["status"] == "skipped" and "needs CuPy and a GPU" in r["reason"] for r in rows)
 
 
-def test_auto_backend_falls_back_with_a_notice(invoke, tmp_path, no_gpu):
-    result = invoke("parity", "--config", SMOKE, "--shapes", "256x64", "--variant", "v1",
+def test_auto_backend_falls_back_with_a_notice(smoke_yaml, invoke, tmp_path, no_gpu):
+    result = invoke("parity", "--config", smoke_yaml, "--shapes", "256x64", "--variant", "v1",
                     "--results", tmp_path)
     assert result.exit_code == 0
     assert "using the numpy backend" in result.stderr
 
 
-def test_overrides_reach_the_records(invoke, tmp_path):
-    result = invoke("parity", "--config", SMOKE, "--backend", "numpy", "--shapes", "100x20",
+def test_overrides_reach_the_records(numpy_args, smoke_yaml, invoke, tmp_path):
+    result = invoke("parity", "--config", smoke_yaml, *numpy_args, "--shapes", "100x20",
                     "--variant", "v2t", "--layout", "contiguous", "--heads", "2/1", "--seed", 5,
                     "--data", "normal", "--results", tmp_path, "--json")
     assert result.exit_code == 0
@@ -151,16 +126,16 @@ def test_overrides_reach_the_records(invoke, tmp_path):
     assert (rec["context"], rec["queries"]) == (100, 20)
 
 
-def test_runs_are_never_overwritten(invoke, tmp_path):
-    args = ("parity", "--config", SMOKE, "--backend", "numpy", "--shapes", "256x64",
+def test_runs_are_never_overwritten(numpy_args, smoke_yaml, invoke, tmp_path):
+    args = ("parity", "--config", smoke_yaml, *numpy_args, "--shapes", "256x64",
             "--variant", "v1", "--results", tmp_path)
     assert invoke(*args).exit_code == 0
     assert invoke(*args).exit_code == 0
     assert len(run_dirs(tmp_path)) == 2
 
 
-def test_resume_recomputes_only_missing_rows(invoke, tmp_path, monkeypatch):
-    args = ("parity", "--config", SMOKE, "--backend", "numpy", "--shapes", "256x64,0x96",
+def test_resume_recomputes_only_missing_rows(numpy_args, smoke_yaml, invoke, tmp_path, monkeypatch):
+    args = ("parity", "--config", smoke_yaml, *numpy_args, "--shapes", "256x64,0x96",
             "--results", tmp_path)
     assert invoke(*args).exit_code == 0
     (run_dir,) = run_dirs(tmp_path)
@@ -196,28 +171,29 @@ def test_resume_recomputes_only_missing_rows(invoke, tmp_path, monkeypatch):
     assert len(meta["resumes"]) == 1
 
 
-def test_resume_alone_reuses_the_runs_config(invoke, tmp_path):
-    assert invoke("run", SMOKE, "--backend", "numpy", "--shapes", "256x64", "--variant", "v1",
+def test_resume_alone_reuses_the_runs_config(numpy_args, smoke_yaml, invoke, tmp_path):
+    assert invoke("run", smoke_yaml, *numpy_args, "--shapes", "256x64", "--variant", "v1",
                   "--results", tmp_path).exit_code == 0
     (run_dir,) = run_dirs(tmp_path)
-    result = invoke("run", "--backend", "numpy", "--shapes", "256x64", "--variant", "v1",
+    result = invoke("run", *numpy_args, "--shapes", "256x64", "--variant", "v1",
                     "--results", tmp_path, "--resume", run_dir.name)
     assert result.exit_code == 0, result.output
 
 
-def test_resume_takes_the_runs_settings_and_refuses_others(invoke, tmp_path):
-    """#14 defect 3: --resume alone keeps the run's sampled rows; a conflicting option is one line, exit 2."""
-    assert invoke("parity", "--config", SMOKE, "--backend", "numpy", "--shapes", "256x64,0x96",
+def test_resume_takes_the_runs_settings_and_refuses_others(numpy_args, smoke_yaml, invoke,
+                                                           tmp_path):
+    """--resume alone keeps the run's sampled rows; a conflicting option is one line, exit 2."""
+    assert invoke("parity", "--config", smoke_yaml, *numpy_args, "--shapes", "256x64,0x96",
                   "--variant", "v1", "--sample-rows", "16", "--results", tmp_path).exit_code == 0
     (run_dir,) = run_dirs(tmp_path)
     records = run_dir / "records.csv"
     records.write_text("\n".join(ln for ln in records.read_text().splitlines() if ",0x96," not in ln) + "\n")
-    result = invoke("parity", "--backend", "numpy", "--results", tmp_path, "--resume", run_dir.name)
+    result = invoke("parity", *numpy_args, "--results", tmp_path, "--resume", run_dir.name)
     assert result.exit_code == 0, result.output
     rows = [ln.split(",") for ln in records.read_text().splitlines()]
     col = rows[0].index("sampled_rows")
     assert [r[col] for r in rows[1:]] == ["16", "16"]
-    bad = invoke("parity", "--backend", "numpy", "--results", tmp_path, "--resume", run_dir.name,
+    bad = invoke("parity", *numpy_args, "--results", tmp_path, "--resume", run_dir.name,
                  "--heads", "4/2", "--head-dim", "128")
     assert bad.exit_code == 2
     assert bad.output.strip().splitlines() == [
@@ -225,7 +201,7 @@ def test_resume_takes_the_runs_settings_and_refuses_others(invoke, tmp_path):
         "to resume with the run's settings"]
 
 
-def test_interrupt_says_where_rows_are_kept(invoke, tmp_path, monkeypatch):
+def test_interrupt_says_where_rows_are_kept(numpy_args, smoke_yaml, invoke, tmp_path, monkeypatch):
     calls = []
     original = runner._run_shape
 
@@ -236,7 +212,7 @@ def test_interrupt_says_where_rows_are_kept(invoke, tmp_path, monkeypatch):
         return original(job, problem, variants)
 
     monkeypatch.setattr(runner, "_run_shape", interrupt_second)
-    result = invoke("parity", "--config", SMOKE, "--backend", "numpy", "--results", tmp_path)
+    result = invoke("parity", "--config", smoke_yaml, *numpy_args, "--results", tmp_path)
     assert result.exit_code == 130
     (run_dir,) = run_dirs(tmp_path)
     assert result.stderr.strip() == (f"interrupted: finished rows kept in {run_dir}; "
@@ -245,9 +221,9 @@ def test_interrupt_says_where_rows_are_kept(invoke, tmp_path, monkeypatch):
     assert {r["shape"] for r in rows} == {"256x64"}
 
 
-def test_report_and_compare_on_stored_runs(invoke, tmp_path):
+def test_report_and_compare_on_stored_runs(numpy_args, smoke_yaml, invoke, tmp_path):
     for _ in range(2):
-        assert invoke("run", SMOKE, "--backend", "numpy", "--shapes", "256x64,0x96",
+        assert invoke("run", smoke_yaml, *numpy_args, "--shapes", "256x64,0x96",
                       "--results", tmp_path).exit_code == 0
     a, b = run_dirs(tmp_path)
     # report: newest run by default, printed and written into the run
@@ -269,9 +245,9 @@ def test_report_and_compare_on_stored_runs(invoke, tmp_path):
         (s, v) for s in ("256x64", "0x96") for v in ("v1", "v2", "v2t")}
 
 
-def test_report_and_compare_without_runs(invoke, tmp_path):
-    assert_one_line_error(invoke("report", "--results", tmp_path), "no runs")
-    assert_one_line_error(invoke("compare", "--results", tmp_path), "no two runs")
+def test_report_and_compare_without_runs(one_line_error, invoke, tmp_path):
+    one_line_error(invoke("report", "--results", tmp_path), "no runs")
+    one_line_error(invoke("compare", "--results", tmp_path), "no two runs")
 
 
 def test_env_and_kernels(invoke, monkeypatch):
@@ -301,48 +277,47 @@ def test_env_and_kernels(invoke, monkeypatch):
 # --------------------------------------------------------------------------- errors
 
 
-def test_bad_shape_string(invoke, tmp_path):
-    assert_one_line_error(invoke("parity", "--shapes", "32Kx", "--backend", "numpy",
-                                 "--results", tmp_path), "32Kx")
+def test_bad_shape_string(numpy_args, one_line_error, invoke, tmp_path):
+    one_line_error(invoke("parity", "--shapes", "32Kx", *numpy_args, "--results", tmp_path),
+                   "32Kx")
 
 
-def test_unknown_config_key(invoke, tmp_path):
+def test_unknown_config_key(numpy_args, one_line_error, invoke, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\nshapes: [256x64]\ntimming: {hot: true}\n")
-    line = assert_one_line_error(invoke("run", bad, "--backend", "numpy", "--results", tmp_path),
-                                 "timming")
+    line = one_line_error(invoke("run", bad, *numpy_args, "--results", tmp_path), "timming")
     assert "bad.yaml" in line
 
 
-def test_missing_config_file(invoke, tmp_path):
-    assert_one_line_error(invoke("parity", "--config", tmp_path / "nope.yaml", "--backend",
-                                 "numpy"), "nope.yaml")
+def test_missing_config_file(numpy_args, one_line_error, invoke, tmp_path):
+    one_line_error(invoke("parity", "--config", tmp_path / "nope.yaml", *numpy_args),
+                   "nope.yaml")
 
 
-def test_unknown_variant(invoke):
-    assert_one_line_error(invoke("parity", "--variant", "v1,v9", "--backend", "numpy"), "v9")
+def test_unknown_variant(numpy_args, one_line_error, invoke):
+    one_line_error(invoke("parity", "--variant", "v1,v9", *numpy_args), "v9")
 
 
-def test_time_without_a_gpu(invoke, tmp_path, no_gpu):
-    line = assert_one_line_error(invoke("time", "--variant", "v2t", "--results", tmp_path),
-                                 "CuPy", "GPU")
+def test_time_without_a_gpu(one_line_error, invoke, tmp_path, no_gpu):
+    line = one_line_error(invoke("time", "--variant", "v2t", "--results", tmp_path),
+                          "CuPy", "GPU")
     assert "pip install" in line
     assert not tmp_path.exists() or not any(tmp_path.iterdir())  # no run dir for nothing
 
 
-def test_backend_cuda_without_cupy(invoke, tmp_path, no_gpu):
+def test_backend_cuda_without_cupy(one_line_error, invoke, tmp_path, no_gpu):
     result = invoke("parity", "--backend", "cuda", "--shapes", "256x64", "--results", tmp_path)
-    line = assert_one_line_error(result, "CuPy", "NVIDIA GPU", "pa-bench[cuda12]", "cuda13")
+    line = one_line_error(result, "CuPy", "NVIDIA GPU", "pa-bench[cuda12]", "cuda13")
     assert result.exit_code == 2
     assert line.count("error:") == 1
 
 
-def test_usage_errors_are_one_line(invoke):
+def test_usage_errors_are_one_line(one_line_error, invoke):
     result = invoke("parity", "--bogus")
-    assert_one_line_error(result, "--bogus")
+    one_line_error(result, "--bogus")
     assert result.exit_code == 2
-    assert_one_line_error(invoke("parity", "--heads", "32/x"), "--heads")
-    assert_one_line_error(invoke("compare", "only-one"), "two runs")
+    one_line_error(invoke("parity", "--heads", "32/x"), "--heads")
+    one_line_error(invoke("compare", "only-one"), "two runs")
 
 
 def test_no_traceback_in_a_real_process(tmp_path):
@@ -365,9 +340,9 @@ def test_no_traceback_in_a_real_process(tmp_path):
 
 
 @pytest.mark.gpu
-def test_run_smoke_on_cuda(invoke, tmp_path):
+def test_run_smoke_on_cuda(smoke_yaml, invoke, tmp_path):
     """`pytest -m gpu`: the CLI end to end on the cuda backend (parity and timing)."""
-    result = invoke("run", SMOKE, "--backend", "cuda", "--max-seconds", 2, "--results", tmp_path)
+    result = invoke("run", smoke_yaml, "--backend", "cuda", "--max-seconds", 2, "--results", tmp_path)
     assert result.exit_code == 0, result.output
     (run_dir,) = run_dirs(tmp_path)
     _, rows = read_csv(run_dir / "records.csv")

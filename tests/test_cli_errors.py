@@ -1,6 +1,5 @@
-"""Bad input on the command line: one line `error: ...` naming what is wrong, and exit code 2.
-
-Issue #14: bad --data contents, missing run directories, empty option values, signals."""
+"""Bad input on the command line: one line `error: ...` naming what is wrong, and exit code 2:
+bad --data contents, missing run directories, empty option values, signals."""
 
 from __future__ import annotations
 
@@ -8,27 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
-
 from pa_bench.cli import cli
 
-SMALL = ["--backend", "numpy", "--sample-rows", "4"]
-
-
-def invoke(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-
-
-def one_line_error(result, code: int, *needles: str) -> str:
-    assert result.exit_code == code, (result.exit_code, result.output)
-    assert "Traceback" not in result.output
-    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: ")
-    assert not lines[0].startswith("error: internal error")
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
+SMALL = ["--sample-rows", "4"]  # with numpy_args: quick rows on the CPU
 
 
 def runs_under(root: Path) -> list[Path]:
@@ -68,11 +49,12 @@ K8 = np.zeros((2, 128, 64), np.int8)
     (_capture(), ["--head-dim", "128"], ["head dim 64", "128", "--head-dim"]),
     (_capture(), ["--shapes", "1Kx28"], ["100x28 chunk", "1Kx28", "--shapes"]),
 ])
-def test_bad_data_contents_stop_the_run_before_it_starts(tmp_path, arrays, args, needles):
+def test_bad_data_contents_stop_the_run_before_it_starts(numpy_args, one_line_error, invoke,
+                                                         tmp_path, arrays, args, needles):
     path = tmp_path / "cap.npz"
     np.savez(path, **arrays)
-    res = invoke("run", *SMALL, "--data", path, "--results", tmp_path / "res", *args)
-    one_line_error(res, 2, *needles)
+    res = invoke("run", *numpy_args, *SMALL, "--data", path, "--results", tmp_path / "res", *args)
+    one_line_error(res, *needles, code=2)
     assert runs_under(tmp_path / "res") == []  # nothing ran, no run directory claims otherwise
 
 
@@ -82,18 +64,20 @@ def test_bad_data_contents_stop_the_run_before_it_starts(tmp_path, arrays, args,
     (b"\x93NUMPY\x01\x00v\x00{'descr': '<f8', 'fortran_order': False, 'shape': (1,), }",
      ["single .npy array"]),
 ])
-def test_unreadable_data_files_are_bad_input(tmp_path, content, needles):
+def test_unreadable_data_files_are_bad_input(numpy_args, one_line_error, invoke, tmp_path, content,
+                                             needles):
     path = tmp_path / "cap.npz"
     path.write_bytes(content)
-    res = invoke("parity", *SMALL, "--data", path, "--results", tmp_path / "res")
-    line = one_line_error(res, 2, *needles)
+    res = invoke("parity", *numpy_args, *SMALL, "--data", path, "--results", tmp_path / "res")
+    line = one_line_error(res, *needles, code=2)
     assert "pickle" not in line
 
 
-def test_a_good_capture_fixes_shape_heads_and_head_dim(tmp_path):
+def test_a_good_capture_fixes_shape_heads_and_head_dim(numpy_args, invoke, tmp_path):
     path = tmp_path / "cap.npz"
     np.savez(path, **_capture())
-    res = invoke("parity", *SMALL, "--variant", "v1", "--data", path, "--results", tmp_path)
+    res = invoke("parity", *numpy_args, *SMALL, "--variant", "v1", "--data", path,
+                 "--results", tmp_path)
     assert res.exit_code == 0, res.output
     assert "heads 4/2" in res.stdout and "head_dim 64" in res.stdout and "100x28" in res.stdout
 
@@ -101,19 +85,19 @@ def test_a_good_capture_fixes_shape_heads_and_head_dim(tmp_path):
 # --------------------------------------------------------------------------- options
 
 
-def test_empty_variant_list_is_an_error():
-    one_line_error(invoke("run", "--variant", ""), 2, "'--variant'", "empty")
-    one_line_error(invoke("parity", "--variant", " , "), 2, "'--variant'", "empty")
+def test_empty_variant_list_is_an_error(one_line_error, invoke):
+    one_line_error(invoke("run", "--variant", ""), "'--variant'", "empty", code=2)
+    one_line_error(invoke("parity", "--variant", " , "), "'--variant'", "empty", code=2)
 
 
-def test_sample_rows_and_heads_must_be_positive():
-    one_line_error(invoke("run", "--sample-rows", "0"), 2, "'--sample-rows'", "at least 1")
-    one_line_error(invoke("run", "--sample-rows", "x"), 2, "'--sample-rows'", "'x'")
-    one_line_error(invoke("parity", "--heads", "0/0"), 2, "'--heads'", "at least 1")
-    one_line_error(invoke("parity", "--heads", "8/0"), 2, "'--heads'", "at least 1")
+def test_sample_rows_and_heads_must_be_positive(one_line_error, invoke):
+    one_line_error(invoke("run", "--sample-rows", "0"), "'--sample-rows'", "at least 1", code=2)
+    one_line_error(invoke("run", "--sample-rows", "x"), "'--sample-rows'", "'x'", code=2)
+    one_line_error(invoke("parity", "--heads", "0/0"), "'--heads'", "at least 1", code=2)
+    one_line_error(invoke("parity", "--heads", "8/0"), "'--heads'", "at least 1", code=2)
 
 
-def test_plain_pa_bench_prints_help():
+def test_plain_pa_bench_prints_help(invoke):
     res = invoke()
     assert res.exit_code == 0 and res.stderr == ""
     assert "Usage: " in res.stdout and "Commands:" in res.stdout and "run " in res.stdout
@@ -127,30 +111,30 @@ def test_plain_pa_bench_prints_help():
     ["compare", "no-such-run", "no-such-run-either"],
     ["run", "--backend", "numpy", "--resume", "no-such-run"],
 ])
-def test_a_missing_run_directory_is_bad_input(tmp_path, args):
-    one_line_error(invoke(*args, "--results", tmp_path), 2, "no run directory no-such-run")
+def test_a_missing_run_directory_is_bad_input(one_line_error, invoke, tmp_path, args):
+    one_line_error(invoke(*args, "--results", tmp_path), "no run directory no-such-run", code=2)
 
 
-def test_a_directory_that_is_not_a_run_is_bad_input(tmp_path):
+def test_a_directory_that_is_not_a_run_is_bad_input(one_line_error, invoke, tmp_path):
     (tmp_path / "empty").mkdir()
-    one_line_error(invoke("report", tmp_path / "empty"), 2, "is not a pa-bench run")
+    one_line_error(invoke("report", tmp_path / "empty"), "is not a pa-bench run", code=2)
 
 
-def test_no_runs_to_report_is_bad_input(tmp_path):
-    one_line_error(invoke("report", "--results", tmp_path), 2, "no runs")
+def test_no_runs_to_report_is_bad_input(one_line_error, invoke, tmp_path):
+    one_line_error(invoke("report", "--results", tmp_path), "no runs", code=2)
 
 
-def test_an_unwritable_results_directory_is_bad_input(tmp_path):
+def test_an_unwritable_results_directory_is_bad_input(numpy_args, one_line_error, invoke, tmp_path):
     (tmp_path / "file").write_text("")
-    res = invoke("parity", "--backend", "numpy", "--shapes", "256x64", "--variant", "v1",
+    res = invoke("parity", *numpy_args, "--shapes", "256x64", "--variant", "v1",
                  "--results", tmp_path / "file" / "sub")
-    one_line_error(res, 2, "cannot create results directory", "file/sub")
+    one_line_error(res, "cannot create results directory", "file/sub", code=2)
 
 
 # --------------------------------------------------------------------------- signals
 
 
-def test_sigterm_stops_a_run_as_ctrl_c_does(tmp_path):
+def test_sigterm_stops_a_run_as_ctrl_c_does(invoke, tmp_path):
     """A real process: SIGTERM mid-sweep marks the run interrupted and says where its rows are."""
     import json
     import os
@@ -195,7 +179,7 @@ def test_sigterm_stops_a_run_as_ctrl_c_does(tmp_path):
 # --------------------------------------------------------------------------- kernels
 
 
-def test_kernels_fails_when_nothing_builds(monkeypatch):
+def test_kernels_fails_when_nothing_builds(one_line_error, invoke, monkeypatch):
     from pa_bench.backends import kernel_info
 
     def nothing_builds(archs=None, head_dim=128, force_turing=False, **kw):
@@ -205,13 +189,13 @@ def test_kernels_fails_when_nothing_builds(monkeypatch):
 
     monkeypatch.setattr(kernel_info, "kernel_table", nothing_builds)
     res = invoke("kernels")
-    one_line_error(res, 1, "no kernel built (2 tried)", "v1 sm_90", "nvcc failed: boom")
+    one_line_error(res, "no kernel built (2 tried)", "v1 sm_90", "nvcc failed: boom", code=1)
     assert "v2t" in res.stdout  # the table is still printed
 
 
-def test_kernels_below_sm_75_gives_the_arch_as_the_reason():
+def test_kernels_below_sm_75_gives_the_arch_as_the_reason(one_line_error, invoke):
     res = invoke("kernels", "--arch", "sm_70")
-    one_line_error(res, 1, "no kernel built", "v1 needs sm_75")
+    one_line_error(res, "no kernel built", "v1 needs sm_75", code=1)
     assert "cp.async" not in res.stderr
     assert "this GPU" not in res.stdout
 
@@ -238,25 +222,26 @@ def _timed_run(root: Path, minutes: int, rows: dict):
 
 
 @pytest.mark.parametrize("flags", [[], ["--fail-on-slowdown"], ["--json"]])
-def test_compare_of_runs_with_nothing_in_common_is_an_error(tmp_path, flags):
+def test_compare_of_runs_with_nothing_in_common_is_an_error(one_line_error, invoke, tmp_path,
+                                                            flags):
     a = _timed_run(tmp_path, 0, {("32Kx1024", "v1"): 2.0})
     b = _timed_run(tmp_path, 1, {("64Kx512", "v1"): 2.0})
-    one_line_error(invoke("compare", a.path, b.path, *flags), 2, "nothing to compare")
+    one_line_error(invoke("compare", a.path, b.path, *flags), "nothing to compare", code=2)
 
 
-def test_fail_on_slowdown_fails_one_way_only(tmp_path):
+def test_fail_on_slowdown_fails_one_way_only(one_line_error, invoke, tmp_path):
     a = _timed_run(tmp_path, 0, {("32Kx1024", "v1"): 2.0, ("32Kx1024", "v2t"): 2.0})
     b = _timed_run(tmp_path, 1, {("32Kx1024", "v1"): 2.0, ("32Kx1024", "v2t"): 1.7})
     assert invoke("compare", a.path, b.path, "--fail-on-slowdown").exit_code == 0
     res = invoke("compare", b.path, a.path, "--fail-on-slowdown")
-    one_line_error(res, 1, "slower than A", "32Kx1024 v2t")
+    one_line_error(res, "slower than A", "32Kx1024 v2t", code=1)
 
 
 # --------------------------------------------------------------------------- report
 
 
 @pytest.mark.parametrize("header_only", [False, True])
-def test_report_of_a_run_without_rows_is_an_error(tmp_path, header_only):
+def test_report_of_a_run_without_rows_is_an_error(one_line_error, invoke, tmp_path, header_only):
     from pa_bench.store.results import new_run_dir
 
     run = new_run_dir(tmp_path, "x", "numpy")
@@ -264,11 +249,11 @@ def test_report_of_a_run_without_rows_is_an_error(tmp_path, header_only):
     if header_only:
         run.write_records([])
     res = invoke("report", run.path)
-    one_line_error(res, 2, "nothing to report", "header" if header_only else "missing",
-                   "interrupted")
+    one_line_error(res, "nothing to report", "header" if header_only else "missing",
+                   "interrupted", code=2)
 
 
-def test_report_json_lists_the_plots(tmp_path):
+def test_report_json_lists_the_plots(invoke, tmp_path):
     pytest.importorskip("matplotlib")
     import json
 
@@ -282,10 +267,10 @@ def test_report_json_lists_the_plots(tmp_path):
 
 
 def test_only_commands_that_take_resume_are_told_to_resume():
-    from pa_bench import cli as C
+    from pa_bench import exits as E
 
-    assert C._resumable(["run", "configs/smoke.yaml"]) and C._resumable(["parity", "--backend", "numpy"])
-    assert not C._resumable(["prompt", "--config", "configs/prompt98k.yaml"])
+    assert E._resumable(["run", "configs/smoke.yaml"]) and E._resumable(["parity", "--backend", "numpy"])
+    assert not E._resumable(["prompt", "--config", "configs/prompt98k.yaml"])
     # every command named resumable really takes --resume
-    for name in C.RESUMABLE:
-        assert any(p.name == "resume" for p in C.cli.commands[name].params), name
+    for name in E.RESUMABLE:
+        assert any(p.name == "resume" for p in cli.commands[name].params), name

@@ -118,7 +118,7 @@ def test_the_command_line_says_one_line_and_exits_3(tmp_path):
         from test_deadlines import HangingBackend
         backends.make_backend = lambda name, config=None, notice=None: HangingBackend()
         from pa_bench.cli import main
-        main(["parity", "--config", {str(SMOKE)!r}, "--results", {str(tmp_path)!r}])
+        main(["parity", "--config", {str(SMOKE)!r}, "--results", {str(tmp_path)!r}, "--deadline", "7"])
     ''')
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
                           cwd=ROOT)
@@ -129,4 +129,4 @@ def test_the_command_line_says_one_line_and_exits_3(tmp_path):
                       f"{next(tmp_path.iterdir())} carries on after it)"]
     assert "Traceback" not in proc.stderr
     meta = json.loads((next(tmp_path.iterdir()) / "meta.json").read_text())
-    assert meta["status"] == "hung"
+    assert meta["status"] == "hung" and meta["config"]["deadline"] == 7.0   # --deadline reaches the config

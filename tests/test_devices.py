@@ -1,4 +1,4 @@
-"""run --devices (#17) with fake GPUs: real worker processes on the numpy backend, one per
+"""run --devices with fake GPUs: real worker processes on the numpy backend, one per
 "device", merged into one run directory whose rows name their device."""
 
 from __future__ import annotations
@@ -7,16 +7,13 @@ import json
 import sys
 
 import pytest
-from click.testing import CliRunner
 
 from pa_bench import devices
-from pa_bench.cli import cli
-from pa_bench.problem.config import CONFIG_DIR, load_config
+from pa_bench.problem.config import load_config
 from pa_bench.problem.plan import make_plan
 from pa_bench.shard import Shard, shard_problems
 from pa_bench.store.results import open_run
 
-SMOKE = str(CONFIG_DIR / "smoke.yaml")
 FAKE = [devices.Device(0, "Fake GPU A", "GPU-aaaa-0"), devices.Device(1, "Fake GPU B", "GPU-bbbb-1"),
         devices.Device(2, "Fake GPU C", "GPU-cccc-2")]
 
@@ -26,21 +23,15 @@ def fake_gpus(monkeypatch):
     monkeypatch.setattr(devices, "discover", lambda: list(FAKE))
 
 
-def one_line_error(res) -> str:
-    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
-    assert res.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), res.output
-    assert "Traceback" not in res.output
-    return lines[0]
-
-
-def test_devices_run_is_one_run_with_every_row_and_its_device(fake_gpus, tmp_path):
-    res = CliRunner().invoke(cli, ["run", SMOKE, "--backend", "numpy", "--devices", "0,2",
-                                   "--sample-rows", "8", "--results", str(tmp_path)])
+def test_devices_run_is_one_run_with_every_row_and_its_device(smoke_yaml, numpy_args, invoke,
+                                                              fake_gpus, tmp_path):
+    res = invoke("run", smoke_yaml, *numpy_args, "--devices", "0,2", "--sample-rows", "8",
+                 "--results", tmp_path)
     assert res.exit_code == 0, res.output
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]  # one run directory
     run = open_run(run_dir)
     records = run.records()
-    plan = make_plan(load_config(SMOKE))
+    plan = make_plan(load_config(smoke_yaml))
     assert sorted(r.key() for r in records) == sorted(
         (p.shape.written, v) for p in plan.problems for v in plan.variants)
     for k, dev in enumerate([FAKE[0], FAKE[2]]):  # device k ran shard k/2
@@ -72,37 +63,37 @@ def test_select_devices():
             devices.select(spec, FAKE)
 
 
-def test_devices_without_gpus_is_one_line(monkeypatch, tmp_path):
+def test_devices_without_gpus_is_one_line(smoke_yaml, numpy_args, one_line_error, invoke,
+                                          monkeypatch, tmp_path):
     monkeypatch.setattr(devices, "discover", lambda: [])
-    res = CliRunner().invoke(cli, ["run", SMOKE, "--backend", "numpy", "--devices", "all",
-                                   "--results", str(tmp_path)])
-    assert "no NVIDIA GPU on this machine" in one_line_error(res)
+    res = invoke("run", smoke_yaml, *numpy_args, "--devices", "all", "--results", tmp_path)
+    assert "no NVIDIA GPU on this machine" in one_line_error(res, code=2)
     assert not any(tmp_path.iterdir())
 
 
-def test_devices_with_shard_is_a_usage_error(fake_gpus, tmp_path):
-    res = CliRunner().invoke(cli, ["run", SMOKE, "--devices", "all", "--shard", "0/2",
-                                   "--results", str(tmp_path)])
-    assert "--devices runs every shard itself" in one_line_error(res)
+def test_devices_with_shard_is_a_usage_error(smoke_yaml, one_line_error, invoke, fake_gpus,
+                                             tmp_path):
+    res = invoke("run", smoke_yaml, "--devices", "all", "--shard", "0/2", "--results", tmp_path)
+    assert "--devices runs every shard itself" in one_line_error(res, code=2)
 
 
-def test_workers_that_all_fail_are_one_line(tmp_path):
+def test_workers_that_all_fail_are_one_line(smoke_yaml, tmp_path):
     def broken(config_file, shard, **_):
         return [sys.executable, "-c", "import sys; print('error: no GPU here'); sys.exit(2)"]
 
-    config = make_plan(load_config(SMOKE), shapes="64x16").config
+    config = make_plan(load_config(smoke_yaml), shapes="64x16").config
     with pytest.raises(devices.PaBenchError, match="no worker wrote a run: GPU 0: error: no GPU here"):
         devices.run_on_devices(config, FAKE[:2], backend="numpy", results_root=tmp_path,
                                argv_for=broken)
 
 
-def test_a_failed_worker_leaves_the_others_rows_and_an_incomplete_run(tmp_path):
+def test_a_failed_worker_leaves_the_others_rows_and_an_incomplete_run(smoke_yaml, tmp_path):
     def half(config_file, shard, **kw):
         if shard.index == 1:
             return [sys.executable, "-c", "import sys; sys.exit(3)"]
         return devices.worker_argv(config_file, shard, **kw)
 
-    config = make_plan(load_config(SMOKE), shapes="64x16,100x20", variants=["v1"]).config
+    config = make_plan(load_config(smoke_yaml), shapes="64x16,100x20", variants=["v1"]).config
     path = devices.run_on_devices(config, FAKE[:2], backend="numpy", results_root=tmp_path,
                                   sample_rows=4, argv_for=half, write_report=False)
     run = open_run(path)

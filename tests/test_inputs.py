@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pa_bench.errors import ConfigError
-from pa_bench.problem.inputs import (Inputs, check_capture, make_inputs, npz_shape, p_scale_for,
+from pa_bench.problem.inputs import (Inputs, check_capture, make_inputs, p_scale_for,
                                     qk_scale_log2_for, quantize_per_token, read_capture)
 from pa_bench.problem.plan import Problem
 from pa_bench.problem.shapes import parse_shape
@@ -184,7 +184,7 @@ def test_npz_float_form_is_quantised(tmp_path):
     v = rng.standard_normal((2, 128, 64))  # float64 is fine too
     path = tmp_path / "cap.npz"
     np.savez(path, q=q, k=k, v=v)
-    assert npz_shape(path).spec == "100x28"
+    assert read_capture(path).shape.spec == "100x28"
     inp = make_inputs(npz_problem(path))
     np.testing.assert_array_equal(inp.q, q.astype(np.float16))
     np.testing.assert_array_equal(inp.k_float, k)
@@ -272,7 +272,7 @@ def test_unreadable_npz_files_are_one_line_errors(tmp_path, make, words):
     path = tmp_path / "bad.npz"
     make(path)
     with pytest.raises(ConfigError) as info:
-        npz_shape(path)
+        read_capture(path)
     msg = str(info.value)
     assert "\n" not in msg and "allow_pickle" not in msg and "pickle" not in msg
     for w in words:

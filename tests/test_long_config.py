@@ -1,4 +1,4 @@
-"""configs/long.yaml (issue #12): loads, and holds the long-context shapes on sampled rows."""
+"""configs/long.yaml: loads, and holds the long-context shapes on sampled rows."""
 
 from pathlib import Path
 

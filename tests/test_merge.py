@@ -1,4 +1,4 @@
-"""pa-bench merge (#17): shard runs round-trip into the unsharded run's rows; runs that did not
+"""pa-bench merge: shard runs round-trip into the unsharded run's rows; runs that did not
 measure the same thing are refused with one line; a merged run's report has a GPU column where
 its rows ran on different GPUs."""
 
@@ -8,11 +8,9 @@ import json
 import shutil
 
 import pytest
-from click.testing import CliRunner
 
 from pa_bench import runner
 from pa_bench.backends.numpy import NumpyBackend
-from pa_bench.cli import cli
 from pa_bench.present.report import build_report
 from pa_bench.problem.config import CONFIG_DIR, load_config
 from pa_bench.problem.plan import make_plan
@@ -74,7 +72,7 @@ def test_merge_of_shards_equals_the_unsharded_run(runs, tmp_path):
     assert "shard" not in meta and meta["status"] == "complete"
     assert meta["config"] == open_run(whole).read_meta()["config"]
     from pa_bench.present.report import missing_rows
-    assert missing_rows(merged, meta) == []
+    assert missing_rows(merged, out.meta()) == []
 
 
 def test_a_missing_shard_is_named_by_the_report(runs, tmp_path):
@@ -130,21 +128,19 @@ def test_merge_refuses_a_row_held_twice_with_other_values(runs, tmp_path):
         merge_runs([open_run(shards[0]), twin], RunDir(tmp_path / "m"))
 
 
-def test_merge_cli_one_line_exit_2_and_no_run_left(runs, tmp_path):
+def test_merge_cli_one_line_exit_2_and_no_run_left(one_line_error, invoke, runs, tmp_path):
     _whole, shards = runs
     other = copy_run(shards[1], tmp_path / "other")
     edit_meta(other, lambda m: m.update(seed=7))
-    res = CliRunner().invoke(cli, ["merge", str(shards[0]), str(other.path), "-o",
-                                   str(tmp_path / "m")])
+    res = invoke("merge", shards[0], other.path, "-o", tmp_path / "m")
     assert res.exit_code == 2
-    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: cannot merge") and "the seed" in lines[0]
+    assert one_line_error(res, "the seed").startswith("error: cannot merge")
     assert not (tmp_path / "m").exists()
 
-    res = CliRunner().invoke(cli, ["merge", *map(str, shards), "-o", str(tmp_path / "m")])
+    res = invoke("merge", *shards, "-o", tmp_path / "m")
     assert res.exit_code == 0, res.output
     assert len(open_run(tmp_path / "m").records()) == 8 and (tmp_path / "m" / "report.md").exists()
-    res = CliRunner().invoke(cli, ["merge", *map(str, shards), "-o", str(tmp_path / "m")])
+    res = invoke("merge", *shards, "-o", tmp_path / "m")
     assert res.exit_code == 2 and "is not an empty directory" in res.stderr
 
 

@@ -1,6 +1,5 @@
 """The NumPy model of the kernels' arithmetic: close to FP64, tile-size effects at rounding level."""
 
-import math
 
 import numpy as np
 import pytest

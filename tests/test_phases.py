@@ -13,10 +13,9 @@ from pa_bench import runner
 from pa_bench.backends.numpy import NumpyBackend
 from pa_bench.measure.timing import TimingResult
 from pa_bench.phases import PHASES, PhaseClock
-from pa_bench.problem.config import DEFAULT_CONFIG, load_config
+from pa_bench.problem.config import load_config
 from pa_bench.problem.plan import make_plan
 
-SMOKE = DEFAULT_CONFIG.parent / "smoke.yaml"
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -26,14 +25,19 @@ class Recorder:
     def __init__(self):
         self.calls: list[tuple[str, object]] = []
 
-    def start(self, total, description):
+    def start(self, total, description, work=0.0):
         self.calls.append(("start", total))
+        self.work = work
 
     def update(self, description):
         self.calls.append(("update", description))
 
-    def advance(self, n=1):
+    def variant(self, name):
+        self.calls.append(("variant", name))
+
+    def advance(self, n=1, work=0.0, ran=True):
         self.calls.append(("advance", n))
+        self.done = getattr(self, "done", 0.0) + (work if ran else 0.0)
 
     def phase(self, name):
         self.calls.append(("phase", name))
@@ -76,13 +80,13 @@ def test_phase_clock_sums_exclusive_seconds_and_tells_the_progress():
             pass
 
 
-def _smoke(shapes="256x64", variants=("v1", "v2t")):
-    return make_plan(load_config(SMOKE), shapes=shapes, variants=list(variants)).config
+def _smoke(path, shapes="256x64", variants=("v1", "v2t")):
+    return make_plan(load_config(path), shapes=shapes, variants=list(variants)).config
 
 
-def test_a_numpy_run_records_wall_and_phase_seconds(tmp_path):
+def test_a_numpy_run_records_wall_and_phase_seconds(smoke_yaml, tmp_path):
     seen = Recorder()
-    path = runner.run_all(_smoke("256x64,0x96"), NumpyBackend(), results_root=tmp_path,
+    path = runner.run_all(_smoke(smoke_yaml, "256x64,0x96"), NumpyBackend(), results_root=tmp_path,
                           progress=seen)
     meta = json.loads((path / "meta.json").read_text())
     phases = meta["phase_seconds"]
@@ -117,16 +121,16 @@ class TimedNumpy(NumpyBackend):
                 for v in variants}
 
 
-def test_every_phase_is_recorded_beside_a_gpu_backend(tmp_path):
+def test_every_phase_is_recorded_beside_a_gpu_backend(smoke_yaml, tmp_path):
     seen = Recorder()
-    path = runner.run_all(_smoke(), TimedNumpy(), results_root=tmp_path, progress=seen)
+    path = runner.run_all(_smoke(smoke_yaml), TimedNumpy(), results_root=tmp_path, progress=seen)
     meta = json.loads((path / "meta.json").read_text())
     assert set(meta["phase_seconds"]) == set(PHASES)
     assert set(seen.phases()) == set(PHASES)
     assert seen.phases()[:2] == ["inputs", "reference"] and seen.phases()[-2:] == ["timing", "report"]
 
 
-def test_time_and_parity_write_reports_without_matplotlib(tmp_path):
+def test_time_and_parity_write_reports_without_matplotlib(smoke_yaml, tmp_path):
     """matplotlib's first import builds its font cache (~13 s on a fresh machine): only
     'pa-bench run' and 'pa-bench report' draw plots."""
     script = f"""
@@ -135,7 +139,7 @@ sys.path.insert(0, {str(Path(__file__).parent)!r})
 from test_phases import TimedNumpy, _smoke
 from pa_bench import runner
 for fn in (runner.run_timing, runner.run_parity):
-    print(fn(_smoke(), TimedNumpy(), results_root={str(tmp_path)!r}))
+    print(fn(_smoke({smoke_yaml!r}), TimedNumpy(), results_root={str(tmp_path)!r}))
 print("matplotlib" in sys.modules)
 """
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
@@ -148,7 +152,7 @@ print("matplotlib" in sys.modules)
 
 
 def test_the_cli_progress_names_the_shape_and_phase_in_a_log(capsys):
-    from pa_bench.cli import RichProgress
+    from pa_bench.present.console import RichProgress
 
     progress = RichProgress()  # stderr is not a terminal here: heartbeat lines, no bar
     progress.start(2, "parity long on cuda")
@@ -164,22 +168,20 @@ def test_the_cli_progress_names_the_shape_and_phase_in_a_log(capsys):
 
 
 @pytest.mark.parametrize("how", ["flag", "env-file"])
-def test_profile_writes_a_cprofile_and_prints_the_phase_seconds(tmp_path, monkeypatch, how):
+def test_profile_writes_a_cprofile_and_prints_the_phase_seconds(invoke, numpy_args, smoke_yaml,
+                                                                tmp_path, monkeypatch, how):
     import pstats
 
-    from click.testing import CliRunner
-
-    from pa_bench.cli import cli
     from pa_bench.profiling import PROFILE_ENV
 
-    args = ["parity", "--config", str(SMOKE), "--backend", "numpy", "--shapes", "0x96",
+    args = ["parity", "--config", smoke_yaml, *numpy_args, "--shapes", "0x96",
             "--variant", "v1", "--results", str(tmp_path / "runs")]
     monkeypatch.delenv(PROFILE_ENV, raising=False)
     if how == "flag":
         args.append("--profile")
     else:
         monkeypatch.setenv(PROFILE_ENV, str(tmp_path / "p" / "run.prof"))
-    result = CliRunner().invoke(cli, args, catch_exceptions=False)
+    result = invoke(*args)
     assert result.exit_code == 0, result.output
     (run_dir,) = (tmp_path / "runs").iterdir()
     written = run_dir / "profile.pstats" if how == "flag" else tmp_path / "p" / "run.prof"

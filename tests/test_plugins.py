@@ -169,3 +169,28 @@ def test_a_plugin_cuda_kernel_lives_outside_kernels_and_brings_its_geometry(tmp_
         registry.unregister("mine_kernel")
     with pytest.raises(ValueError, match="needs its source file"):
         registry.Variant("no_source", registry.CUDA_KERNEL, "x", tile_keys=64)
+
+
+def test_the_readme_recipe_runs_the_example_plugin_from_the_command_line(tmp_path):
+    """What docs/PLUGINS.md and the README give, as a user types it (a process of its own, so
+    the plug-in's registration stays there)."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "pa_bench", "run", "configs/smoke.yaml", "--backend", "numpy",
+                           "--plugin", "examples/plugin_peer.py", "--variant", "v1,toy-f32",
+                           "--results", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    run = open_run(next(tmp_path.iterdir()))
+    rows = {(r.shape, r.variant): r for r in run.records()}
+    assert {v for _, v in rows} == {"v1", "toy-f32"}
+    assert all(r.status == "ok" for r in rows.values())
+    assert all(rows[(s, "toy-f32")].impl == "numpy" for s in ("256x64", "1023x113", "0x96"))
+    assert json.loads(run.meta_path.read_text())["config"]["plugins"] == [str(EXAMPLE.resolve())]
+    assert "toy-f32" in proc.stdout
+    bad = subprocess.run([sys.executable, "-m", "pa_bench", "run", "smoke", "--backend", "numpy",
+                          "--plugin", "no_such_plugin_xyz"], capture_output=True, text=True, cwd=ROOT,
+                         timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        "error: plug-in 'no_such_plugin_xyz' cannot be imported: No module named 'no_such_plugin_xyz'"]

@@ -1,4 +1,4 @@
-"""pa-bench prompt (issue #16): chunking, the timed subset, the interpolation and the sums on
+"""pa-bench prompt: chunking, the timed subset, the interpolation and the sums on
 synthetic times, a run through a backend whose ``time`` returns known samples, and the CLI end
 to end on the numpy backend."""
 
@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 from pa_bench import prompt as P
 from pa_bench.backends.numpy import NumpyBackend
-from pa_bench.cli import cli
 from pa_bench.errors import ConfigError
 from pa_bench.store.prompt_rows import read_prompt_csv
 
@@ -330,11 +327,10 @@ def test_a_run_writes_prompt_csv_samples_meta_and_the_report(tmp_path):
     assert (path / "prompt_cumulative.png").stat().st_size > 0
 
 
-def test_cli_prompt_on_numpy_skips_timing_and_checks_three_chunks(tmp_path):
-    result = CliRunner().invoke(cli, [
-        "prompt", "--backend", "numpy", "--tokens", "1.25K", "--chunk", "256", "--measure", "3",
-        "--heads", "4/2", "--head-dim", "64", "--variant", "v1,v2t,torch-sdpa",
-        "--results", str(tmp_path), "--json"], catch_exceptions=False)
+def test_cli_prompt_on_numpy_skips_timing_and_checks_three_chunks(invoke, numpy_args, tmp_path):
+    result = invoke("prompt", *numpy_args, "--tokens", "1.25K", "--chunk", "256", "--measure", "3",
+                    "--heads", "4/2", "--head-dim", "64", "--variant", "v1,v2t,torch-sdpa",
+                    "--results", tmp_path, "--json")
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     prompt = out["prompt"]
@@ -349,10 +345,9 @@ def test_cli_prompt_on_numpy_skips_timing_and_checks_three_chunks(tmp_path):
     assert all(r.reason for r in rows)
 
 
-def test_cli_prompt_bad_config_is_one_line(tmp_path):
+def test_cli_prompt_bad_config_is_one_line(one_line_error, invoke, numpy_args, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: p\nprompt: {tokens: 1K, chunk: 256}\nwhat: 1\n")
-    result = CliRunner().invoke(cli, ["prompt", "--config", str(bad), "--backend", "numpy"])
+    result = invoke("prompt", "--config", bad, *numpy_args)
     assert result.exit_code == 2
-    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "'what'" in lines[0]
+    one_line_error(result, "'what'")

@@ -10,7 +10,7 @@ import pytest
 
 from pa_bench import runner
 from pa_bench.problem.config import DEFAULT_CONFIG, load_config
-from pa_bench.errors import PaBenchError, RunError
+from pa_bench.errors import PaBenchError
 from pa_bench.resume import ResumeConflict
 from pa_bench.numerics.model import split_keys
 from pa_bench.backends.numpy import NumpyBackend
@@ -18,12 +18,10 @@ from pa_bench.store.records import COLUMNS
 from pa_bench.store.results import open_run
 from pa_bench.measure.timing import TimingResult
 
-SMOKE = DEFAULT_CONFIG.parent / "smoke.yaml"
-
 
 @pytest.fixture(scope="module")
-def smoke():
-    return load_config(SMOKE)
+def smoke(smoke_yaml):
+    return load_config(smoke_yaml)
 
 
 def tiny(config, shapes="256x64,1023x113", variants=None):
@@ -238,7 +236,7 @@ def test_resume_with_another_config_is_refused(smoke, tmp_path):
 
 
 def test_resume_keeps_the_runs_settings_and_refuses_other_ones(smoke, tmp_path):
-    """Defect 3 of #14: a resume takes the stored sampled rows and refuses a different layout."""
+    """A resume takes the stored sampled rows and refuses a different layout."""
     cfg = tiny(smoke, "256x64,1023x113", ["v1"])
     path = runner.run_parity(cfg, NumpyBackend(), results_root=tmp_path, sample_rows=16)
     run = open_run(path)

@@ -6,9 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from pa_bench.cli import cli
 from pa_bench.errors import SchemaError
 from pa_bench.present.compare import compare_runs
 from pa_bench.present.report import build_report
@@ -17,7 +15,7 @@ from pa_bench.store.results import new_run_dir, open_run
 from pa_bench.store.schema import SCHEMA_VERSION, RunMeta, migrate_v1, upgrade_meta
 
 DATA = Path(__file__).resolve().parent / "data"
-V1_RUN = DATA / "run_v1"      # an H200 run of 2026-11-30 (no schema_version)
+V1_RUN = DATA / "run_v1"      # an H200 run from before schema_version existed
 V2_RUN = DATA / "run_v2"      # an H200 run at version 2, its torch-sdpa rows the pinned flash kernel
 
 
@@ -46,7 +44,7 @@ def test_a_known_key_of_the_wrong_type_is_one_line(tmp_path):
         run.write_meta({"seed": "zero"})
 
 
-def test_committed_v1_run_migrates_on_read_and_reports(tmp_path):
+def test_committed_v1_run_migrates_on_read_and_reports(invoke, tmp_path):
     before = _tree(V1_RUN)
     raw = json.loads((V1_RUN / "meta.json").read_text())
     assert "schema_version" not in raw
@@ -61,7 +59,7 @@ def test_committed_v1_run_migrates_on_read_and_reports(tmp_path):
     assert "NVIDIA H200" in text and "Command: `" in text and "13.0 / " in text
     df = compare_runs(run, run)
     assert len(df) == len(recs)
-    result = CliRunner().invoke(cli, ["compare", str(V1_RUN), str(V1_RUN)])
+    result = invoke("compare", V1_RUN, V1_RUN)
     assert result.exit_code == 0, result.output
     assert _tree(V1_RUN) == before  # read-only
 
@@ -106,12 +104,12 @@ def _newer(tmp_path: Path) -> Path:
     return run.path
 
 
-def test_a_newer_version_is_refused_in_one_line(tmp_path):
+def test_a_newer_version_is_refused_in_one_line(invoke, tmp_path):
     path = _newer(tmp_path)
     with pytest.raises(SchemaError, match=r"schema version 4 is newer than this pa-bench reads \(up to 3\)"):
         open_run(path).read_meta()
     for args in (["report", str(path), "-o", str(tmp_path / "r.md")], ["compare", str(path), str(path)]):
-        result = CliRunner().invoke(cli, args)
+        result = invoke(*args)
         assert result.exit_code == 2, result.output
         assert "newer than this pa-bench" in result.output and len(result.output.strip().splitlines()) == 1
 

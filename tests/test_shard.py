@@ -1,4 +1,4 @@
-"""--shard I/N (#17): the deal covers every shape once, is stable and balanced; a shard run
+"""--shard I/N: the deal covers every shape once, is stable and balanced; a shard run
 records its shard and runs only its shapes."""
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def test_a_shard_run_records_its_shard_and_runs_only_its_shapes(tmp_path):
     assert [r.key() for r in run.records()] == [("200x40", "v1")]
 
     from pa_bench.present.report import missing_rows
-    assert missing_rows(run.records(), meta) == []  # other shards' rows are not "missing"
+    assert missing_rows(run.records(), run.meta()) == []  # other shards' rows are not "missing"
 
     with pytest.raises(ShardError, match="--shard is 1/2 here but the run is shard 0/2"):
         runner.run_parity(config, NumpyBackend(), results_root=tmp_path, resume_run=path,

@@ -5,13 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from click.testing import CliRunner
-
-from pa_bench.cli import cli
-from pa_bench.problem.config import DEFAULT_CONFIG
-
 REPO = Path(__file__).resolve().parent.parent
-SMOKE = str(DEFAULT_CONFIG.parent / "smoke.yaml")
 
 
 def readme_run_files() -> dict[str, str]:
@@ -31,9 +25,9 @@ def readme_run_files() -> dict[str, str]:
     return files
 
 
-def test_cli_doc_lists_what_a_numpy_run_writes(tmp_path):
-    res = CliRunner().invoke(cli, ["run", SMOKE, "--backend", "numpy", "--shapes", "256x64",
-                                   "--variant", "v1", "--results", str(tmp_path)])
+def test_cli_doc_lists_what_a_numpy_run_writes(invoke, numpy_args, smoke_yaml, tmp_path):
+    res = invoke("run", smoke_yaml, *numpy_args, "--shapes", "256x64", "--variant", "v1",
+                 "--results", tmp_path)
     assert res.exit_code == 0, res.output
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     written = {p.name for p in run_dir.iterdir()}

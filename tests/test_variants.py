@@ -7,9 +7,7 @@ import pytest
 
 from pa_bench import variants as registry
 from pa_bench.backends import kernels as K
-from pa_bench.problem.config import DEFAULT_CONFIG, load_config
-
-SMOKE = DEFAULT_CONFIG.parent / "smoke.yaml"
+from pa_bench.problem.config import load_config
 
 
 @pytest.fixture
@@ -56,14 +54,14 @@ def test_registry_rejects_bad_entries():
         registry.get("nope")
 
 
-def test_a_registered_variant_runs_through_config_plan_runner_and_report(toy, tmp_path):
+def test_a_registered_variant_runs_through_config_plan_runner_and_report(smoke_yaml, toy, tmp_path):
     from pa_bench import runner
     from pa_bench.backends.numpy import NumpyBackend
     from pa_bench.present.report import build_report
     from pa_bench.problem.plan import make_plan
     from pa_bench.store.results import open_run
 
-    cfg = load_config(SMOKE).with_overrides(shapes="64x16", variants="toy,v1", heads_q=2, heads_kv=1,
+    cfg = load_config(smoke_yaml).with_overrides(shapes="64x16", variants="toy,v1", heads_q=2, heads_kv=1,
                                             head_dim=64)
     plan = make_plan(cfg)
     assert plan.kernel_variants == ["toy", "v1"] and [c.variant for c in plan.cases()] == ["toy", "v1"]
@@ -76,11 +74,11 @@ def test_a_registered_variant_runs_through_config_plan_runner_and_report(toy, tm
     assert table.index("| v1 |") < table.index("| toy |")  # table order: the registry's
 
 
-def test_an_unregistered_variant_is_refused_by_the_config():
+def test_an_unregistered_variant_is_refused_by_the_config(smoke_yaml):
     from pa_bench.errors import ConfigError
 
     with pytest.raises(ConfigError, match="'toy'"):
-        load_config(SMOKE).with_overrides(variants="toy")
+        load_config(smoke_yaml).with_overrides(variants="toy")
 
 
 def test_the_readme_variant_table_names_every_registered_variant():

@@ -3,7 +3,7 @@
 ``model_attention(..., engine="kernel")`` calls :func:`online_softmax_parts` in place of the
 array-module steps (model._online_softmax_parts): one launch computes the state (m, l per lane,
 acc) of every (KV head, stacked row, key part), with the same bits (docs/NUMERICS.md, "The fused
-model kernel"); the parts are merged in Python as before. :func:`kernel_launch` lays out the
+model kernel"); the parts are merged in Python, as on the array-module path. :func:`kernel_launch` lays out the
 arguments for any array module, so the CPU test (tests/test_model_kernel_host.py) hands the very
 same arguments to the kernel's source compiled for the host.
 

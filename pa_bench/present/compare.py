@@ -40,7 +40,7 @@ _SAME_PARAMS = ("gpu", "arch", "context", "queries", "heads_q", "heads_kv", "hea
 
 def _as_run(run: str | Path | RunDir) -> RunDir:
     run = run if isinstance(run, RunDir) else open_run(run)
-    run.read_meta()  # a run of a newer result schema is refused here, in one line
+    run.meta()  # a run of a newer result schema, or a malformed meta.json, is refused in one line
     return run
 
 
@@ -157,6 +157,18 @@ def has_parity_regression(df) -> bool:
     return bool((df["parity_change"] == "regressed").any()) if len(df) else False
 
 
+def regressions(df) -> list[str]:
+    """What ``--fail-on-slowdown`` fails on: rows slower beyond noise, parity gone pass -> fail."""
+    out = []
+    if has_slowdown(df):
+        out.append("B is slower than A beyond noise on " + ", ".join(
+            f"{r['shape']} {r['variant']}" for r in df.to_dict(orient="records")
+            if r["verdict"] == "slower"))
+    if has_parity_regression(df):
+        out.append("parity regressed (pass -> fail)")
+    return out
+
+
 def _missing(x: Any) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x))
 
@@ -171,37 +183,52 @@ def _parity(a: Any, b: Any, change: str, presence: str) -> str:
     return f"{text} ({change})" if change else text
 
 
-def format_compare(df, names: bool = True) -> str:
-    """A plain-text table of `compare_runs`' frame, with a summary line and any warnings.
+def table_cells(df) -> list[dict[str, str]]:
+    """Each row of `compare_runs`' frame as the text of its table cells: shape, variant, ms_a,
+    ms_b, change, interval (``q`` after it: from the quartiles), verdict, parity."""
+    out = []
+    for row in df.to_dict(orient="records"):
+        interval = "-" if _missing(row["change_lo"]) else \
+            f"[{fmt.pct(row['change_lo'], '+.1f')}, {fmt.pct(row['change_hi'], '+.1f')}]"
+        if row["basis"] == "quartiles":
+            interval += " q"
+        out.append({
+            "shape": str(row["shape"]), "variant": str(row["variant"]),
+            "ms_a": fmt.ms(row["ms_a"], "-"), "ms_b": fmt.ms(row["ms_b"], "-"),
+            "change": fmt.pct(row["change"], "+.1f", "-"), "interval": interval,
+            "verdict": str(row["verdict"]),
+            "parity": _parity(row["parity_a"], row["parity_b"], row["parity_change"], row["presence"]),
+        })
+    return out
 
-    ``names``: start with the two run ids (the CLI prints their full paths itself)."""
+
+def summary_lines(df) -> list[str]:
+    """The lines under the table: the counts of each verdict, and what ``q`` means if it is used."""
+    counts = {k: int((df["verdict"] == k).sum()) for k in ("faster", "slower", "same")} if len(df) else {}
+    summary = f"{counts.get('faster', 0)} faster, {counts.get('slower', 0)} slower, {counts.get('same', 0)} same (B against A)"
+    regressions = int((df["parity_change"] == "regressed").sum()) if len(df) else 0
+    if regressions:
+        summary += f"; {regressions} parity regression{'s' if regressions > 1 else ''}"
+    lines = ["", summary]
+    if len(df) and (df["basis"] == "quartiles").any():
+        lines.append("q: no raw samples stored for the row; interval from the quartiles")
+    return lines
+
+
+def format_compare(df, names: bool = True) -> str:
+    """A plain-text table of `compare_runs`' frame, every column at full width, with a summary
+    line and any warnings.
+
+    ``names``: start with the two run ids."""
     lines = []
     if names and (df.attrs.get("run_a") or df.attrs.get("run_b")):
         lines += [f"A: {df.attrs.get('run_a', '?')}", f"B: {df.attrs.get('run_b', '?')}"]
     for w in df.attrs.get("warnings", []):
         lines.append(f"warning: {w}")
     header = ["shape", "variant", "A ms", "B ms", "change", "95% interval", "verdict", "parity"]
-    body = []
-    for row in df.to_dict(orient="records"):
-        interval = "-" if _missing(row["change_lo"]) else \
-            f"[{fmt.pct(row['change_lo'], '+.1f')}, {fmt.pct(row['change_hi'], '+.1f')}]"
-        if row["basis"] == "quartiles":
-            interval += " q"
-        body.append([
-            str(row["shape"]), str(row["variant"]), fmt.ms(row["ms_a"], "-"), fmt.ms(row["ms_b"], "-"),
-            fmt.pct(row["change"], "+.1f", "-"), interval,
-            str(row["verdict"]),
-            _parity(row["parity_a"], row["parity_b"], row["parity_change"], row["presence"]),
-        ])
+    body = [[c[k] for k in ("shape", "variant", "ms_a", "ms_b", "change", "interval", "verdict", "parity")]
+            for c in table_cells(df)]
     if lines:
         lines.append("")
     lines += fmt.text_table(header, body, right={2, 3, 4, 5}).splitlines()
-    counts = {k: int((df["verdict"] == k).sum()) for k in ("faster", "slower", "same")} if len(df) else {}
-    summary = f"{counts.get('faster', 0)} faster, {counts.get('slower', 0)} slower, {counts.get('same', 0)} same (B against A)"
-    regressions = int((df["parity_change"] == "regressed").sum()) if len(df) else 0
-    if regressions:
-        summary += f"; {regressions} parity regression{'s' if regressions > 1 else ''}"
-    lines += ["", summary]
-    if len(df) and (df["basis"] == "quartiles").any():
-        lines.append("q: no raw samples stored for the row; interval from the quartiles")
-    return "\n".join(lines)
+    return "\n".join(lines + summary_lines(df))

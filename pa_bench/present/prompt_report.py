@@ -157,12 +157,12 @@ def draw_cumulative(rows: list[PromptRow], out_path: Path) -> bool:
     return True
 
 
-def prompt_section(run_path: str | Path, meta: Mapping[str, Any], gpu: str | None,
+def prompt_section(run_path: str | Path, prompt: Mapping[str, Any] | None, gpu: str | None,
                    out_dir: str | Path | None = None, prefix: str = "",
                    plots: bool = True) -> list[str]:
-    """The report's "Prompt read" section; [] for a run that is not a prompt run."""
-    prompt = meta.get("prompt")
-    if not isinstance(prompt, Mapping):
+    """The report's "Prompt read" section from meta.json's ``prompt``; [] for a run that is not
+    a prompt run (``prompt`` None)."""
+    if prompt is None:
         return []
     out = ["## Prompt read", ""] + [f"- {line}" for line in describe(prompt)] + [""]
     rows = totals_rows(prompt)

@@ -10,12 +10,11 @@ rows with reasons, and the planned rows an interrupted or killed run never reach
 plan in meta.json against records.csv); throttled samples; plots. A run with no row at all is
 an error (:class:`~pa_bench.errors.EmptyRun`), not an empty report.
 
-meta.json keys read (the keys pa-bench writes, `pa_bench.store.schema.RunMeta`; an older run
-is migrated by `RunDir.read_meta`): command (argv), created, config (`Config.to_dict()`:
-timing, reference.source, ...), seed, git_commit, mode, status, shard, parts; `backend`
-(describe(): gpu, arch, sm_count), else `environment` for those; `environment`:
-sm_clock_max_mhz, driver, cuda_driver, cuda_runtime, cupy, nvcc, torch, pa_bench.
-Missing keys print as '-'.
+meta.json is read typed (`pa_bench.store.schema.RunMeta`, `RunDir.meta()`; an older run is
+migrated): command (argv), created, config (`Config.to_dict()`: timing, reference.source, ...),
+seed, git_commit, mode, status, shard, parts, prompt; `backend` (describe(): gpu, arch,
+sm_count), else `environment` for those; `environment`: sm_clock_max_mhz, driver, cuda_driver,
+cuda_runtime, cupy, nvcc, torch, pa_bench. Missing keys print as '-'.
 """
 
 from __future__ import annotations
@@ -23,8 +22,8 @@ from __future__ import annotations
 import math
 import os
 import shlex
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,7 @@ from pa_bench.fmt import DASH
 from pa_bench.present.prompt_report import prompt_section
 from pa_bench.store.records import STATUS_OK, Record
 from pa_bench.store.results import REPORT_FILE, RunDir, is_reference_run, open_run
+from pa_bench.store.schema import RunMeta
 
 PLOT_MS = "ms_per_chunk.png"
 PLOT_TFLOPS = "tflops_vs_context.png"
@@ -60,25 +60,25 @@ def _table(header: list[str], rows: list[list[Any]], align: list[str] | None = N
 # --------------------------------------------------------------------------- meta access
 
 
-def _env(meta: Mapping[str, Any], key: str) -> Any:
-    """meta['environment'][key] (pa_bench.present.envinfo.environment()), or None."""
-    return (meta.get("environment") or {}).get(key)
+def _mapping(value: Any) -> Mapping[str, Any]:
+    """A mapping nested in meta.json's config, shard or parts, or {} where a hand-edited file
+    holds something else (RunMeta types the top-level keys only)."""
+    return value if isinstance(value, Mapping) else {}
 
 
-def _described(meta: Mapping[str, Any], key: str) -> Any:
-    """The backend's describe() value (meta['backend'][key]), else the environment's."""
-    value = (meta.get("backend") or {}).get(key)
+def _env(meta: RunMeta, key: str) -> Any:
+    """The environment's ``key`` (pa_bench.present.envinfo.environment()), or None."""
+    return meta.environment.get(key)
+
+
+def _described(meta: RunMeta, key: str) -> Any:
+    """The backend's describe() value of ``key``, else the environment's."""
+    value = meta.backend.get(key)
     return _env(meta, key) if value is None else value
 
 
-def _command(meta: Mapping[str, Any]) -> str | None:
-    cmd = meta.get("command")
-    return None if not cmd else shlex.join(str(c) for c in cmd)
-
-
-def _config(meta: Mapping[str, Any]) -> Mapping[str, Any]:
-    cfg = meta.get("config")
-    return cfg if isinstance(cfg, Mapping) else {}
+def _command(meta: RunMeta) -> str | None:
+    return None if not meta.command else shlex.join(str(c) for c in meta.command)
 
 
 # --------------------------------------------------------------------------- records helpers
@@ -124,7 +124,7 @@ def _join(vals: list[Any] | None, fmt=str) -> str:
     return ", ".join(fmt(v) for v in vals)
 
 
-def _rec_or_meta(records: list[Record], name: str, meta: Mapping[str, Any]) -> str | None:
+def _rec_or_meta(records: list[Record], name: str, meta: RunMeta) -> str | None:
     """The records' value(s) of `name` joined, else the backend's describe() value of `name`."""
     vals = _unique(records, name)
     if vals:
@@ -159,9 +159,9 @@ def _speedup_of(rec: Record | None, v1: Record | None) -> tuple[float | None, fl
 # --------------------------------------------------------------------------- sections
 
 
-def _parameters(records: list[Record], meta: Mapping[str, Any]) -> list[str]:
-    cfg = _config(meta)
-    timing = cfg.get("timing") if isinstance(cfg.get("timing"), Mapping) else {}
+def _parameters(records: list[Record], meta: RunMeta) -> list[str]:
+    cfg = meta.config
+    timing = _mapping(cfg.get("timing"))
     hq, hkv = _param(records, "heads_q", cfg), _param(records, "heads_kv", cfg)
     d = _param(records, "head_dim", cfg)
     layout, page = _param(records, "layout", cfg), _param(records, "page", cfg)
@@ -187,11 +187,11 @@ def _parameters(records: list[Record], meta: Mapping[str, Any]) -> list[str]:
     if nominal is not None:
         clock_text = clock_text + f" (nominal {float(nominal):.0f} MHz)" if clocks else f"{float(nominal):.0f} MHz nominal"
     gpu_text = f"{gpu or DASH} ({arch or DASH}" + (f", {sm_count} SMs)" if sm_count else ")")
-    prompt = meta.get("prompt") if isinstance(meta.get("prompt"), Mapping) else None
+    prompt = meta.prompt
     timed_prompt = prompt is not None and any(t.get("total_ms") is not None for t in prompt.get("totals") or [])
     if not any(r.ms_median is not None for r in records) and not timed_prompt:  # no settings for no samples
         timing_text = "nothing was timed in this run" + (
-            " (a parity run)" if meta.get("mode") == "parity" else
+            " (a parity run)" if meta.mode == "parity" else
             " (the numpy backend does not time)" if "numpy" in _unique(records, "backend") else "")
     elif timing:
         mode = "hot (back-to-back launches)" if timing.get("hot") else f"cold ({fmt.l2_flush_text(timing)} before each launch)"
@@ -202,7 +202,7 @@ def _parameters(records: list[Record], meta: Mapping[str, Any]) -> list[str]:
         ) + ("; per chunk (prompt.csv)" if timed_prompt else "")
     else:
         timing_text = DASH
-    seed = _param(records, "seed", cfg) or ([meta["seed"]] if meta.get("seed") is not None else None)
+    seed = _param(records, "seed", cfg) or ([meta.seed] if meta.seed is not None else None)
     rows = [
         ["config", _join(_unique(records, "config")) if _unique(records, "config") else cfg.get("name")],
         ["heads (query / KV)", f"{_join(hq)} / {_join(hkv)}"],
@@ -224,8 +224,8 @@ def _parameters(records: list[Record], meta: Mapping[str, Any]) -> list[str]:
         ["CuPy / nvcc / torch",
          f"{_env(meta, 'cupy') or DASH} / {_env(meta, 'nvcc') or DASH} / {_env(meta, 'torch') or DASH}"],
         ["timing", timing_text],
-        ["pa-bench / git commit", f"{_env(meta, 'pa_bench') or DASH} / {meta.get('git_commit') or DASH}"],
-        ["created", meta.get("created") or DASH],
+        ["pa-bench / git commit", f"{_env(meta, 'pa_bench') or DASH} / {meta.git_commit or DASH}"],
+        ["created", meta.created or DASH],
     ]
     out = ["## Parameters", ""] + _table(["parameter", "value"], rows)
     cmd = _command(meta)
@@ -233,8 +233,8 @@ def _parameters(records: list[Record], meta: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _unstated(records: list[Record], meta: Mapping[str, Any]) -> list[str]:
-    cfg = _config(meta)
+def _unstated(records: list[Record], meta: RunMeta) -> list[str]:
+    cfg = meta.config
     hq, hkv = _param(records, "heads_q", cfg), _param(records, "heads_kv", cfg)
     d = _param(records, "head_dim", cfg)
     layout, page = _param(records, "layout", cfg), _param(records, "page", cfg)
@@ -276,7 +276,7 @@ def several_gpus(records: list[Record]) -> bool:
 
 
 def gpu_cell(r: Record) -> str:
-    """``NVIDIA H200 #3``: the row's GPU and its index on its host."""
+    """The row's GPU and its NVML index on its host: ``<gpu> #<index>``."""
     return (r.gpu or DASH) + (f" #{r.device_index}" if r.device_index is not None else "")
 
 
@@ -346,22 +346,22 @@ def _shape_section(shape: str, recs: list[Record], gpu_column: bool = False) -> 
     return out
 
 
-def _pr_section(records: list[Record], meta: Mapping[str, Any]) -> list[str]:
-    ref = _config(meta).get("reference")
-    source = ref.get("source") if isinstance(ref, Mapping) else None
-    figures = ref.get("figures") if isinstance(ref, Mapping) and isinstance(ref.get("figures"), Mapping) else {}
+def _pr_section(records: list[Record], meta: RunMeta) -> list[str]:
+    ref = _mapping(meta.config.get("reference"))
+    source = ref.get("source")
+    figures = _mapping(ref.get("figures"))
     by_key = _by_key(records)
     rows = []
     any_sampled = False
     for shape in _shapes(records):
         recs = [r for r in records if r.shape == shape]
         v1, v2t = by_key.get((shape, "v1")), by_key.get((shape, "v2t"))
-        fig = figures.get(shape) if isinstance(figures.get(shape), Mapping) else {}
+        fig = _mapping(figures.get(shape))
 
         def ref_of(rec: Record | None, variant: str, what: str) -> float | None:
             value = getattr(rec, f"ref_{what}") if rec is not None else None
-            if value is None and isinstance(fig.get(variant), Mapping):
-                value = fmt.number(fig[variant].get(what))
+            if value is None:
+                value = fmt.number(_mapping(fig.get(variant)).get(what))
             return value
 
         pr_v1, pr_v2t = ref_of(v1, "v1", "ms"), ref_of(v2t, "v2t", "ms")
@@ -415,16 +415,15 @@ def _problems(records: list[Record], missing: list[tuple[str, str]]) -> list[str
     return out
 
 
-def planned_rows(meta: Mapping[str, Any]) -> list[tuple[str, str]]:
+def planned_rows(meta: RunMeta) -> list[tuple[str, str]]:
     """(shape, variant) of every row the run's config planned, keyed as records.csv keys them
     (a labelled shape by its exact numbers); [] when meta.json holds no plan. A shard run
     (``--shard I/N``) planned only its shard's shapes."""
-    cfg = _config(meta)
-    shapes, variants = cfg.get("shapes"), cfg.get("variants")
+    shapes, variants = meta.config.get("shapes"), meta.config.get("variants")
     if not isinstance(shapes, list) or not isinstance(variants, list):
         return []
-    shard = meta.get("shard")
-    if isinstance(shard, Mapping) and isinstance(shard.get("shapes"), list):
+    shard = _mapping(meta.shard)
+    if isinstance(shard.get("shapes"), list):
         mine = set(map(str, shard["shapes"]))
         shapes = [s for s in shapes if str(s.get("shape") if isinstance(s, Mapping) else s) in mine]
     keys = []
@@ -435,14 +434,14 @@ def planned_rows(meta: Mapping[str, Any]) -> list[tuple[str, str]]:
     return keys
 
 
-def missing_rows(records: list[Record], meta: Mapping[str, Any]) -> list[tuple[str, str]]:
+def missing_rows(records: list[Record], meta: RunMeta) -> list[tuple[str, str]]:
     """Planned rows that records.csv does not hold (an interrupted or killed run)."""
     have = {r.key() for r in records}
     return [k for k in planned_rows(meta) if k not in have]
 
 
-def _status_note(meta: Mapping[str, Any]) -> str:
-    status = meta.get("status")
+def _status_note(meta: RunMeta) -> str:
+    status = meta.status
     if status == "interrupted":
         return "the run was interrupted (meta.json status `interrupted`)"
     if status == "running":
@@ -450,9 +449,9 @@ def _status_note(meta: Mapping[str, Any]) -> str:
     return f"meta.json status `{status}`" if status else "meta.json records no status"
 
 
-def _completeness(run: RunDir, records: list[Record], meta: Mapping[str, Any]) -> list[str]:
+def _completeness(run: RunDir, records: list[Record], meta: RunMeta) -> list[str]:
     """A warning at the top of an incomplete run's report: how many planned rows it holds."""
-    status, missing, planned = meta.get("status"), missing_rows(records, meta), planned_rows(meta)
+    status, missing, planned = meta.status, missing_rows(records, meta), planned_rows(meta)
     if status == "complete" and not missing:
         return []
     if status is None and not missing and not planned:
@@ -465,7 +464,7 @@ def _completeness(run: RunDir, records: list[Record], meta: Mapping[str, Any]) -
     else:
         text += "meta.json holds no plan, so the missing rows cannot be named."
     if status in ("interrupted", "running"):
-        text += f" Carry it on with `pa-bench {meta.get('mode') or 'run'} --resume {run.path}`."
+        text += f" Carry it on with `pa-bench {meta.mode or 'run'} --resume {run.path}`."
     return ["## Incomplete run", "", text]
 
 
@@ -482,7 +481,7 @@ def _throttling(records: list[Record]) -> list[str]:
     return out
 
 
-def _peer_note(records: list[Record], meta: Mapping[str, Any]) -> list[str]:
+def _peer_note(records: list[Record], meta: RunMeta) -> list[str]:
     peers_ok = [r for r in records if registry.is_peer(r.variant) and r.status == STATUS_OK]
     if peers_ok or _env(meta, "torch"):
         return []
@@ -598,17 +597,17 @@ def _as_run(run_path: str | Path | RunDir) -> RunDir:
     return run_path if isinstance(run_path, RunDir) else open_run(run_path)
 
 
-def _parts_note(meta: Mapping[str, Any]) -> str:
+def _parts_note(meta: RunMeta) -> str:
     """`` Merged from 4 runs: ...`` for a merged run (``pa-bench merge``, ``--devices``)."""
-    parts = meta.get("parts")
-    if not isinstance(parts, list) or not parts:
-        return ""
-    def one(p: Mapping[str, Any]) -> str:
-        shard = p.get("shard") if isinstance(p.get("shard"), Mapping) else None
+    def one(part: Any) -> str:
+        p = _mapping(part)
+        shard = _mapping(p.get("shard"))
         where = ", ".join(map(str, p.get("gpus") or [])) or DASH
         tag = f"shard {shard.get('index')}/{shard.get('count')} on " if shard else "on "
         return f"`{p.get('run_id')}` ({tag}{where})"
-    return f" Merged from {len(parts)} runs: " + "; ".join(one(p) for p in parts) + "."
+
+    parts = meta.parts or []
+    return f" Merged from {len(parts)} runs: " + "; ".join(map(one, parts)) + "." if parts else ""
 
 
 def build_report(run_path: str | Path | RunDir, out_dir: str | Path | None = None, plots: bool = True) -> str:
@@ -620,12 +619,12 @@ def build_report(run_path: str | Path | RunDir, out_dir: str | Path | None = Non
     """
     run = _as_run(run_path)
     records = run.records()
-    meta = run.read_meta()
+    meta = run.meta()
     if not records:
         how = "has only its header" if run.records_path.exists() else "is missing"
         raise EmptyRun(f"{run.path}: nothing to report: records.csv {how}; {_status_note(meta)}")
     check_whole(run, records, meta)
-    cfg = _config(meta)
+    cfg = meta.config
     out_dir = Path(out_dir) if out_dir is not None else run.path
     prefix = "" if out_dir.resolve() == run.path.resolve() else f"{run.run_id}-"
 
@@ -641,7 +640,7 @@ def build_report(run_path: str | Path | RunDir, out_dir: str | Path | None = Non
         lines += incomplete + [""]
     lines += _parameters(records, meta) + [""]
     lines += _unstated(records, meta) + [""]
-    lines += prompt_section(run.path, meta, gpu, out_dir, prefix, plots)  # [] unless a prompt run
+    lines += prompt_section(run.path, meta.prompt, gpu, out_dir, prefix, plots)  # [] unless a prompt run
     lines += ["## Results per shape", ""]
     gpu_column = several_gpus(records)
     for shape in _shapes(records):
@@ -663,14 +662,14 @@ def build_report(run_path: str | Path | RunDir, out_dir: str | Path | None = Non
     return "\n".join(lines).rstrip() + "\n"
 
 
-def check_whole(run: RunDir, records: list[Record], meta: Mapping[str, Any]) -> None:
+def check_whole(run: RunDir, records: list[Record], meta: RunMeta) -> None:
     """Refuse a damaged run in one line (:class:`DamagedRun`): no meta.json, or a run that
     meta.json calls complete (and that is not a merge of some shards) missing planned rows,
     which only a records.csv cut at a line's end gives (a cut inside a line is refused when
     records.csv is read)."""
     run.check_files()
     missing = missing_rows(records, meta)
-    if meta.get("status") == "complete" and not meta.get("parts") and missing:
+    if meta.status == "complete" and not meta.parts and missing:
         shown = ", ".join(f"{s} {v}" for s, v in missing[:3]) + (", ..." if len(missing) > 3 else "")
         raise DamagedRun(f"{run.records_path}: holds {len(records)} of the {len(planned_rows(meta))} "
                          f"rows the run planned, though meta.json says it completed (missing: "
@@ -713,6 +712,17 @@ def write_report(run_path: str | Path | RunDir, out_path: str | Path | None = No
     text = build_report(run, out_dir=out.parent, plots=plots)
     out.write_text(text, encoding="utf-8")
     return out
+
+
+def write_report_or_note(run_path: str | Path | RunDir, log: Callable[[str], None],
+                         plots: bool = True) -> None:
+    """The report of a run that has just finished; a report problem is a note through ``log``
+    (the run's rows are saved), never an error that would lose the run."""
+    try:
+        write_report(run_path, plots=plots)
+    except Exception as exc:
+        log(f"note: report.md not written ({fmt.first_line(exc)}); rebuild it with: "
+            f"pa-bench report {_as_run(run_path).path}")
 
 
 def linked_plots(report_path: str | Path) -> list[Path]:

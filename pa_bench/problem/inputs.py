@@ -216,13 +216,6 @@ def _fill_pools(pools: _Pools, k_i8: np.ndarray, v_i8: np.ndarray, k_scale: np.n
                    v_scale_pool=pools.v_scale_pool, page_table=pools.table)
 
 
-def make_paged(k_i8: np.ndarray, v_i8: np.ndarray, k_scale: np.ndarray, v_scale: np.ndarray,
-               page: int, rng: np.random.Generator) -> PagedKV:
-    """Scatter logical K/V into a pool of ``2*needed + 1`` pages through a random page table."""
-    hkv, nk, d = k_i8.shape
-    return _fill_pools(_empty_pools(hkv, nk, d, page, rng), k_i8, v_i8, k_scale, v_scale)
-
-
 # --------------------------------------------------------------------------- scales
 
 
@@ -577,11 +570,6 @@ def capture_overrides(config, path: str | Path, *, shapes: str | None, heads_giv
     return overrides, shapes, note
 
 
-def npz_shape(path: str | Path) -> Shape:
-    """The shape (ctx x Nq) that an ``.npz`` capture holds."""
-    return read_capture(path).shape
-
-
 def _npz_data(problem: Problem):
     cap = read_capture(problem.data_file)
     check_capture(cap, heads_q=problem.heads_q, heads_kv=problem.heads_kv,
@@ -626,6 +614,6 @@ def make_inputs(problem: Problem) -> Inputs:
     )
 
 
-__all__ = ["Inputs", "PagedKV", "make_inputs", "quantize_per_token", "make_paged", "p_scale_for",
-           "qk_scale_log2_for", "npz_shape", "Capture", "read_capture", "check_capture",
+__all__ = ["Inputs", "PagedKV", "make_inputs", "quantize_per_token", "p_scale_for",
+           "qk_scale_log2_for", "Capture", "read_capture", "check_capture",
            "check_config_data"]

@@ -23,7 +23,6 @@ PROMPT_FILE = "prompt.csv"
 MEASURED = "measured"
 INTERPOLATED = "interpolated"
 SKIPPED = "skipped"
-SOURCES = (MEASURED, INTERPOLATED, SKIPPED)
 
 
 @dataclass

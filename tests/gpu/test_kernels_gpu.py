@@ -9,43 +9,15 @@ import pytest
 from pa_bench.problem.inputs import make_inputs
 from pa_bench.numerics.metrics import error_metrics, judge_parity, parity_floor
 from pa_bench.numerics.model import tile_keys
-from pa_bench.problem.plan import Problem
 from pa_bench.numerics.reference import sample_rows
-from pa_bench.problem.shapes import parse_shape
 
 pytestmark = pytest.mark.gpu
 
-from gpu_env import require_cupy_gpu  # noqa: E402  (tests/gpu/gpu_env.py)
+from gpu_env import LAYOUTS, VARIANTS, problem, require_cupy_gpu  # noqa: E402  (tests/gpu/gpu_env.py)
 
 cp = require_cupy_gpu()
 
-from pa_bench.backends.cuda import CudaBackend  # noqa: E402
-
-VARIANTS = ("v1", "v2", "v2t")
-# (head_dim, heads_q, heads_kv, layout, page, data, out_dtype)
-LAYOUTS = {
-    "d128-gqa-paged64-realistic": (128, 32, 8, "paged", 64, "realistic", "float32"),
-    "d64-mha-paged16-normal": (64, 16, 16, "paged", 16, "normal", "float32"),
-    "d128-mha-contig-normal-f16": (128, 16, 16, "contiguous", 64, "normal", "float16"),
-    "d64-gqa-contig-realistic": (64, 32, 8, "contiguous", 64, "realistic", "float32"),
-}
 SHAPES = ("2.1Kx256", "0x1536", "1023x113")
-
-
-@pytest.fixture(scope="module")
-def backend():
-    return CudaBackend()
-
-
-@pytest.fixture(scope="module")
-def turing_backend():
-    return CudaBackend(force_turing=True)
-
-
-def _problem(shape: str, layout_key: str, seed: int = 0) -> Problem:
-    d, hq, hkv, layout, page, data, out = LAYOUTS[layout_key]
-    return Problem(parse_shape(shape), heads_q=hq, heads_kv=hkv, head_dim=d, layout=layout, page=page,
-                   data=data, seed=seed, out_dtype=out)
 
 
 _cache: dict = {}
@@ -56,7 +28,7 @@ def _case(backend, shape, layout_key, rows_n=None):
     key = (shape, layout_key, rows_n)
     if key not in _cache:
         _cache.clear()
-        pb = _problem(shape, layout_key)
+        pb = problem(shape, layout_key)
         inputs = make_inputs(pb)
         rows = None if rows_n is None else sample_rows(pb.queries, rows_n, seed=1)
         ref = backend.reference(inputs, rows)
@@ -207,10 +179,10 @@ def test_paged_and_contiguous_kv_give_the_same_bits(backend, segments):
     """The layout changes where a key's row is read from, not the arithmetic: every kernel gives
     the same bits from a paged pool (64-key pages, shuffled) as from contiguous K/V, with key
     segments (512 keys: several per row) and without; so a parity run on one layout answers for
-    the other (issue #12 asks for both)."""
+    the other."""
     from dataclasses import replace
 
-    pb = _problem("1023x113", "d128-gqa-paged64-realistic")
+    pb = problem("1023x113", "d128-gqa-paged64-realistic")
     paged = make_inputs(pb)
     contig = make_inputs(replace(pb, layout="contiguous"))
     assert np.array_equal(paged.k_i8, contig.k_i8) and np.array_equal(paged.v_scale, contig.v_scale)

@@ -1,8 +1,8 @@
 """pa_bench.numerics.mma against the tensor cores (`pytest -m gpu`): one m16n8k16 mma.sync (and
 the Turing path's pair of m16n8k8) per warp on random operands shaped like attention's P.V
 (fp16 probabilities times int8 values, an fp32 accumulator of any sign and size), compared with
-the emulation: not bit for bit (the H200 gave 97.5 % / 98.6 % equal elements on these operands,
-2026-12-01), but within the bound docs/NUMERICS.md states and tests/test_mma_h200.py holds on
+the emulation: not bit for bit (the H200 gave 97.5 % / 98.6 % equal elements on these
+operands), but within the bound docs/NUMERICS.md states and tests/test_mma_h200.py holds on
 recorded H200 results: at most 8 units of fp32's last place at the largest term apart."""
 
 from __future__ import annotations

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 pytestmark = pytest.mark.gpu
 
@@ -15,15 +14,13 @@ from gpu_env import require_cupy_gpu  # noqa: E402  (tests/gpu/gpu_env.py)
 
 cp = require_cupy_gpu()
 
-from pa_bench.cli import cli  # noqa: E402
 from pa_bench.store.prompt_rows import read_prompt_csv  # noqa: E402
 
 
-def test_a_small_prompt_on_the_gpu(tmp_path):
-    result = CliRunner().invoke(cli, [
-        "prompt", "--backend", "cuda", "--tokens", "8.5K", "--chunk", "1024", "--measure", "5",
-        "--variant", "v1,v2t", "--max-seconds", "0.5", "--results", str(tmp_path), "--json"],
-        catch_exceptions=False)
+def test_a_small_prompt_on_the_gpu(invoke, tmp_path):
+    result = invoke("prompt", "--backend", "cuda", "--tokens", "8.5K", "--chunk", "1024",
+                    "--measure", "5", "--variant", "v1,v2t", "--max-seconds", "0.5",
+                    "--results", tmp_path, "--json")
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     prompt = out["prompt"]

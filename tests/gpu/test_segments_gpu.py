@@ -7,42 +7,18 @@ work on small shapes; one test runs the rule itself on a context just above 64K 
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from pa_bench.numerics.metrics import error_metrics, judge_parity, parity_floor
 from pa_bench.numerics.model import model_arrays, model_attention, pv_chain_keys, tile_keys
 from pa_bench.numerics.reference import sample_rows
 from pa_bench.problem.inputs import make_inputs
-from pa_bench.problem.plan import Problem
-from pa_bench.problem.shapes import parse_shape
 
 pytestmark = pytest.mark.gpu
 
-from gpu_env import require_cupy_gpu  # noqa: E402  (tests/gpu/gpu_env.py)
+from gpu_env import LAYOUTS, VARIANTS, problem, require_cupy_gpu  # noqa: E402  (tests/gpu/gpu_env.py)
 
 cp = require_cupy_gpu()
-
-from pa_bench.backends.cuda import CudaBackend  # noqa: E402
-
-VARIANTS = ("v1", "v2", "v2t")
-# (head_dim, heads_q, heads_kv, layout, page, data, out_dtype)
-LAYOUTS = {
-    "d128-gqa-paged64-realistic": (128, 32, 8, "paged", 64, "realistic", "float32"),
-    "d64-mha-paged16-normal": (64, 16, 16, "paged", 16, "normal", "float32"),
-    "d128-mha-contig-normal-f16": (128, 16, 16, "contiguous", 64, "normal", "float16"),
-    "d64-gqa-contig-realistic": (64, 32, 8, "contiguous", 64, "realistic", "float32"),
-}
-
-
-@pytest.fixture(scope="module")
-def backend():
-    return CudaBackend()
-
-
-@pytest.fixture(scope="module")
-def turing_backend():
-    return CudaBackend(force_turing=True)
 
 
 _cache: dict = {}
@@ -52,10 +28,7 @@ def _case(backend, shape, layout_key, rows_n=None, heads=None):
     key = (id(backend), shape, layout_key, rows_n, heads)
     if key not in _cache:
         _cache.clear()
-        d, hq, hkv, layout, page, data, out = LAYOUTS[layout_key]
-        hq, hkv = heads or (hq, hkv)
-        pb = Problem(parse_shape(shape), heads_q=hq, heads_kv=hkv, head_dim=d, layout=layout, page=page,
-                     data=data, seed=0, out_dtype=out)
+        pb = problem(shape, layout_key, heads=heads)
         inputs = make_inputs(pb)
         rows = None if rows_n is None else sample_rows(pb.queries, rows_n, seed=1)
         _cache[key] = (pb, inputs, backend.prepare(inputs), rows, backend.reference(inputs, rows))

@@ -1,0 +1,59 @@
+"""What many CPU test modules share, as fixtures: the smoke config, ``pa-bench`` run in-process,
+and the check every bad input must pass (one line ``error: ...`` on stderr, no traceback).
+
+Fixtures rather than importable names: tests/gpu/ has a conftest.py of its own, and two
+modules named ``conftest`` cannot both be imported by name.
+"""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from pa_bench.cli import cli
+from pa_bench.problem.config import CONFIG_DIR
+
+SMOKE = str(CONFIG_DIR / "smoke.yaml")  # three small shapes of v1, v2, v2t: fast on the CPU
+NUMPY = ("--backend", "numpy")
+
+
+@pytest.fixture(scope="session")
+def smoke_yaml() -> str:
+    """The path of configs/smoke.yaml."""
+    return SMOKE
+
+
+@pytest.fixture(scope="session")
+def numpy_args() -> tuple[str, str]:
+    """``--backend numpy``: the numerics model on the CPU, the same on every machine."""
+    return NUMPY
+
+
+@pytest.fixture
+def invoke():
+    """``invoke(*args, env=None)``: ``pa-bench ARGS`` in-process; its result has exit_code,
+    stdout and stderr. ``env``: extra environment variables while it runs."""
+    def run(*args, env: dict[str, str] | None = None):
+        return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False, env=env)
+
+    return run
+
+
+def _one_line_error(result, *needles: str, code: int | None = None) -> str:
+    """Assert ``result`` failed (with ``code`` when given) on one line ``error: ...`` naming
+    every needle, with no traceback and no internal error; returns the line."""
+    assert result.exit_code != 0 and (code is None or result.exit_code == code), \
+        (result.exit_code, result.output)
+    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ") and not lines[0].startswith("error: internal error")
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def one_line_error():
+    """``one_line_error(result, *needles, code=None)``: see :func:`_one_line_error`."""
+    return _one_line_error
