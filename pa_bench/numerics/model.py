@@ -62,7 +62,7 @@ def pv_chain_keys(variant: str) -> int:
 SPLIT_MAX_ROWS = 16384         # query rows x query heads
 SPLIT_MIN_CONTEXT = 1024       # keys before the chunk
 
-# Key segments (issue #12): on long contexts every kernel runs the online softmax separately on
+# Key segments: on long contexts every kernel runs the online softmax separately on
 # each block of SEGMENT_KEYS keys, from a fresh state, and merges the segments per row in fp32,
 # so no MMA accumulator lives for more than SEGMENT_KEYS / 16 slices (mma.sync's fp32
 # accumulation drifts with the length of the chain). Segment z covers keys
@@ -70,7 +70,7 @@ SPLIT_MIN_CONTEXT = 1024       # keys before the chunk
 SEGMENT_KEYS = 65536
 
 
-# Key segments to fill the GPU (#13): a variant whose CTA packs the query heads of one KV group
+# Key segments to fill the GPU: a variant whose CTA packs the query heads of one KV group
 # into ``fill_rows`` rows (pa_bench.variants; v3: 128) launches heads_kv * ceil(queries /
 # (fill_rows / group)) CTAs. Fewer than FILL_CTAS leave SMs idle (2.1Kx256 with 32/8 heads: 64
 # CTAs for the H200's 132 SMs), so such a chunk runs its keys in n segments merged by pa_combine,

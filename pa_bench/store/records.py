@@ -95,7 +95,7 @@ class Record:
     mma: str | None = None
     force_turing: bool | None = None
     label: str | None = None  # display label, e.g. "1.5K" for 0x1536
-    # the device that ran the row (#17): NVML index on its host and UUID; `gpu` is its name
+    # the device that ran the row: NVML index on its host and UUID; `gpu` is its name
     device_index: int | None = None
     device_uuid: str | None = None
     impl: str | None = None  # what a peer ran: the library's kernel or backend (torch's choice: cudnn, flash ...)
