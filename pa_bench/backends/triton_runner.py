@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 from pa_bench.backends.kernels import KERNEL_DIR
+from pa_bench.peers.torch_util import on_timed_stream
 
 VARIANT = "triton"   # its name in pa_bench.variants
 KERNEL_FILE = "triton_pa.py"
@@ -237,27 +238,7 @@ def _event_ms(fn, torch, reps: int = 5) -> float:
     return times[len(times) // 2]
 
 
-def on_timed_stream(fn):
-    """``fn`` as it must be called to run on the stream pa-bench times (CuPy's current stream):
-    ``fn`` itself where torch's current stream is that stream (the default: both are the legacy
-    default stream), else ``fn`` inside ``torch.cuda.stream`` of it. Triton and torch launch on
-    torch's current stream."""
-    try:
-        import cupy as cp
-        import torch
-
-        ptr = cp.cuda.get_current_stream().ptr
-        if not torch.cuda.is_available() or ptr == torch.cuda.current_stream().cuda_stream:
-            return fn
-        stream = torch.cuda.ExternalStream(ptr)
-    except Exception:
-        return fn
-
-    def run():
-        with torch.cuda.stream(stream):
-            fn()
-
-    return run
+# Triton launches on torch's current stream: pointed at the one pa-bench times, as the peers' calls
 
 
 class TritonVariant:
