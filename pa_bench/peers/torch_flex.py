@@ -13,6 +13,7 @@ more shapes than that, so each new peer resets Dynamo before it compiles its own
 
 from __future__ import annotations
 
+from pa_bench.fmt import first_line
 from pa_bench.peers import CannotRun, Peer
 from pa_bench.peers.torch_util import on_timed_stream, shared_tensors, torch_reason
 
@@ -85,7 +86,7 @@ class FlexPeer(Peer):
             torch.cuda.synchronize()
         except Exception as exc:
             raise CannotRun(f"torch-flex cannot run this shape ({type(exc).__name__}: "
-                            f"{str(exc).strip().splitlines()[0][:160]})") from None
+                            f"{first_line(exc)[:160]})") from None
 
     def _call(self):
         return self.fn(self.q, self.k16, self.v16, block_mask=self.block_mask, scale=self.scale,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 
+from pa_bench.fmt import first_line
 from pa_bench.peers import CannotRun, Peer
 from pa_bench.peers.torch_util import kernels_of, shared_tensors, torch_reason, on_timed_stream
 
@@ -84,7 +85,7 @@ class _Sdpa(Peer):
         except Exception as exc:
             what = f"{self.pin.lower().replace('_attention', '')} backend" if self.pin else "sdpa"
             raise CannotRun(f"{self.name}: the {what} cannot run this shape "
-                            f"({type(exc).__name__}: {str(exc).strip().splitlines()[0][:160]})") from None
+                            f"({type(exc).__name__}: {first_line(exc)[:160]})") from None
         if os.environ.get(PROFILE_ENV, "1") != "0":
             self._kernels = kernels_of(self.call())
 
