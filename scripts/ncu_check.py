@@ -42,8 +42,10 @@ kernel's figure otherwise (``kernel``); ``ncu_kernel_sum_ms`` keeps the kernel-r
 (H200, 2026-12-01: PyTorch's flash kernel at 0x1536 runs 105.3 us after ncu's invalidation and
 109.8 us after pa-bench's read of twice the L2, 40 calls each; v1 145.9 and 145.3 us).
 ``ncu_calls`` and ``ncu_iqr_ms`` say how many calls ncu's median is over and how much they spread.
-Each ncu pass is killed after ``--ncu-timeout`` seconds (ncu once hung after "Failed to profile
-unrolled_elementwise_kernel"); the rows measured before are kept and the calls without a row are
+Nsight Compute follows the child process only (``--target-processes application-only``: torch's
+compile workers and Triton's compiler processes launch nothing worth measuring, and would each
+start under ncu's injection). Each ncu pass is killed after ``--ncu-timeout`` seconds, a one-flush
+pass after ``--flushed-timeout`` (ncu once hung after "Failed to profile unrolled_elementwise_kernel"); the rows measured before are kept and the calls without a row are
 named (exit code 1).
 ``--samples-out`` also writes every pa-bench sample (ms) of every row. Exit code 1 if any row is
 not within.
@@ -60,6 +62,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -154,6 +157,7 @@ def child(args) -> None:
     dropped). With ``--only``, just the listed calls, each after pa-bench's own L2 flush with the
     profiler paused (run with ``--cache-control none``: one flush per call, as pa-bench times it)."""
     os.environ["PA_BENCH_PEER_PROFILE"] = "0"   # torch's profiler cannot run under ncu
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")   # no compile workers to start
     config, plan, names, backend = _setup(args.config, args.shapes, args.variants, args.l2_flush)
     only = call_pairs(args.only)
     reps = reps_map(args.reps_map)
@@ -295,6 +299,13 @@ def _run_ncu(cmd: list[str], log: Path, timeout_s: float | None = None) -> tuple
     return rc, log.read_text()
 
 
+def _write_csv(out_dir: Path, rows: list[dict]) -> None:
+    with open(out_dir / "ncu_check.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["shape"])
+        w.writeheader()
+        w.writerows(rows)
+
+
 def missing_rows(shapes: list[str], names: list[str], ours: dict, rows: list[dict]) -> list[str]:
     """``shape variant`` of every call pa-bench timed that has no row (ncu measured no call of it)."""
     have = {(r["shape"], r["variant"]) for r in rows}
@@ -325,6 +336,8 @@ def main() -> int:
                          "timing.l2_flush)")
     ap.add_argument("--ncu-timeout", type=float, default=900.0,
                     help="seconds each ncu pass may take before it is killed (its measured rows are kept)")
+    ap.add_argument("--flushed-timeout", type=float, default=120.0,
+                    help="seconds before a one-flush ncu pass (calls of several kernels only) is killed")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--only", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--reps-map", default=None, help=argparse.SUPPRESS)
@@ -358,8 +371,11 @@ def main() -> int:
             w = csv.writer(fh)
             w.writerow(["shape", "variant", "ms"])
             w.writerows((a, b, f"{ms:.6f}") for a, b, ms in samples)
-    base = [args.ncu, "--clock-control", "none", "--cache-control", "all", "--profile-from-start", "off",
-            "--metrics", METRIC, "--csv", "--print-units", "base"]
+    # ncu follows only the child itself: torch's compile workers and Triton's compiler processes,
+    # each started under ncu's injection, cost a pass minutes and launch nothing to measure
+    base = [args.ncu, "--target-processes", "application-only", "--clock-control", "none",
+            "--cache-control", "all", "--profile-from-start", "off", "--metrics", METRIC, "--csv",
+            "--print-units", "base"]
     reps = {(si, vi): reps_for(ours.get((si, name)), args.reps)
             for si in range(len(plan.problems)) for vi, name in enumerate(names)}
     child_args = [sys.executable, __file__, "--child", "--config", args.config, "--reps", str(args.reps),
@@ -369,11 +385,16 @@ def main() -> int:
     calls_per_marker = {key: 1 + n for key, n in reps.items()}
     theirs: list[dict] = []
     for k in range(args.processes):
+        t0 = time.perf_counter()
         rc, text = _run_ncu(base + child_args, out_dir / f"ncu_check.ncu.{k}.log", args.ncu_timeout)
+        print(f"ncu process {k + 1} of {args.processes}: {time.perf_counter() - t0:.0f} s, exit {rc}", flush=True)
         if rc != 0:
             print(f"warning: ncu exited {rc}; see {out_dir / f'ncu_check.ncu.{k}.log'}; the rows it "
                   "measured are kept", file=sys.stderr)
         theirs.append(parse_ncu_csv(text, calls_per_marker))
+
+    # the rows so far, kept should a one-flush pass below not finish
+    _write_csv(out_dir, build_rows([p.shape.label for p in plan.problems], names, ours, theirs, []))
 
     # calls of several kernels (every call with --flushed-all): once more with one flush before the
     # whole call, pa-bench's own
@@ -384,8 +405,11 @@ def main() -> int:
         spec = ",".join(f"{s}:{v}" for s, v in multi)
         flushed = [a if a != "all" else "none" for a in base]
         for k in range(args.processes):
+            t0 = time.perf_counter()
             frc, ftext = _run_ncu(flushed + child_args + ["--only", spec],
-                                  out_dir / f"ncu_check.flushed.{k}.log", args.ncu_timeout)
+                                  out_dir / f"ncu_check.flushed.{k}.log", args.flushed_timeout)
+            print(f"one-flush process {k + 1} of {args.processes}: {time.perf_counter() - t0:.0f} s, "
+                  f"exit {frc}", flush=True)
             if frc == 0:
                 got = parse_ncu_csv(ftext, calls_per_marker)
                 whole.append({key: [c[0] for c in got[key]] for key in multi if got.get(key)})
@@ -395,10 +419,7 @@ def main() -> int:
 
     rows = build_rows([p.shape.label for p in plan.problems], names, ours, theirs, whole)
     bad = sum(not r["within"] for r in rows)
-    with open(out_dir / "ncu_check.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["shape"])
-        w.writeheader()
-        w.writerows(rows)
+    _write_csv(out_dir, rows)
     for r in rows:
         fl = (f"  after pa-bench's flush {float(r['ncu_flushed_ms']):9.4f} ms "
               f"{'ok' if r['within_flushed'] else 'NOT WITHIN'}") if r["ncu_flushed_ms"] else ""
