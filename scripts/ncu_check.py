@@ -36,7 +36,10 @@ pa-bench is judged against that range, not one draw from it. ``ncu_ms`` is the m
 processes' medians, ``ncu_min_ms``/``ncu_max_ms`` their range, and ``within`` is true when
 pa-bench's median lies in [ncu_min_ms - tol, ncu_max_ms + tol], tol = max(3 %, 3 us). ``ncu_ms``
 is the one-flush figure where the call has several kernels (``ncu_mode`` = flushed) and the
-kernel's figure otherwise (``kernel``); ``ncu_kernel_sum_ms`` keeps the kernel-replay sum.
+kernel's figure otherwise (``kernel``); ``ncu_kernel_sum_ms`` keeps the kernel-replay sum. A
+call of k kernels spans, besides its kernels, the k - 1 launches between them, which ncu does not
+time: the one-flush figure has ``launch_gaps_ms`` added, pa-bench's own time of k empty kernels
+minus one's, measured in the same process.
 ``--flushed-all`` measures every call after pa-bench's flush too (``ncu_flushed_ms``,
 ``within_flushed``): the cold state differs between the two flushes, and one kernel shows it
 (H200, 2026-12-01: PyTorch's flash kernel at 0x1536 runs 105.3 us after ncu's invalidation and
@@ -244,7 +247,8 @@ def _within(mine: float, lo: float, hi: float | None = None) -> bool:
     return lo - _tol(lo) <= mine <= hi + _tol(hi)
 
 
-def build_rows(shapes: list[str], names: list[str], ours: dict, theirs: list[dict], whole: list[dict]) -> list[dict]:
+def build_rows(shapes: list[str], names: list[str], ours: dict, theirs: list[dict], whole: list[dict],
+               gaps: dict[int, float] | None = None) -> list[dict]:
     """The rows of ncu_check.csv. ``ours``: {(shape index, name): pa-bench's median ms};
     ``theirs``: one parse_ncu_csv of the ``--cache-control all`` pass per ncu process; ``whole``:
     one {(shape index, variant index): [ms per call]} of the pass after pa-bench's own flush
@@ -253,7 +257,11 @@ def build_rows(shapes: list[str], names: list[str], ours: dict, theirs: list[dic
     own cold figure for one kernel; ``ncu_ms`` is the median over processes, ``ncu_min_ms`` and
     ``ncu_max_ms`` their range, and ``within`` judges pa-bench against that range.
     ``ncu_flushed_ms`` / ``within_flushed``: the flushed figure wherever it was measured (every
-    call with --flushed-all), empty elsewhere."""
+    call with --flushed-all), empty elsewhere.
+    ``gaps``: {kernels in a call: ms}, what the launches between a call's kernels add to its span
+    (``launch_gaps``); Nsight Compute times kernels, pa-bench the span from the first kernel's
+    start to the last one's end, so a flushed figure of k kernels is compared with gaps[k] added
+    (column ``launch_gaps_ms``)."""
     rows = []
     for si, label in enumerate(shapes):
         for vi, name in enumerate(names):
@@ -264,7 +272,8 @@ def build_rows(shapes: list[str], names: list[str], ours: dict, theirs: list[dic
             flushed = [statistics.median(w[(si, vi)]) for w in whole if w.get((si, vi))]
             multi = passes[0][0][1] > 1
             mode = "flushed" if multi and flushed else "kernel"
-            figures = flushed if mode == "flushed" else kernel_sums
+            gap = (gaps or {}).get(passes[0][0][1], 0.0) if mode == "flushed" else 0.0
+            figures = [f + gap for f in flushed] if mode == "flushed" else kernel_sums
             ncu_ms, lo, hi = statistics.median(figures), min(figures), max(figures)
             mine = ours[(si, name)]
             calls = [c[0] for p in passes for c in p]
@@ -274,6 +283,7 @@ def build_rows(shapes: list[str], names: list[str], ours: dict, theirs: list[dic
                          "ratio": f"{mine / ncu_ms:.4f}", "within": _within(mine, lo, hi),
                          "ncu_processes": len(figures), "ncu_kernels": passes[0][0][1], "ncu_mode": mode,
                          "ncu_kernel_sum_ms": f"{statistics.median(kernel_sums):.5f}",
+                         "launch_gaps_ms": f"{gap:.5f}",
                          "ncu_flushed_ms": "" if flushed_ms is None else f"{flushed_ms:.5f}",
                          "within_flushed": "" if not flushed else _within(mine, min(flushed), max(flushed)),
                          "ncu_calls": len(calls), "ncu_iqr_ms": f"{_iqr(calls):.5f}"})
@@ -297,6 +307,26 @@ def _run_ncu(cmd: list[str], log: Path, timeout_s: float | None = None) -> tuple
             rc = 124
             fh.write(f"\nncu_check: stopped after {timeout_s:g} s\n")
     return rc, log.read_text()
+
+
+def launch_gaps(backend, settings, counts: list[int]) -> dict[int, float]:
+    """{k: ms}: pa-bench's median of a call of k empty kernels minus that of one, timed by
+    pa-bench's own method (interleaved, L2 flushed, GPU time only). That is what the launches
+    between a call's k kernels add to its span: time that Nsight Compute, which times each kernel,
+    does not see."""
+    import cupy as cp
+
+    from pa_bench.measure import timing
+
+    empty = cp.RawModule(code='extern "C" __global__ void pa_empty() {}').get_function("pa_empty")
+
+    def chain(k: int):
+        return lambda: [empty((1,), (1,), ()) for _ in range(k)]
+
+    fns = {f"empty{k}": chain(k) for k in sorted({1, *counts})}
+    res = timing.time_interleaved(fns, replace(settings, max_seconds=1.0), timer=backend.timer())
+    one = statistics.median(res["empty1"].samples_ms)
+    return {k: statistics.median(res[f"empty{k}"].samples_ms) - one for k in counts if k > 1}
 
 
 def _write_csv(out_dir: Path, rows: list[dict]) -> None:
@@ -417,7 +447,13 @@ def main() -> int:
                 print(f"warning: ncu exited {frc} in the one-flush pass; calls of several "
                       "kernels keep the kernel-replay sum", file=sys.stderr)
 
-    rows = build_rows([p.shape.label for p in plan.problems], names, ours, theirs, whole)
+    counts = sorted({theirs_calls[0][1] for t in theirs for key, theirs_calls in t.items()
+                     if key in multi and theirs_calls})
+    gaps = launch_gaps(backend, config.timing, counts) if whole else {}
+    if gaps:
+        print("launch gaps (pa-bench's span of k empty kernels minus one's): "
+              + ", ".join(f"k={k} {ms * 1e3:.2f} us" for k, ms in gaps.items()))
+    rows = build_rows([p.shape.label for p in plan.problems], names, ours, theirs, whole, gaps)
     bad = sum(not r["within"] for r in rows)
     _write_csv(out_dir, rows)
     for r in rows:
