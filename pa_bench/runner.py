@@ -153,6 +153,10 @@ class _Job:
     def parity(self) -> bool:
         return self.mode in (MODE_PARITY, MODE_ALL)
 
+    def seconds(self) -> dict:
+        """meta.json's ``phase_seconds`` and, per variant, ``kernel_seconds``."""
+        return {"phase_seconds": self.phases.rounded(), "kernel_seconds": self.phases.rounded_parts("kernels")}
+
     @property
     def timing(self) -> bool:
         return self.mode in (MODE_TIME, MODE_ALL)
@@ -234,13 +238,13 @@ def _run(
         progress.stop()
         run.finish_meta(resumed=resume_run is not None, status="interrupted",
                         finished=R.now_utc_iso(), wall_seconds=round(time.time() - started, 3),
-                        phase_seconds=job.phases.rounded(), backend_meta=backend.meta())
+                        **job.seconds(), backend_meta=backend.meta())
         raise RunInterrupted(run.path) from None
     except KernelHung as exc:   # the row is saved as failed; the GPU is lost: nothing more runs
         progress.stop()
         stored = run.read_meta().get("hung") or []
         run.update_meta(status="hung", finished=R.now_utc_iso(),
-                        wall_seconds=round(time.time() - started, 3), phase_seconds=job.phases.rounded(),
+                        wall_seconds=round(time.time() - started, 3), **job.seconds(),
                         hung=stored + [{"shape": getattr(exc, "shape", None), "variant": exc.variant,
                                         "what": exc.what, "seconds": exc.seconds}])
         exc.run_dir = run.path
@@ -250,7 +254,7 @@ def _run(
     # backend_meta again: the builds and launches are known only once the kernels have run
     run.finish_meta(resumed=resume_run is not None, status="complete", finished=R.now_utc_iso(),
                     wall_seconds=round(time.time() - started, 3),
-                    phase_seconds=job.phases.rounded(), backend_meta=backend.meta())
+                    **job.seconds(), backend_meta=backend.meta())
     if write_report:  # after every record is saved; shown as the last phase
         with job.phases.phase("report"):
             # plots only where a run times and checks (matplotlib's first import is slow)
@@ -258,7 +262,7 @@ def _run(
 
             write_report_or_note(run.path, progress.log, plots=mode == MODE_ALL)
         run.finish_meta(resumed=resume_run is not None, wall_seconds=round(time.time() - started, 3),
-                        phase_seconds=job.phases.rounded())
+                        **job.seconds())
     progress.stop()
     return run.path
 
@@ -533,7 +537,7 @@ def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
         recorded = v in todo
         job.progress.variant(v)
         try:
-            with job.phases.phase("kernels"):
+            with job.phases.phase("kernels", v):
                 ko = backend.compute(prepared, v, sel, check_determinism=cfg.parity.determinism)
             out = np.asarray(ko.out)
             outputs[v] = (ko, out)

@@ -197,3 +197,21 @@ def test_phase_summary_line():
     meta = {"wall_seconds": 10.0, "phase_seconds": {"timing": 3.0, "inputs": 1.25}}
     assert phase_summary(meta) == "wall 10.0 s: inputs 1.2 s, timing 3.0 s, other 5.8 s"
     assert phase_summary({}) is None
+
+
+def test_the_kernels_phase_is_summed_per_variant_and_its_largest_are_named():
+    from pa_bench.phases import PhaseClock, phase_summary
+
+    now = [0.0]
+    clock = PhaseClock(clock=lambda: now[0])
+    for variant, took in (("v1", 1.0), ("torch-flex", 6.0), ("v1", 0.5), ("triton", 3.0), ("v3", 2.0)):
+        with clock.phase("kernels", variant):
+            now[0] += took
+            with clock.phase("model"):     # a nested phase is not the variant's
+                now[0] += 10.0
+    assert clock.rounded() == {"model": 50.0, "kernels": 12.5}
+    assert clock.rounded_parts("kernels") == {"torch-flex": 6.0, "triton": 3.0, "v3": 2.0, "v1": 1.5}
+    assert list(clock.rounded_parts("kernels")) == ["torch-flex", "triton", "v3", "v1"]   # slowest first
+    meta = {"wall_seconds": 70.0, "phase_seconds": clock.rounded(), "kernel_seconds": clock.rounded_parts("kernels")}
+    assert phase_summary(meta) == ("wall 70.0 s: model 50.0 s, kernels 12.5 s (torch-flex 6.0, triton 3.0, "
+                                   "v3 2.0), other 7.5 s")

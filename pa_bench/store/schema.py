@@ -54,6 +54,7 @@ class RunMeta:
     git_dirty: bool | None = None
     wall_seconds: float | None = None
     phase_seconds: dict = field(default_factory=dict)
+    kernel_seconds: dict = field(default_factory=dict)
     resumes: list = field(default_factory=list)
     shard: dict | None = None  # a shard run's plan (pa_bench.shard)
     parts: list | None = None  # a merged run's parts (pa_bench.store.merge)
