@@ -357,3 +357,16 @@ def test_how_a_configuration_is_chosen(tmp_path, monkeypatch):
     assert triton_runner.meta()["tuning"]["enabled"] is False
     explicit = triton_runner.TritonVariant(inputs, device="cpu", config="m64-w4-s3-bits-gather")
     assert explicit.config_source == "argument" and explicit.config.convert == "bits"
+
+
+def test_a_reordered_sum_may_move_an_fp16_output_by_one_step_and_no_more():
+    from pa_bench.backends.triton_runner import reorder_tolerance
+
+    # H200, 2.1Kx256 contiguous, fp16 output of magnitude 0.2043: two launch shapes differed by
+    # 2^-15, one fp16 step of an output between 1/32 and 1/16
+    scale, seen = 0.204345703125, 2.0 ** -15
+    assert seen <= reorder_tolerance(scale, float16=True)
+    assert not seen <= reorder_tolerance(scale, float16=False)        # fp32 outputs: 1e-4 of it
+    step = 2.0 ** -13                                                  # one fp16 step in [1/8, 1/4)
+    assert step <= reorder_tolerance(scale, float16=True) < 2 * step   # one step at the magnitude, not two
+    assert reorder_tolerance(1.0, float16=False) == 1e-4

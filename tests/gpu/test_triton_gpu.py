@@ -174,7 +174,8 @@ def test_switches_and_tuned_launches_keep_the_bits(backend, shape, key):
         else:   # other rows per program or warps may sum a tl.dot in another order (seen on the
                 # H200: d64 and contiguous fp16 cases): the tune's own acceptance rule
             diff = float(cp.abs(values(full_out) - values(base)).max())
-            assert diff <= 1e-4 * scale, f"{name} differs from {default.name} by {diff:.3e}"
+            tol = triton_runner.reorder_tolerance(scale, base.dtype == cp.uint16)
+            assert diff <= tol, f"{name} differs from {default.name} by {diff:.3e}"
 
 
 def test_tune_on_first_use_then_the_cache(backend, monkeypatch):
