@@ -148,6 +148,7 @@ class _Job:
     prefetch: Any = None  # pa_bench.problem.prefetch.InputsPrefetch: the next shapes' inputs
     hung_before: set = field(default_factory=set)  # (shape, variant) of a resumed run that hung
     retry_failed: bool = False  # --retry-failed: run those rows again
+    ahead: Any = None  # pa_bench.compile_ahead.CompileAhead: the child building slow compiles ahead
 
     @property
     def parity(self) -> bool:
@@ -155,7 +156,10 @@ class _Job:
 
     def seconds(self) -> dict:
         """meta.json's ``phase_seconds`` and, per variant, ``kernel_seconds``."""
-        return {"phase_seconds": self.phases.rounded(), "kernel_seconds": self.phases.rounded_parts("kernels")}
+        out = {"phase_seconds": self.phases.rounded(), "kernel_seconds": self.phases.rounded_parts("kernels")}
+        if self.ahead is not None:
+            out["compile_ahead"] = self.ahead.meta()
+        return out
 
     @property
     def timing(self) -> bool:
@@ -225,6 +229,10 @@ def _run(
     from pa_bench.problem.prefetch import InputsPrefetch
 
     job.prefetch = InputsPrefetch([] if previous else plan.problems)
+    if not previous:  # the slowest compiles, built ahead in a child process (pa_bench.compile_ahead)
+        from pa_bench import compile_ahead
+
+        job.ahead = compile_ahead.start(config, backend.name, plan.variants)
     if not previous:  # what the run is about to do, and roughly how long it will take
         from pa_bench.backends import announce_plan
         announce_plan(mode, plan, backend, lambda pb: _rows_for(job, pb.queries, pb.seed), progress.log)
@@ -251,6 +259,8 @@ def _run(
         raise
     finally:
         job.prefetch.close()   # drop inputs drawn ahead, whatever ended the walk
+        if job.ahead is not None:
+            job.ahead.close()
     # backend_meta again: the builds and launches are known only once the kernels have run
     run.finish_meta(resumed=resume_run is not None, status="complete", finished=R.now_utc_iso(),
                     wall_seconds=round(time.time() - started, 3),
@@ -673,6 +683,9 @@ def _timing_phase(job: _Job, problem, prepared, rows: dict[str, _Row], todo: lis
 
     key = problem.shape.written
     job.progress.variant(None)  # every variant of the shape is timed at once, interleaved
+    if job.ahead is not None:   # no other process's GPU work may meet a measurement
+        with job.phases.phase("kernels", "compile-ahead"):
+            job.ahead.wait()
     try:
         with job.phases.phase("timing"):
             timed = job.backend.time(prepared, list(todo), job.config.timing)

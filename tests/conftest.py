@@ -13,7 +13,14 @@ from click.testing import CliRunner
 from pa_bench.cli import cli
 from pa_bench.problem.config import CONFIG_DIR
 
-SMOKE = str(CONFIG_DIR / "smoke.yaml")  # three small shapes of v1, v2, v2t: fast on the CPU
+SMOKE = str(CONFIG_DIR / "smoke.yaml")
+
+
+@pytest.fixture(autouse=True)
+def _no_compile_ahead(monkeypatch):
+    """No run of a test starts pa_bench.compile_ahead's child (tests/test_compile_ahead.py turns it
+    on where it tests it): fake backends named "cuda" would otherwise start one."""
+    monkeypatch.setenv("PA_BENCH_COMPILE_AHEAD", "0")  # three small shapes of v1, v2, v2t: fast on the CPU
 NUMPY = ("--backend", "numpy")
 
 

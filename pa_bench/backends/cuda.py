@@ -426,6 +426,16 @@ class CudaBackend:
                 "variant": variant, "shape": prep.inputs.problem.shape.label, **(peer.describe() or {})}
         return peer
 
+    def build_ahead(self, prep: Prepared, variant: str) -> None:
+        """Build a Triton kernel or a peer on this shape as ``compute`` would, and call it once
+        (pa_bench.compile_ahead's child: it fills the on-disk compile caches for the run)."""
+        if registry.get(variant).kind == registry.TRITON_KERNEL:
+            self._python_launcher(prep, variant, prep.out_a)()
+        else:
+            self._peer(prep, variant).call()()
+        self._wait(f"{variant} at {prep.inputs.problem.shape.label}", prep.inputs.problem.flops,
+                   variant=variant)
+
     def impl(self, prep: Prepared, variant: str) -> str | None:
         """What ran a peer on this shape (its ``impl()``, e.g. torch's choice), None for a kernel."""
         peer = prep.runners.get(variant) if registry.is_peer(variant) else None

@@ -49,6 +49,9 @@ class Peer:
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     backends: ClassVar[tuple[str, ...]] = ("cuda",)
+    #: True where constructing the peer compiles into an on-disk cache (torch.compile): a run
+    #: then builds it ahead in a child process (pa_bench.compile_ahead)
+    compiles_ahead: ClassVar[bool] = False
 
     @classmethod
     def unavailable(cls, problem) -> str | None:

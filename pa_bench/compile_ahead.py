@@ -1,0 +1,180 @@
+"""Compile ahead: warm the on-disk compile caches of a run's slowest builds in a child process.
+
+On a fresh machine most of a first run is compiling, one variant after another: the CUDA kernels
+(NVRTC), CuPy's own kernels, the numerics model, the Triton kernel's configurations and
+``torch.compile`` of flex_attention, one graph per shape. The last two are cached on disk (Triton's
+cache, Inductor's) and need the most time. So while the run builds the CUDA variants, the
+reference and the model of its first shape, a child process walks the plan's shapes building only
+the variants that compile into such a cache (the Triton kernels and the peers that say
+``compiles_ahead``), and when the run reaches them their compiles are cache hits.
+
+The child never tunes the Triton kernel (a tune times candidates, and the run's own GPU work would
+disturb it): a problem class that the tuned table lacks gets its default configuration built
+ahead, and the run tunes it itself. The child's builds launch kernels (a compile's first call). None of that may meet a measurement,
+so the run waits for the child to finish (``wait``, at most ``WAIT_S``) before its first timing,
+and stops it if it is still running then. A child that fails or is slow costs only that wait:
+the run then compiles what it needs itself, as it would without it. ``PA_BENCH_COMPILE_AHEAD=0``
+turns it off. meta.json's ``compile_ahead`` says what the child built and how long it took.
+
+    python -m pa_bench.compile_ahead SPEC.json     (the child; the spec is written by ``start``)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ENV = "PA_BENCH_COMPILE_AHEAD"
+WAIT_S = 120.0          # the longest the run waits for the child before its first timing
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "1").strip().lower() not in ("0", "off", "no", "false")
+
+
+def ahead_variants(variants) -> list[str]:
+    """The variants worth building ahead: Triton kernels and peers whose construction compiles
+    into an on-disk cache (``compiles_ahead``); in the run's order."""
+    from pa_bench import variants as registry
+
+    out = []
+    for name in variants:
+        v = registry.get(name)
+        if v.kind == registry.TRITON_KERNEL:
+            out.append(name)
+        elif v.kind == registry.PEER:
+            try:
+                cls = v.resolve_runner()
+            except Exception:
+                continue
+            if getattr(cls, "compiles_ahead", False):
+                out.append(name)
+    return out
+
+
+@dataclass
+class CompileAhead:
+    """The child process of one run (or none), and what became of it."""
+
+    variants: list[str]
+    proc: subprocess.Popen | None = None
+    log_path: Path | None = None
+    started: float = field(default_factory=time.monotonic)
+    status: str = "not started"
+    seconds: float | None = None
+    waited: float = 0.0
+
+    def wait(self, timeout_s: float = WAIT_S) -> None:
+        """Until the child has finished (stopped past ``timeout_s``); the first call only."""
+        if self.proc is None or self.seconds is not None:
+            return
+        t0 = time.monotonic()
+        try:
+            rc = self.proc.wait(timeout=max(timeout_s, 0.0))
+            self.status = "ok" if rc == 0 else f"failed (exit {rc}; {self.last_line()})"
+        except subprocess.TimeoutExpired:
+            self.stop()
+            self.status = f"stopped after {timeout_s:g} s"
+        self.waited = round(time.monotonic() - t0, 3)
+        self.seconds = round(time.monotonic() - self.started, 3)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def close(self) -> None:
+        """Stop the child if it still runs and remove its files."""
+        if self.proc is not None and self.seconds is None:
+            running = self.proc.poll() is None
+            self.stop()
+            self.seconds = round(time.monotonic() - self.started, 3)
+            self.status = "stopped (the run ended first)" if running else self.status
+        if self.log_path is not None:
+            for p in (self.log_path, self.log_path.with_suffix(".json")):
+                try:
+                    p.unlink()
+                except OSError:
+                    pass
+
+    def last_line(self) -> str:
+        try:
+            lines = [ln for ln in self.log_path.read_text(errors="replace").splitlines() if ln.strip()]
+        except (OSError, AttributeError):
+            return "no log"
+        return lines[-1][:200] if lines else "no output"
+
+    def meta(self) -> dict:
+        return {"variants": self.variants, "status": self.status, "seconds": self.seconds,
+                "waited_seconds": self.waited}
+
+
+def start(config, backend_name: str, variants) -> CompileAhead | None:
+    """The child for ``config``'s plan (None where nothing is worth building ahead, on a backend
+    other than cuda, or when turned off)."""
+    if backend_name != "cuda" or not enabled():
+        return None
+    names = ahead_variants(variants)
+    if not names:
+        return None
+    raw = config.to_dict()
+    raw["variants"] = names          # built-in variants only: the child loads no plug-ins
+    raw.pop("plugins", None)
+    fd, spec_path = tempfile.mkstemp(prefix="pa-bench-ahead-", suffix=".json")
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"config": raw, "path": config.path, "variants": names}, fh)
+    log = Path(spec_path).with_suffix(".log")
+    # no tuning in the child: a tune times candidates, and the run's own GPU work would disturb it
+    env = {**os.environ, "PA_BENCH_TRITON_TUNE": "0"}
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "pa_bench.compile_ahead", spec_path], stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+    ahead = CompileAhead(names, proc, log)
+    ahead.status = "running"
+    return ahead
+
+
+def build_ahead(config, variants: list[str], backend=None, say=print) -> None:
+    """The child's work: every shape's inputs, then each variant built and called once (a Triton
+    kernel: its configuration compiled and launched; a peer: constructed, which compiles it)."""
+    from pa_bench.problem.inputs import make_inputs
+    from pa_bench.problem.plan import make_plan
+
+    if backend is None:
+        from pa_bench.backends.cuda import CudaBackend
+
+        backend = CudaBackend(config)
+    for problem in make_plan(config).problems:
+        todo = [v for v in variants if backend.unsupported(v, problem) is None]
+        if not todo:
+            continue
+        prep = backend.prepare(make_inputs(problem))
+        try:
+            for v in todo:
+                t0 = time.monotonic()
+                try:
+                    backend.build_ahead(prep, v)
+                    say(f"{problem.shape.label} {v}: {time.monotonic() - t0:.1f} s")
+                except Exception as exc:   # the run builds it itself and reports what goes wrong
+                    say(f"{problem.shape.label} {v}: {type(exc).__name__}: {str(exc)[:160]}")
+        finally:
+            backend.release(prep)
+
+
+def main(argv: list[str]) -> int:
+    from pa_bench.problem.config import config_from_dict
+
+    spec = json.loads(Path(argv[0]).read_text())
+    config = config_from_dict(spec["config"], "compile-ahead spec", spec.get("path"))
+    build_ahead(config, spec["variants"], say=lambda s: print(s, flush=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
