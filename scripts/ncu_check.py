@@ -38,8 +38,9 @@ pa-bench's median lies in [ncu_min_ms - tol, ncu_max_ms + tol], tol = max(3 %, 3
 is the one-flush figure where the call has several kernels (``ncu_mode`` = flushed) and the
 kernel's figure otherwise (``kernel``); ``ncu_kernel_sum_ms`` keeps the kernel-replay sum. A
 call of k kernels spans, besides its kernels, the k - 1 launches between them, which ncu does not
-time: the one-flush figure has ``launch_gaps_ms`` added, pa-bench's own time of k empty kernels
-minus one's, measured in the same process.
+time. The span lies between the kernels' sum (launches that cost nothing) and that sum plus
+``launch_gaps_ms``, pa-bench's own time of k empty kernels minus one's, measured in the same
+process (a launch as it costs in a chain of kernels that do nothing): ``ncu_max_ms`` has it added.
 ``--flushed-all`` measures every call after pa-bench's flush too (``ncu_flushed_ms``,
 ``within_flushed``): the cold state differs between the two flushes, and one kernel shows it
 (H200, 2026-12-01: PyTorch's flash kernel at 0x1536 runs 105.3 us after ncu's invalidation and
@@ -258,10 +259,12 @@ def build_rows(shapes: list[str], names: list[str], ours: dict, theirs: list[dic
     ``ncu_max_ms`` their range, and ``within`` judges pa-bench against that range.
     ``ncu_flushed_ms`` / ``within_flushed``: the flushed figure wherever it was measured (every
     call with --flushed-all), empty elsewhere.
-    ``gaps``: {kernels in a call: ms}, what the launches between a call's kernels add to its span
-    (``launch_gaps``); Nsight Compute times kernels, pa-bench the span from the first kernel's
-    start to the last one's end, so a flushed figure of k kernels is compared with gaps[k] added
-    (column ``launch_gaps_ms``)."""
+    ``gaps``: {kernels in a call: ms}, what k - 1 launches cost as a chain of empty kernels
+    (``launch_gaps``). Nsight Compute times kernels, pa-bench the span from the first kernel's
+    start to the last one's end, which also holds the launches between them: a call of k kernels
+    is judged against [its kernels' lowest flushed sum, their highest + gaps[k]] (column
+    ``launch_gaps_ms``), the span with launches that cost nothing and with launches that cost as
+    much as in a chain of empty kernels."""
     rows = []
     for si, label in enumerate(shapes):
         for vi, name in enumerate(names):
@@ -273,8 +276,8 @@ def build_rows(shapes: list[str], names: list[str], ours: dict, theirs: list[dic
             multi = passes[0][0][1] > 1
             mode = "flushed" if multi and flushed else "kernel"
             gap = (gaps or {}).get(passes[0][0][1], 0.0) if mode == "flushed" else 0.0
-            figures = [f + gap for f in flushed] if mode == "flushed" else kernel_sums
-            ncu_ms, lo, hi = statistics.median(figures), min(figures), max(figures)
+            figures = flushed if mode == "flushed" else kernel_sums
+            ncu_ms, lo, hi = statistics.median(figures), min(figures), max(figures) + gap
             mine = ours[(si, name)]
             calls = [c[0] for p in passes for c in p]
             flushed_ms = statistics.median(flushed) if flushed else None

@@ -168,17 +168,21 @@ def test_one_process_alone_would_have_failed_the_same_row():
 
 def test_a_call_of_several_kernels_is_judged_with_the_launches_between_them():
     # H200, 2.1Kx256, torch-sdpa-cudnn: six kernels, 0.0704 ms of kernels after one flush, pa-bench's
-    # span 0.0754 ms: outside the 3 us floor on the kernels alone, inside once five launches count
+    # span 0.0754 ms, six empty kernels 8.06 us more than one: outside the kernels alone (beyond
+    # the 3 us floor), inside [kernels, kernels + launches]
     theirs = [{(0, 0): [(0.0752, 6)] * 3} for _ in range(3)]
     whole = [{(0, 0): [0.0703] * 3}, {(0, 0): [0.0704] * 3}, {(0, 0): [0.0705] * 3}]
     ours = {(0, "torch-sdpa-cudnn"): 0.0754}
     bare = ncu_check.build_rows(["2.1Kx256"], ["torch-sdpa-cudnn"], ours, theirs, whole)[0]
     assert bare["within"] is False and bare["launch_gaps_ms"] == "0.00000"
-    row = ncu_check.build_rows(["2.1Kx256"], ["torch-sdpa-cudnn"], ours, theirs, whole, {6: 0.0045, 2: 0.001})[0]
-    assert row["launch_gaps_ms"] == "0.00450" and (row["ncu_min_ms"], row["ncu_max_ms"]) == ("0.07480", "0.07500")
-    assert row["within"] is True and row["ncu_flushed_ms"] == "0.07040"   # the kernels' own figure kept
+    row = ncu_check.build_rows(["2.1Kx256"], ["torch-sdpa-cudnn"], ours, theirs, whole, {6: 0.00806, 2: 0.0022})[0]
+    assert row["launch_gaps_ms"] == "0.00806" and (row["ncu_min_ms"], row["ncu_max_ms"]) == ("0.07030", "0.07856")
+    assert row["within"] is True and row["ncu_ms"] == "0.07040"        # ncu's own figure is the kernels'
+    long = ncu_check.build_rows(["2.1Kx256"], ["torch-sdpa-cudnn"], {(0, "torch-sdpa-cudnn"): 0.0840},
+                                theirs, whole, {6: 0.00806})[0]
+    assert long["within"] is False                                      # beyond kernels + launches + 3 us
     one = ncu_check.build_rows(["1.5K"], ["v1"], {(0, "v1"): 0.1}, [{(0, 0): [(0.1, 1)]}], [], {6: 0.0045})[0]
-    assert one["launch_gaps_ms"] == "0.00000" and one["ncu_ms"] == "0.10000"   # one kernel: no gap
+    assert one["launch_gaps_ms"] == "0.00000" and one["ncu_max_ms"] == "0.10000"   # one kernel: no launches
 
 
 def test_short_calls_get_more_reps_within_the_cap():
