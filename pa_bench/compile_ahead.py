@@ -6,7 +6,13 @@ On a fresh machine most of a first run is compiling, one variant after another: 
 cache, Inductor's) and need the most time. So while the run builds the CUDA variants, the
 reference and the model of its first shape, a child process walks the plan's shapes building only
 the variants that compile into such a cache (the Triton kernels and the peers that say
-``compiles_ahead``), and when the run reaches them their compiles are cache hits.
+``compiles_ahead``), and when the run reaches them their compiles are cache hits. The child compiles the CUDA variants
+too (CuPy's kernel cache), last first, before the rest: the run builds the first ones itself.
+
+Once a child has built everything of a plan, it leaves a mark in pa-bench's cache directory
+(``$XDG_CACHE_HOME/pa-bench/compile-ahead``, keyed on ``plan_key``); a later run of the same plan
+starts no child while Triton's and Inductor's caches are there: with warm caches the child would
+only cost the run its wait.
 
 The child never tunes the Triton kernel (a tune times candidates, and the run's own GPU work would
 disturb it): a problem class that the tuned table lacks gets its default configuration built
@@ -34,8 +40,75 @@ ENV = "PA_BENCH_COMPILE_AHEAD"
 WAIT_S = 120.0          # the longest the run waits for the child before its first timing
 
 
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "pa-bench" / "compile-ahead"
+
+
+def compile_caches() -> list[Path]:
+    """Where the builds of the child land: Triton's cache and Inductor's (their defaults, or the
+    directories their environment variables name)."""
+    import getpass
+
+    triton = os.environ.get("TRITON_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".triton", "cache")
+    try:
+        user = getpass.getuser()
+    except Exception:
+        user = "unknown"
+    inductor = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(tempfile.gettempdir(),
+                                                                         f"torchinductor_{user}")
+    return [Path(triton), Path(inductor)]
+
+
+def plan_key(config, variants) -> str:
+    """What the child's builds depend on: the shapes and problem settings of the plan, the variants,
+    the kernel sources, pa-bench's, torch's and Triton's versions."""
+    import hashlib
+    from importlib import metadata
+
+    from pa_bench.backends.kernels import KERNEL_DIR
+
+    def version(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "-"
+
+    raw = config.to_dict()
+    what = {k: raw.get(k) for k in ("shapes", "heads_q", "heads_kv", "head_dim", "layout", "page", "out_dtype",
+                                    "softmax_scale", "force_turing")}
+    h = hashlib.sha256(json.dumps([what, sorted(variants)], sort_keys=True, default=str).encode())
+    for f in sorted(KERNEL_DIR.iterdir()):
+        if f.is_file():
+            h.update(f.name.encode() + f.read_bytes())
+    for dist in ("pa-bench", "torch", "triton", "cupy-cuda12x", "cupy-cuda13x", "cupy"):
+        h.update(f"{dist}={version(dist)};".encode())
+    return h.hexdigest()[:20]
+
+
+def built_before(key: str) -> bool:
+    """Whether a child built this plan's compiles before and their caches are still there (a
+    cleared Triton or Inductor cache means they are gone: the child runs again)."""
+    return (cache_root() / key).is_file() and all(d.is_dir() for d in compile_caches())
+
+
+def mark_built(key: str) -> None:
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    (root / key).write_text(json.dumps({"caches": [str(d) for d in compile_caches()]}) + "\n")
+
+
 def enabled() -> bool:
     return os.environ.get(ENV, "1").strip().lower() not in ("0", "off", "no", "false")
+
+
+def cuda_builds(variants) -> list[str]:
+    """pa-bench's own CUDA kernels among ``variants``, last first: the child compiles them before
+    anything else (the run compiles the first ones itself before the child could)."""
+    from pa_bench import variants as registry
+
+    return [n for n in reversed(list(variants))
+            if registry.get(n).kind == registry.CUDA_KERNEL and registry.get(n).geometry is None]
 
 
 def ahead_variants(variants) -> list[str]:
@@ -123,12 +196,18 @@ def start(config, backend_name: str, variants) -> CompileAhead | None:
     names = ahead_variants(variants)
     if not names:
         return None
+    builds = cuda_builds(variants)
+    key = plan_key(config, names + builds)
+    if built_before(key):
+        ahead = CompileAhead(names)
+        ahead.status = "skipped: built before and the caches are there"
+        return ahead
     raw = config.to_dict()
-    raw["variants"] = names          # built-in variants only: the child loads no plug-ins
+    raw["variants"] = names + builds  # built-in variants only: the child loads no plug-ins
     raw.pop("plugins", None)
     fd, spec_path = tempfile.mkstemp(prefix="pa-bench-ahead-", suffix=".json")
     with os.fdopen(fd, "w") as fh:
-        json.dump({"config": raw, "path": config.path, "variants": names}, fh)
+        json.dump({"config": raw, "path": config.path, "variants": names, "builds": builds, "key": key}, fh)
     log = Path(spec_path).with_suffix(".log")
     # no tuning in the child: a tune times candidates, and the run's own GPU work would disturb it
     env = {**os.environ, "PA_BENCH_TRITON_TUNE": "0"}
@@ -140,9 +219,11 @@ def start(config, backend_name: str, variants) -> CompileAhead | None:
     return ahead
 
 
-def build_ahead(config, variants: list[str], backend=None, say=print) -> None:
-    """The child's work: every shape's inputs, then each variant built and called once (a Triton
-    kernel: its configuration compiled and launched; a peer: constructed, which compiles it)."""
+def build_ahead(config, variants: list[str], backend=None, say=print, builds=()) -> bool:
+    """The child's work: first the CUDA kernels ``builds`` of every shape compiled (no inputs
+    needed), then every shape's inputs and each of ``variants`` built and called once (a Triton
+    kernel: its configuration compiled and launched; a peer: constructed, which compiles it).
+    True if everything built."""
     from pa_bench.problem.inputs import make_inputs
     from pa_bench.problem.plan import make_plan
 
@@ -150,7 +231,17 @@ def build_ahead(config, variants: list[str], backend=None, say=print) -> None:
         from pa_bench.backends.cuda import CudaBackend
 
         backend = CudaBackend(config)
-    for problem in make_plan(config).problems:
+    problems = make_plan(config).problems
+    ok = True
+    for v in builds:
+        for problem in problems:
+            if backend.unsupported(v, problem) is None:
+                try:
+                    backend.kernel(backend.build(v, problem))
+                except Exception as exc:
+                    ok = False
+                    say(f"{problem.shape.label} {v}: {type(exc).__name__}: {str(exc)[:160]}")
+    for problem in problems:
         todo = [v for v in variants if backend.unsupported(v, problem) is None]
         if not todo:
             continue
@@ -162,9 +253,11 @@ def build_ahead(config, variants: list[str], backend=None, say=print) -> None:
                     backend.build_ahead(prep, v)
                     say(f"{problem.shape.label} {v}: {time.monotonic() - t0:.1f} s")
                 except Exception as exc:   # the run builds it itself and reports what goes wrong
+                    ok = False
                     say(f"{problem.shape.label} {v}: {type(exc).__name__}: {str(exc)[:160]}")
         finally:
             backend.release(prep)
+    return ok
 
 
 def main(argv: list[str]) -> int:
@@ -172,7 +265,8 @@ def main(argv: list[str]) -> int:
 
     spec = json.loads(Path(argv[0]).read_text())
     config = config_from_dict(spec["config"], "compile-ahead spec", spec.get("path"))
-    build_ahead(config, spec["variants"], say=lambda s: print(s, flush=True))
+    if build_ahead(config, spec["variants"], say=lambda s: print(s, flush=True), builds=spec.get("builds", ())):
+        mark_built(spec["key"])   # the next run of this plan finds its compiles in the caches
     return 0
 
 

@@ -64,6 +64,12 @@ class _Backend:
     def __init__(self, refuse=(), fail=()):
         self.refuse, self.fail, self.calls = set(refuse), set(fail), []
 
+    def build(self, variant, problem):
+        return (variant, problem.shape.label)
+
+    def kernel(self, build):
+        self.calls.append(("compile",) + build)
+
     def unsupported(self, variant, problem):
         return "refused" if variant in self.refuse else None
 
@@ -85,7 +91,12 @@ def test_the_childs_walk_builds_every_shape_and_carries_on_past_a_failure(smoke_
     labels = [s.label for s in smoke.shapes]
     be = _Backend(refuse={"v2"}, fail={"triton"})
     said = []
-    compile_ahead.build_ahead(smoke, ["triton", "v2", "torch-flex"], backend=be, say=said.append)
+    ok = compile_ahead.build_ahead(smoke, ["triton", "v2", "torch-flex"], backend=be, say=said.append,
+                                   builds=["v2t", "v1"])
+    assert ok is False                                   # triton failed: no mark for this plan
+    compiles = [c for c in be.calls if c[0] == "compile"]
+    assert compiles == [("compile", v, s) for v in ("v2t", "v1") for s in labels]
+    assert be.calls[:len(compiles)] == compiles          # before any shape's inputs
     builds = [c for c in be.calls if c[0] == "build"]
     assert builds == [("build", s, v) for s in labels for v in ("triton", "torch-flex")]   # v2 refused
     assert [c for c in be.calls if c[0] == "release"] == [("release", s) for s in labels]
@@ -131,3 +142,33 @@ def test_a_run_waits_for_the_child_before_its_first_timing(monkeypatch, tmp_path
     meta = json.loads((run_dir / "meta.json").read_text())
     assert meta["compile_ahead"]["status"] == "ok"
     assert "compile-ahead" in meta["kernel_seconds"]
+
+
+def test_the_cuda_kernels_are_compiled_last_first_and_plug_ins_left_out():
+    pr = load_config(CONFIG_DIR / "pr2092.yaml")
+    assert compile_ahead.cuda_builds(pr.variants) == ["v3", "v2t", "v2", "v1"]
+
+
+def test_a_plan_built_before_starts_no_child_while_the_caches_are_there(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    monkeypatch.setenv(compile_ahead.ENV, "1")
+    pr = load_config(CONFIG_DIR / "pr2092.yaml")
+    key = compile_ahead.plan_key(pr, ["triton", "torch-flex"])
+    assert key == compile_ahead.plan_key(pr, ["torch-flex", "triton"])
+    assert key != compile_ahead.plan_key(pr.with_overrides(shapes="32Kx1024"), ["triton", "torch-flex"])
+    assert key != compile_ahead.plan_key(pr.with_overrides(head_dim=64), ["triton", "torch-flex"])
+    assert not compile_ahead.built_before(key)
+    compile_ahead.mark_built(key)
+    assert not compile_ahead.built_before(key)           # no Triton or Inductor cache: build again
+    (tmp_path / "triton").mkdir()
+    (tmp_path / "inductor").mkdir()
+    assert compile_ahead.built_before(key)
+    builds = compile_ahead.cuda_builds(pr.variants)
+    full = compile_ahead.plan_key(pr, compile_ahead.ahead_variants(pr.variants) + builds)
+    compile_ahead.mark_built(full)
+    ahead = compile_ahead.start(pr, "cuda", pr.variants)
+    assert ahead.proc is None and ahead.status.startswith("skipped")
+    ahead.wait()
+    assert ahead.meta()["status"].startswith("skipped")
