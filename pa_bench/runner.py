@@ -748,7 +748,7 @@ def _copy_parity(prev: Record, rec: Record, row: _Row) -> None:
 def _fill_timing(rec: Record, res, problem, base_samples, stats) -> None:
     st = stats.summarize(res.samples_ms)
     rec.ms_median, rec.ms_min, rec.ms_max = st.median, st.min, st.max
-    rec.ms_ci_lo, rec.ms_ci_hi = stats.median_interval(res.samples_ms)
+    rec.ms_ci_lo, rec.ms_ci_hi = stats.placed_interval(res.samples_ms, getattr(res, "placements", None))
     rec.ms_q1, rec.ms_q3 = st.q1, st.q3
     rec.ms_rel_spread = st.rel_stdev
     rec.samples = st.count

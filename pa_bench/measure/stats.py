@@ -138,6 +138,28 @@ def median_interval(samples_ms: Sequence[float], confidence: float = CONFIDENCE)
     return float(arr[lo]), float(arr[hi])
 
 
+def placed_interval(samples_ms: Sequence[float], placements: Sequence[int] | None = None,
+                    confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """(lo, hi): the interval of a median over samples taken on several placements of the inputs
+    in GPU memory (``placements[i]``: sample i's). Where the inputs sit moves a short kernel's
+    median by up to about half a per cent (H200), more than the order-statistic interval of one
+    placement's samples, so the interval spans every placement's: from the lowest of their lower
+    bounds to the highest of their upper bounds (and the pooled samples' own interval). One
+    placement (or None): :func:`median_interval`."""
+    if placements is None or len(set(placements)) < 2:
+        return median_interval(samples_ms, confidence)
+    if len(placements) != len(samples_ms):
+        raise ValueError(f"{len(samples_ms)} samples but {len(placements)} placements")
+    x = np.asarray(samples_ms, dtype=np.float64)
+    where = np.asarray(placements)
+    bounds = [median_interval(x, confidence)]
+    for p in sorted(set(placements)):
+        part = x[where == p]
+        if np.isfinite(part).any():
+            bounds.append(median_interval(part, confidence))
+    return min(b[0] for b in bounds), max(b[1] for b in bounds)
+
+
 @dataclass(frozen=True)
 class StopRule:
     """When a shape has been sampled enough (``pa_bench.measure.timing.time_interleaved``).

@@ -70,6 +70,45 @@ class TimingResult:
     host_bound: bool = False        # some hold timed out before the host had enqueued the sample
     late_samples: int = 0           # how many
     batch: int = 1                  # launches per sample (hot mode)
+    placements: list[int] | None = None  # the placement of the inputs each sample was taken on
+
+
+def placed_name(variant: str, placement: int) -> str:
+    """The timing loop's name for ``variant`` on placement ``placement`` of the inputs."""
+    return f"{variant}@{placement}"
+
+
+def unplaced_name(name: str) -> str:
+    """``placed_name``'s variant (a name without a placement: itself)."""
+    head, sep, tail = name.rpartition("@")
+    return head if sep and tail.isdigit() else name
+
+
+def merge_placements(results: dict[str, "TimingResult"], variants, n: int) -> dict[str, "TimingResult"]:
+    """One result per variant from the results of its ``n`` placements (``placed_name``): the
+    samples round by round, placement 0 to n - 1 within a round, so that two variants' k-th
+    samples come from the same round and placement (paired speed-ups); each sample's placement
+    kept (``placements``, for :func:`pa_bench.measure.stats.placed_interval`). Stopped for noise
+    when every placement was; else for the first other reason."""
+    out = {}
+    for v in variants:
+        parts = [results[placed_name(v, i)] for i in range(n) if placed_name(v, i) in results]
+        if not parts:
+            continue
+        rounds = min(len(r.samples_ms) for r in parts)
+        order = [(k, i) for k in range(rounds) for i in range(len(parts))]
+        reasons = [r.stop_reason for r in parts]
+        first = parts[0]
+        out[v] = TimingResult(
+            samples_ms=[parts[i].samples_ms[k] for k, i in order],
+            clocks_mhz=[parts[i].clocks_mhz[k] if k < len(parts[i].clocks_mhz) else None for k, i in order],
+            nominal_mhz=first.nominal_mhz,
+            throttled=[bool(parts[i].throttled[k]) if k < len(parts[i].throttled) else False for k, i in order],
+            stop_reason=next((r for r in reasons if r != stats.STOP_NOISE), stats.STOP_NOISE),
+            hot=first.hot, warmup=first.warmup, clock_source=first.clock_source,
+            host_bound=any(r.host_bound for r in parts), late_samples=sum(r.late_samples for r in parts),
+            batch=first.batch, placements=[i for _k, i in order])
+    return out
 
 
 class Timer(Protocol):

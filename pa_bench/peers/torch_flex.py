@@ -33,6 +33,9 @@ def meta() -> dict:
     return out | {"torch": torch.__version__}
 
 
+_shape: dict = {}   # the shape last prepared: its key, block mask and compiled flex_attention
+
+
 class FlexPeer(Peer):
     """One shape's tensors, block mask and compiled flex_attention."""
 
@@ -71,17 +74,23 @@ class FlexPeer(Peer):
         self.scale = float(pb.softmax_scale)
         t = shared_tensors(inputs)
         self.q, self.k16, self.v16 = t.q, t.k16, t.v16
+        # one block mask and one compiled function per shape, shared by the peers of its
+        # placements of the inputs (the compiled graph guards on shapes, not addresses)
+        key = (repr(pb), str(self.q.device), compiled)
+        if _shape.get("key") != key:
+            def bottom_right_causal(b, h, q_idx, kv_idx):
+                return kv_idx <= q_idx + ctx
 
-        def bottom_right_causal(b, h, q_idx, kv_idx):
-            return kv_idx <= q_idx + ctx
-
-        self.block_mask = create_block_mask(bottom_right_causal, B=None, H=None, Q_LEN=pb.queries,
-                                            KV_LEN=pb.keys, device=self.q.device)
-        self.fn = flex_attention        # eager: the CPU test of the mask and the layout only
-        if compiled:
-            torch._dynamo.reset()      # a fresh graph cache per shape (see the module docstring)
-            kwargs = {"dynamic": False} | ({"mode": COMPILE_MODE} if COMPILE_MODE else {})
-            self.fn = torch.compile(flex_attention, **kwargs)
+            mask = create_block_mask(bottom_right_causal, B=None, H=None, Q_LEN=pb.queries,
+                                     KV_LEN=pb.keys, device=self.q.device)
+            fn = flex_attention     # eager: the CPU test of the mask and the layout only
+            if compiled:
+                torch._dynamo.reset()      # a fresh graph cache per shape (see the module docstring)
+                kwargs = {"dynamic": False} | ({"mode": COMPILE_MODE} if COMPILE_MODE else {})
+                fn = torch.compile(flex_attention, **kwargs)
+            _shape.clear()
+            _shape.update(key=key, mask=mask, fn=fn)
+        self.block_mask, self.fn = _shape["mask"], _shape["fn"]
         try:
             self.out = self._call()        # compiles here, once
             torch.cuda.synchronize()

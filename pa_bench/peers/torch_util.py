@@ -1,11 +1,13 @@
-"""What the torch peers share: torch's availability, one shape's tensors on the GPU (made once,
-for every torch peer of the shape), the stream pa-bench times, and the kernels a call launches."""
+"""What the torch peers share: torch's availability, one shape's tensors on the GPU (made once per
+placement of the inputs, for every torch peer of the shape), the stream pa-bench times, and the
+kernels a call launches."""
 
 from __future__ import annotations
 
 import weakref
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 
 def torch_reason() -> str | None:
@@ -33,14 +35,31 @@ class TorchTensors:
     v16: Any
 
 
-_cache: dict[str, Any] = {"inputs": None, "tensors": None}
+_cache: dict[str, Any] = {"inputs": None, "tensors": {}}   # tensors per placement
+_placement = [0]   # the placement of the inputs that peers constructed now get
+
+
+@contextmanager
+def placement(index: int) -> Iterator[None]:
+    """Peers constructed inside get their own copy ``index`` of the shape's tensors: a placement
+    of the inputs elsewhere in GPU memory (the backend times every variant on several)."""
+    before = _placement[0]
+    _placement[0] = int(index)
+    try:
+        yield
+    finally:
+        _placement[0] = before
 
 
 def shared_tensors(inputs) -> TorchTensors:
-    """The torch tensors of ``inputs``, uploaded once while these inputs are the current shape's."""
+    """The torch tensors of ``inputs`` on the current placement, uploaded once while these inputs
+    are the current shape's."""
     owner = _cache["inputs"]
-    if owner is not None and owner() is inputs:
-        return _cache["tensors"]
+    if owner is None or owner() is not inputs:
+        _cache["inputs"], _cache["tensors"] = weakref.ref(inputs), {}
+    held = _cache["tensors"].get(_placement[0])
+    if held is not None:
+        return held
     import torch
 
     dev = torch.device("cuda")
@@ -53,13 +72,16 @@ def shared_tensors(inputs) -> TorchTensors:
     k_i8, v_i8 = up(inputs.k_i8), up(inputs.v_i8)
     tensors = TorchTensors(q=up(inputs.q), k_i8=k_i8, v_i8=v_i8, ks=ks, vs=vs,
                            k16=k_i8.to(torch.float16) * ks, v16=v_i8.to(torch.float16) * vs)
-    _cache["inputs"], _cache["tensors"] = weakref.ref(inputs), tensors
+    _cache["tensors"][_placement[0]] = tensors
     return tensors
 
 
-def release() -> None:
-    """Drop the cached tensors (the backend calls it when a shape is done)."""
-    _cache["inputs"] = _cache["tensors"] = None
+def release(placement_index: int | None = None) -> None:
+    """Drop the cached tensors (the backend calls it when a shape is done), or one placement's."""
+    if placement_index is None:
+        _cache["inputs"], _cache["tensors"] = None, {}
+    else:
+        _cache["tensors"].pop(placement_index, None)
 
 
 def on_timed_stream(fn: Callable[[], None]) -> Callable[[], None]:

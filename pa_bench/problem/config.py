@@ -47,9 +47,11 @@ class TimingSettings:
     min_samples: int = 20
     max_samples: int = 10000        # rounds (one sample of every variant each)
     l2_flush: str = "read"          # cold samples: "read" twice L2, or that and "discard" its lines
+    placements: int = 3             # copies of a shape's inputs in GPU memory, sampled in turn
 
 
 L2_FLUSHES = ("read", "discard")
+MAX_PLACEMENTS = 8
 
 
 @dataclass(frozen=True)
@@ -593,7 +595,10 @@ def _timing(c: _Checker, value: Any) -> TimingSettings:
         min_samples=c.integer(get("min_samples"), "timing.min_samples", 1),
         max_samples=c.integer(get("max_samples"), "timing.max_samples", 1),
         l2_flush=c.choice(get("l2_flush"), "timing.l2_flush", L2_FLUSHES),
+        placements=c.integer(get("placements"), "timing.placements", 1),
     )
+    if t.placements > MAX_PLACEMENTS:
+        raise c.fail("timing.placements", f"({t.placements}) must be at most {MAX_PLACEMENTS}")
     if t.max_samples < t.min_samples:
         raise c.fail("timing.max_samples",
                      f"({t.max_samples}) must be at least timing.min_samples ({t.min_samples})")

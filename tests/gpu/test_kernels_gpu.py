@@ -150,6 +150,30 @@ def test_timing_sanity(backend):
         assert pb.flops / (med * 1e-3) / 1e12 < 2000.0, "faster than any GPU's tensor cores: timing is wrong"
 
 
+def test_timing_samples_every_variant_on_every_placement_of_the_inputs(backend):
+    """Three copies of the inputs, each variant (kernels and a torch peer) sampled on each in every
+    round; the peer on a copy reads that copy's tensors, not the first's."""
+    from pa_bench.measure import stats
+    from pa_bench.peers import torch_util
+    from pa_bench.problem.config import TimingSettings
+
+    pb, inputs, prep, rows, ref = _case(backend, "2.1Kx256", "d128-gqa-paged64-realistic")
+    settings = TimingSettings(warmup=2, min_seconds=0.05, max_seconds=3.0, max_noise=0.02, min_samples=5,
+                              max_samples=200, placements=3)
+    names = ["v1", "v3", "torch-sdpa"] if backend.cc >= 90 else ["v1", "torch-sdpa"]
+    res = backend.time(prep, names, settings)
+    for v in names:
+        r = res[v]
+        assert not isinstance(r, str), r
+        assert len(r.samples_ms) == len(res["v1"].samples_ms) and len(r.samples_ms) % 3 == 0
+        assert r.placements[:6] == [0, 1, 2, 0, 1, 2] and sorted(set(r.placements)) == [0, 1, 2]
+        lo, hi = stats.placed_interval(r.samples_ms, r.placements)
+        assert lo <= float(np.median(r.samples_ms)) <= hi
+    with torch_util.placement(1):
+        other = torch_util.shared_tensors(inputs)
+    assert other.k16.data_ptr() != torch_util.shared_tensors(inputs).k16.data_ptr()
+
+
 @pytest.mark.parametrize("shape", ["1023x113", "0x256"])
 @pytest.mark.parametrize("peer", ["torch-sdpa", "torch-sdpa-flash", "torch-sdpa-cudnn", "torch-sdpa+dequant"])
 def test_sdpa_peers_match_fp64_and_name_their_kernel(backend, peer, shape):
