@@ -4,23 +4,26 @@ On a fresh machine most of a first run is compiling, one variant after another: 
 (NVRTC), CuPy's own kernels, the numerics model, the Triton kernel's configurations and
 ``torch.compile`` of flex_attention, one graph per shape. The last two are cached on disk (Triton's
 cache, Inductor's) and need the most time. So while the run builds the CUDA variants, the
-reference and the model of its first shape, a child process walks the plan's shapes building only
-the variants that compile into such a cache (the Triton kernels and the peers that say
-``compiles_ahead``), and when the run reaches them their compiles are cache hits. The child compiles the CUDA variants
-too (CuPy's kernel cache), last first, before the rest: the run builds the first ones itself.
-
-Once a child has built everything of a plan, it leaves a mark in pa-bench's cache directory
-(``$XDG_CACHE_HOME/pa-bench/compile-ahead``, keyed on ``plan_key``); a later run of the same plan
-starts no child while Triton's and Inductor's caches are there: with warm caches the child would
-only cost the run its wait.
+reference and the model of its first shape, a child process walks the plan's shapes building the
+variants that compile into such a cache (the Triton kernels and the peers that say
+``compiles_ahead``), and when the run reaches them their compiles are cache hits. Before those the
+child compiles the CUDA variants too (CuPy's kernel cache), last first: the run builds the first
+ones itself.
 
 The child never tunes the Triton kernel (a tune times candidates, and the run's own GPU work would
 disturb it): a problem class that the tuned table lacks gets its default configuration built
-ahead, and the run tunes it itself. The child's builds launch kernels (a compile's first call). None of that may meet a measurement,
-so the run waits for the child to finish (``wait``, at most ``WAIT_S``) before its first timing,
-and stops it if it is still running then. A child that fails or is slow costs only that wait:
-the run then compiles what it needs itself, as it would without it. ``PA_BENCH_COMPILE_AHEAD=0``
-turns it off. meta.json's ``compile_ahead`` says what the child built and how long it took.
+ahead, and the run tunes it itself. The child's builds launch kernels (a compile's first call).
+None of that may meet a measurement, so the run stops the child (SIGSTOP) for each of its timing
+phases and lets it go on (SIGCONT) after: a stopped process launches nothing, and what it
+launched just before is done within the variants' warm-up launches. Where no signal can stop a
+process, the run waits for the child to finish (at most ``WAIT_S``) before its first timing. A
+child that fails or is slow costs nothing: the run compiles what it needs itself, as it would
+without it. ``PA_BENCH_COMPILE_AHEAD=0`` turns it off; meta.json's ``compile_ahead`` says what the
+child built, how long it took and how long it was stopped.
+
+Once a child has built everything of a plan it leaves a mark in pa-bench's cache directory
+(``$XDG_CACHE_HOME/pa-bench/compile-ahead``, keyed on ``plan_key``): a later run of the same plan
+starts no child while Triton's and Inductor's caches are there.
 
     python -m pa_bench.compile_ahead SPEC.json     (the child; the spec is written by ``start``)
 """
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -37,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ENV = "PA_BENCH_COMPILE_AHEAD"
-WAIT_S = 120.0          # the longest the run waits for the child before its first timing
+WAIT_S = 120.0          # where no signal can stop the child: the longest the run waits for it
 
 
 def cache_root() -> Path:
@@ -143,6 +147,36 @@ class CompileAhead:
     seconds: float | None = None
     waited: float = 0.0
 
+    paused: float = 0.0
+    _paused_at: float | None = None
+
+    def pause(self) -> None:
+        """Stop the child while the run measures (``resume`` lets it go on); where no signal can
+        stop a process, wait for it to finish instead."""
+        if self.proc is None or self.proc.poll() is not None:
+            self._finished()
+            return
+        if not hasattr(signal, "SIGSTOP"):
+            self.wait()
+            return
+        self.proc.send_signal(signal.SIGSTOP)
+        self._paused_at = time.monotonic()
+
+    def resume(self) -> None:
+        if self._paused_at is None:
+            return
+        self.paused = round(self.paused + time.monotonic() - self._paused_at, 3)
+        self._paused_at = None
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+
+    def _finished(self) -> None:
+        """Record how the child ended, once it has."""
+        if self.proc is not None and self.seconds is None and self.proc.poll() is not None:
+            rc = self.proc.returncode
+            self.status = "ok" if rc == 0 else f"failed (exit {rc}; {self.last_line()})"
+            self.seconds = round(time.monotonic() - self.started, 3)
+
     def wait(self, timeout_s: float = WAIT_S) -> None:
         """Until the child has finished (stopped past ``timeout_s``); the first call only."""
         if self.proc is None or self.seconds is not None:
@@ -164,6 +198,7 @@ class CompileAhead:
 
     def close(self) -> None:
         """Stop the child if it still runs and remove its files."""
+        self._finished()
         if self.proc is not None and self.seconds is None:
             running = self.proc.poll() is None
             self.stop()
@@ -184,8 +219,9 @@ class CompileAhead:
         return lines[-1][:200] if lines else "no output"
 
     def meta(self) -> dict:
+        self._finished()
         return {"variants": self.variants, "status": self.status, "seconds": self.seconds,
-                "waited_seconds": self.waited}
+                "waited_seconds": self.waited, "paused_seconds": self.paused}
 
 
 def start(config, backend_name: str, variants) -> CompileAhead | None:

@@ -684,8 +684,7 @@ def _timing_phase(job: _Job, problem, prepared, rows: dict[str, _Row], todo: lis
     key = problem.shape.written
     job.progress.variant(None)  # every variant of the shape is timed at once, interleaved
     if job.ahead is not None:   # no other process's GPU work may meet a measurement
-        with job.phases.phase("kernels", "compile-ahead"):
-            job.ahead.wait()
+        job.ahead.pause()
     try:
         with job.phases.phase("timing"):
             timed = job.backend.time(prepared, list(todo), job.config.timing)
@@ -699,6 +698,9 @@ def _timing_phase(job: _Job, problem, prepared, rows: dict[str, _Row], todo: lis
         results = {v: TimingOutcome(skipped=first_line(exc)) for v in todo}
     except Exception as exc:
         results = {v: TimingOutcome(failed=_failure(exc)) for v in todo}
+    finally:
+        if job.ahead is not None:
+            job.ahead.resume()
     base = results.get(registry.BASELINE)
     base_samples = base.result.samples_ms if base is not None and base.timed else None
     for v in todo:

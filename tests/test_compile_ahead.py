@@ -113,8 +113,11 @@ def test_a_run_waits_for_the_child_before_its_first_timing(monkeypatch, tmp_path
     events = []
 
     class Fake:
-        def wait(self):
-            events.append("wait")
+        def pause(self):
+            events.append("pause")
+
+        def resume(self):
+            events.append("resume")
 
         def close(self):
             events.append("close")
@@ -138,10 +141,9 @@ def test_a_run_waits_for_the_child_before_its_first_timing(monkeypatch, tmp_path
     monkeypatch.setattr(compile_ahead, "start", lambda config, backend, variants: started.append(backend) or Fake())
     run_dir = runner.run_all(load_config(smoke_yaml), Gpu(), results_root=tmp_path, sample_rows=4)
     assert started == ["cuda"]
-    assert events[0] == "wait" and events.count("time") == 3 and events[-1] == "close"
+    assert events == ["pause", "time", "resume"] * 3 + ["close"]   # stopped for every timing phase
     meta = json.loads((run_dir / "meta.json").read_text())
     assert meta["compile_ahead"]["status"] == "ok"
-    assert "compile-ahead" in meta["kernel_seconds"]
 
 
 def test_the_cuda_kernels_are_compiled_last_first_and_plug_ins_left_out():
@@ -172,3 +174,35 @@ def test_a_plan_built_before_starts_no_child_while_the_caches_are_there(monkeypa
     assert ahead.proc is None and ahead.status.startswith("skipped")
     ahead.wait()
     assert ahead.meta()["status"].startswith("skipped")
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().rsplit(")", 1)[1].split()[0]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the process state from /proc")
+def test_the_child_is_stopped_while_the_run_measures_and_goes_on_after(tmp_path):
+    child = _child("import time\nfor _ in range(3000): time.sleep(0.01)", tmp_path)
+    try:
+        child.pause()
+        deadline = time.monotonic() + 5
+        while _state(child.proc.pid) != "T" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _state(child.proc.pid) == "T"              # stopped: it launches nothing
+        time.sleep(0.05)
+        child.resume()
+        deadline = time.monotonic() + 5
+        while _state(child.proc.pid) == "T" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _state(child.proc.pid) != "T" and child.proc.poll() is None
+        assert child.meta()["paused_seconds"] >= 0.05 and child.meta()["status"] == "running"
+        child.pause()                                     # a run that ends while it is stopped
+    finally:
+        child.close()
+    assert child.proc.poll() is not None and child.status == "stopped (the run ended first)"
+    done = _child("print('built')", tmp_path)
+    done.proc.wait()
+    done.pause()                                          # finished before: nothing to stop
+    done.resume()
+    assert done.meta()["status"] == "ok" and done.meta()["paused_seconds"] == 0.0
