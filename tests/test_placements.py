@@ -62,7 +62,7 @@ def test_the_interval_spans_every_placements_interval():
 def test_placements_are_a_timing_setting_checked_at_load(tmp_path, smoke_yaml):
     from pa_bench.problem.config import load_config
 
-    assert load_config(smoke_yaml).timing.placements == 3
+    assert load_config(smoke_yaml).timing.placements == 1
     text = open(smoke_yaml).read()
     for bad, says in (("0", "must be at least 1"), ("9", "(9) must be at most 8"), ("two", "expected an integer")):
         p = tmp_path / "c.yaml"

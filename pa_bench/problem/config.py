@@ -47,7 +47,7 @@ class TimingSettings:
     min_samples: int = 20
     max_samples: int = 10000        # rounds (one sample of every variant each)
     l2_flush: str = "read"          # cold samples: "read" twice L2, or that and "discard" its lines
-    placements: int = 3             # copies of a shape's inputs in GPU memory, sampled in turn
+    placements: int = 1             # copies of a shape's inputs in GPU memory, sampled in turn
 
 
 L2_FLUSHES = ("read", "discard")
