@@ -296,8 +296,26 @@ def build_ahead(config, variants: list[str], backend=None, say=print, builds=())
     return ok
 
 
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this child when the run's process ends, however it ends (a run
+    killed while the child is stopped would otherwise leave it stopped, holding GPU memory)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)     # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+    if os.getppid() == 1:      # the run ended before the line above: nothing to build for
+        sys.exit(0)
+
+
 def main(argv: list[str]) -> int:
     from pa_bench.problem.config import config_from_dict
+
+    _die_with_parent()
 
     spec = json.loads(Path(argv[0]).read_text())
     config = config_from_dict(spec["config"], "compile-ahead spec", spec.get("path"))

@@ -206,3 +206,36 @@ def test_the_child_is_stopped_while_the_run_measures_and_goes_on_after(tmp_path)
     done.pause()                                          # finished before: nothing to stop
     done.resume()
     assert done.meta()["status"] == "ok" and done.meta()["paused_seconds"] == 0.0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_the_child_dies_with_the_run_even_when_stopped(tmp_path):
+    import os
+    import signal
+    import subprocess
+
+    # a "run" that starts a child which asks to die with its parent, stops it, then is killed
+    code = (
+        "import subprocess, sys, time, signal\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'from pa_bench import compile_ahead as c; "
+        "c._die_with_parent(); import time; time.sleep(60)'])\n"
+        "time.sleep(1.0)\n"
+        "child.send_signal(signal.SIGSTOP)\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(60)\n")
+    run = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    pid = int(run.stdout.readline())
+    run.kill()
+    run.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+            if _state(pid) == "Z":
+                break
+        except (ProcessLookupError, FileNotFoundError):
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        pytest.fail("the stopped child outlived its parent")
