@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ENV = "PA_BENCH_COMPILE_AHEAD"
+PARENT_ENV = "PA_BENCH_AHEAD_PARENT"   # the run's pid, which the child checks it is still under
 WAIT_S = 120.0          # where no signal can stop the child: the longest the run waits for it
 
 
@@ -246,7 +247,7 @@ def start(config, backend_name: str, variants) -> CompileAhead | None:
         json.dump({"config": raw, "path": config.path, "variants": names, "builds": builds, "key": key}, fh)
     log = Path(spec_path).with_suffix(".log")
     # no tuning in the child: a tune times candidates, and the run's own GPU work would disturb it
-    env = {**os.environ, "PA_BENCH_TRITON_TUNE": "0"}
+    env = {**os.environ, "PA_BENCH_TRITON_TUNE": "0", PARENT_ENV: str(os.getpid())}
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "pa_bench.compile_ahead", spec_path], stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
@@ -308,7 +309,8 @@ def _die_with_parent() -> None:
         libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)     # PR_SET_PDEATHSIG
     except Exception:
         pass
-    if os.getppid() == 1:      # the run ended before the line above: nothing to build for
+    parent = os.environ.get(PARENT_ENV)
+    if parent and os.getppid() != int(parent):   # the run ended before the line above
         sys.exit(0)
 
 
