@@ -154,16 +154,17 @@ class _Job:
     def parity(self) -> bool:
         return self.mode in (MODE_PARITY, MODE_ALL)
 
+    @property
+    def timing(self) -> bool:
+        return self.mode in (MODE_TIME, MODE_ALL)
+
     def seconds(self) -> dict:
-        """meta.json's ``phase_seconds`` and, per variant, ``kernel_seconds``."""
+        """meta.json's ``phase_seconds``, ``kernel_seconds`` (the kernels phase per variant) and
+        ``compile_ahead``."""
         out = {"phase_seconds": self.phases.rounded(), "kernel_seconds": self.phases.rounded_parts("kernels")}
         if self.ahead is not None:
             out["compile_ahead"] = self.ahead.meta()
         return out
-
-    @property
-    def timing(self) -> bool:
-        return self.mode in (MODE_TIME, MODE_ALL)
 
 
 def _run(
@@ -229,12 +230,13 @@ def _run(
     from pa_bench.problem.prefetch import InputsPrefetch
 
     job.prefetch = InputsPrefetch([] if previous else plan.problems)
-    if not previous:  # the slowest compiles, built ahead in a child process (pa_bench.compile_ahead)
+    if not previous:
         from pa_bench import compile_ahead
-
-        job.ahead = compile_ahead.start(config, backend.name, plan.variants)
-    if not previous:  # what the run is about to do, and roughly how long it will take
         from pa_bench.backends import announce_plan
+
+        # the slowest compiles, built ahead in a child process (pa_bench.compile_ahead); then what
+        # the run is about to do, and roughly how long it will take
+        job.ahead = compile_ahead.start(config, backend.name, plan.variants)
         announce_plan(mode, plan, backend, lambda pb: _rows_for(job, pb.queries, pb.seed), progress.log)
     progress.start(len(plan), f"{mode} {config.name} on {backend.name}",
                    work=sum(p.flops for p in plan.problems) * len(plan.variants))
