@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from pa_bench import variants as registry
@@ -82,3 +83,18 @@ def test_it_is_registered_only_as_a_plugin():
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
     for cfg in (ROOT / "configs").glob("*.yaml"):
         assert "v3-f16" not in cfg.read_text() and "v3_f16" not in cfg.read_text(), cfg.name
+
+
+def test_its_fp16_kv_are_the_torch_peers_bits(v3f16):
+    """fp16(fp16(int8) * fp16(scale)), formed as torch_util forms the torch peers' K/V (NumPy in
+    place of CuPy here: the same array calls)."""
+    torch = pytest.importorskip("torch")
+    from pa_bench.problem.inputs import make_inputs
+    from pa_bench.problem.plan import Problem
+    from pa_bench.problem.shapes import parse_shape
+
+    inp = make_inputs(Problem(parse_shape("100x28"), heads_q=4, heads_kv=2, data="realistic", seed=3))
+    k16, v16 = v3f16._fp16_kv(np, inp.k_i8, inp.v_i8, inp.k_scale, inp.v_scale)
+    for got, x8, sc in ((k16, inp.k_i8, inp.k_scale), (v16, inp.v_i8, inp.v_scale)):
+        want = torch.from_numpy(x8).to(torch.float16) * torch.from_numpy(sc).to(torch.float16).unsqueeze(-1)
+        assert got.dtype == np.float16 and np.array_equal(got.view(np.uint16), want.numpy().view(np.uint16))
