@@ -427,23 +427,24 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
 // writes need a fence.proxy.async between them; the writing thread can only fence writes it has
 // seen complete (wait_group), and a fence on the consumers' side would change their code.
 //
-// Ownership: thread tid owns 16-byte chunk (8 dims) F_CH = tid % F_CPR of key rows
-// tid / F_CPR + F_RSTEP*i, i < F_NR, of K and of V: a warp copies 2 (D = 128) or 4 (D = 64) whole
+// Ownership: thread tid owns 16-byte chunk (8 dims) tid % F_CPR of key rows
+// tid / F_CPR + F_RSTEP*i, i < F_NR, of K and of V (f16_copies_ok checks it at compile time): a warp copies 2 (D = 128) or 4 (D = 64) whole
 // adjacent rows, 512 contiguous bytes where the rows share a page, and each quarter warp writes
 // the 8 chunks of one 128-byte swizzle row (8 distinct bank groups). The rows of round i of the
 // warpgroup start at key j0 + F_RSTEP*i, a multiple of F_RSTEP <= 16 <= the page size, so all
 // F_RSTEP of them lie in one page: its page-table entry is the same for every thread.
 // Per tile n (stage s = n % 4): the row addresses (page-table loads: their latency passes in the
-// wait), the wait for empty[s] (n >= 4), 2*F_NR copies, commit; then the wait for the copies of
+// wait; where the tile's 64 keys are contiguous in memory and below the cache's end, one entry
+// and one address for all rows), the wait for empty[s] (n >= 4), 2*F_NR copies, commit; then the wait for the copies of
 // tile n-1 (wait_group 1: tile n's stay in flight), fence.proxy.async and the arrive on full of
 // tile n-1. Each thread arrives once per tile, so full keeps its count of 128. The arrival on
 // full of tile n-1 after the wait for empty of tile n cannot deadlock: that stage is released by
-// the consumers' step n-3, which needs full of tile n-3 only. Keys past the cache (the last tile's
+// the consumers' step n-3, which needs full of tile n-3 only, and full is arrived up to n-2. Keys past the cache (the last tile's
 // tail) are zero-filled: their S is 0 and masked (past every row's causal limit: they are above
 // the last position), their V is 0 where P is 0 (a stale or NaN V there would make 0 * NaN).
 // The scale arrays (kq = k_scale * qk_scale_log2, vs = v_scale * p_scale with every scale 1.0;
 // the host passes p_scale 1) are the same for every key and tile: warp w stores stage w's once,
-// before its first arrive on that stage's full (which releases them); the copies never write them.
+// before any of its arrivals on full (which release them); the copies never write them.
 constexpr int F_CPR = D / 8;                    // 16-byte chunks of an fp16 key row
 constexpr int F_RSTEP = 128 / F_CPR;            // key rows the producer warpgroup copies per round (8 or 16)
 constexpr int F_NR = BN / F_RSTEP;              // rounds per tile: the rows of K (and of V) per thread

@@ -92,25 +92,53 @@ def test_v3_f16_shared_memory_fits_and_drops_the_int8_ring(tmp_path):
     assert i8 - f16 == 3 * (2 * 64 * 128 + 2 * 64 * 4) + 3 * 8
 
 
-@pytest.mark.skipif(not _SASS_TOOLS, reason="cuobjdump/nvdisasm are not on PATH")
-@pytest.mark.parametrize("kv_f16", [True, False], ids=["f16", "int8"])
-def test_v3_setmaxnreg_budgets_hold_in_the_machine_code(kv_f16):
-    """The code reachable after each setmaxnreg names no register past the count it sets: the
-    producer's (after setmaxnreg.dec) and the consumers' (after setmaxnreg.inc)."""
+def _sass_loops():
+    """scripts/sass_loops.py as a module."""
     import importlib.util
     import sys
     from pathlib import Path
 
     script = Path(__file__).resolve().parents[1] / "scripts" / "sass_loops.py"
     spec = importlib.util.spec_from_file_location("sass_loops", script)
-    sass_loops = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("sass_loops", sass_loops)
-    spec.loader.exec_module(sass_loops)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sass_loops"] = module       # its dataclass looks its module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _v3_instructions(sass_loops, kv_f16: bool):
     cubin = K.nvcc_cubin(K.KernelBuild("v3", kv_f16=kv_f16), "sm_90a")
     sass = subprocess.run(["cuobjdump", "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    return sass_loops.function_instructions(sass, "pa_v3")
+
+
+@pytest.mark.skipif(not _SASS_TOOLS, reason="cuobjdump/nvdisasm are not on PATH")
+@pytest.mark.parametrize("kv_f16", [True, False], ids=["f16", "int8"])
+def test_v3_setmaxnreg_budgets_hold_in_the_machine_code(kv_f16):
+    """The code reachable after each setmaxnreg names no register past the count it sets: the
+    producer's (after setmaxnreg.dec) and the consumers' (after setmaxnreg.inc)."""
+    sass_loops = _sass_loops()
     regions = {kind: (count, need) for _, kind, count, need in
-               sass_loops.setmaxnreg_regions(sass_loops.function_instructions(sass, "pa_v3"))}
+               sass_loops.setmaxnreg_regions(_v3_instructions(sass_loops, kv_f16))}
     assert set(regions) == {"DEALLOC", "TRY_ALLOC"}, regions
     (dec, dec_need), (inc, inc_need) = regions["DEALLOC"], regions["TRY_ALLOC"]
     assert (dec, inc) == (72, 216)                    # PRODUCER_REGS, CONSUMER_REGS in v3.cu
     assert 0 < dec_need <= dec and REG_CAP < inc_need <= inc, regions
+
+
+@pytest.mark.skipif(not _SASS_TOOLS, reason="cuobjdump/nvdisasm are not on PATH")
+def test_v3_f16_consumer_loop_is_v3s_instruction_for_instruction():
+    """The consumers' step loop (the longest loop) of the control is v3's, instruction for
+    instruction, up to uniform-register numbers and immediates (shared-memory offsets move with
+    the int8 ring gone)."""
+    import re
+
+    sass_loops = _sass_loops()
+
+    def step_loop(kv_f16):
+        ins = _v3_instructions(sass_loops, kv_f16)
+        lp = sass_loops.loops(ins, min_body=100)[-1]
+        return [re.sub(r"UR\d+", "UR", re.sub(r"0x[0-9a-f]+", "#", t)) for a, t in ins if lp.start <= a <= lp.end]
+
+    f16, i8 = step_loop(True), step_loop(False)
+    assert len(f16) > 500 and f16 == i8
