@@ -14,6 +14,19 @@
 //   FlashAttention-3. A tile is converted once for 128 rows, where v2 converts every fragment
 //   once per warp (docs/PERF_NOTES.md). The pipeline and its barriers, the layouts, descriptors
 //   and fragments are described where they are set up.
+// The fp16 control (-DPA_KV_F16=1, the peer v3-f16: pa_bench/peers/v3_f16.py): the same kernel on
+//   fp16 K/V (int8 * scale rounded to fp16, the values the torch peers read), in the pool layout
+//   v3 reads (paged or contiguous, PA_PAGED). Only the producer and what it needs change: no int8
+//   staging ring and no `landed` barriers; every producer thread copies its own 16-byte chunks of
+//   each tile's K and V rows from global memory straight into their 128B-swizzled places in the
+//   fp16 stage by cp.async (keys past the cache zero-filled), waits for its copies of the tile
+//   (cp.async.wait_group, one tile behind its issue so that two tiles' copies are in flight),
+//   fences them to the async proxy and arrives on the stage's `full` barrier, as the converting
+//   producer does after its stores; `empty` is waited for as before. The consumers' per-key scale
+//   arrays hold the int8 path's premultiplied scales with every K and V scale 1.0, stored once
+//   into every stage. The consumers are the same code with the same behaviour, so v3 - v3-f16 is
+//   what int8 K/V costs this kernel, and v3-f16 is what its consumer loop does with a copy-only
+//   producer. Its numerics are fp16 K/V, not the int8 model: it is judged as a peer.
 #include "pa_common.cuh"
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -21,6 +34,9 @@
 #endif
 #if PA_FORCE_TURING
 #error "v3 has no Turing path"
+#endif
+#ifndef PA_KV_F16
+#define PA_KV_F16 0   // 1: the fp16 control (K/V fp16 in global memory, a copy-only producer)
 #endif
 
 namespace v3 {
@@ -61,7 +77,8 @@ static_assert(128 * PRODUCER_REGS + 128 * NCWG * CONSUMER_REGS <= LAUNCH_REGS * 
 // n / 4 (parity (n / 4) & 1); the producer waits for empty with parity ((n / 4) & 1) ^ 1 before
 // refilling a stage (not for n < 4). Both consumer warpgroups wait for and release every tile and
 // take every turn, also past their rows' diagonal (they skip the math), so that the phase counts
-// and the turns stay in lockstep.
+// and the turns stay in lockstep. The fp16 control (PA_KV_F16) has no int8 slots and no landed
+// barriers; full and empty are the same, with the same counts and parities (its producer below).
 constexpr int Q_BLOCK = M_CTA * 128;            // bytes of one 64-dim block of Q
 constexpr int KV_BLOCK = BN * 128;              // bytes of one 64-dim block of a K or V tile
 // fp16 stage: K tile, V tile, kq[64], vs[64]
@@ -72,11 +89,15 @@ constexpr int F16_VS = F16_KQ + BN * 4;
 constexpr int F16_STAGE = (F16_VS + BN * 4 + 1023) / 1024 * 1024;
 constexpr int F16_STAGES = 4;               // a consumer holds two (S of tile n, P.V of tile n-1)
 // int8 staging: K rows, V rows, K scales, V scales (each thread's own chunks)
-constexpr int I8_K = 0;
-constexpr int I8_V = BN * D;
+[[maybe_unused]] constexpr int I8_K = 0;   // (unused by the fp16 control)
+[[maybe_unused]] constexpr int I8_V = BN * D;
 constexpr int I8_SC = 2 * BN * D;               // K scales [64], then V scales [64]
 constexpr int I8_STAGE = I8_SC + 2 * BN * 4;
+#if PA_KV_F16
+constexpr int I8_STAGES = 0;                    // the fp16 control stages nothing: its copies land in the fp16 stages
+#else
 constexpr int I8_STAGES = 3;
+#endif
 // the whole CTA (offsets from a 1024-aligned base)
 constexpr int SM_Q = 0;
 constexpr int SM_F16 = NG * Q_BLOCK;
@@ -86,10 +107,11 @@ constexpr int SM_BYTES = SM_BAR + 8 * (2 * F16_STAGES + I8_STAGES);
 // Named barriers: 0 is __syncthreads, 1 + wg a consumer warpgroup's own (Q stored), PP_BAR + wg the
 // pingpong turn of consumer warpgroup wg, PROD_BAR the producer warpgroup's (staging slot read).
 constexpr int PP_BAR = 3;
-constexpr int PROD_BAR = 5;
+[[maybe_unused]] constexpr int PROD_BAR = 5;   // (unused by the fp16 control)
 constexpr int SMEM_ALLOC = SM_BYTES + 1024;             // + slack to align the base to 1024
 static_assert(SM_F16 % 1024 == 0 && F16_STAGE % 1024 == 0 && F16_V % 1024 == 0, "swizzle atoms");
 static_assert(SM_I8 % 16 == 0 && I8_STAGE % 16 == 0 && SM_BAR % 8 == 0, "alignment");
+static_assert(SMEM_ALLOC <= 227 * 1024, "sm_90's shared memory per CTA (227 KB with the opt-in)");
 
 // Every fp16 operand in shared memory is in the canonical 128-byte-swizzle layout: a "row" of 128
 // bytes = 64 fp16 along the contiguous dimension; 8 rows form a 1024-byte atom in which 16-byte
@@ -293,6 +315,7 @@ __device__ __forceinline__ Cta cta_of(const pa::Args& a) {
 }
 
 // ---------------------------------------------------------------- the producer warpgroup
+#if !PA_KV_F16
 // Thread 0 starts tile n's bulk copies into staging slot n % I8_STAGES: K and V rows and their
 // scales, one copy of each per run of keys that is contiguous in memory (a page, or the whole tile
 // where a page holds it or the cache is contiguous), only keys below nk (what lies past them in
@@ -392,6 +415,139 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
         }
     }
 }
+#else
+// The fp16 control's producer: copies only. Why cp.async and not a TMA tensor map: a tensor map
+// with the 128-byte swizzle would land the same bytes with one instruction per 64-dim block, but
+// it is made on the host by the driver API (cuTensorMapEncodeTiled), which the CuPy host does not
+// reach, it would be a kernel argument the other variants do not have, and a paged pool needs a
+// map per layout with one copy per page run; per-thread 16-byte cp.async writes any swizzled
+// address, zero-fills what lies past the cache (src-size 0), gathers any page size, and needs a
+// few registers per row. Why wait_group and not cp.async.mbarrier.arrive.noinc: cp.async writes
+// shared memory through the generic proxy and wgmma reads it through the async proxy, so the
+// writes need a fence.proxy.async between them; the writing thread can only fence writes it has
+// seen complete (wait_group), and a fence on the consumers' side would change their code.
+//
+// Ownership: thread tid owns 16-byte chunk (8 dims) tid % F_CPR of key rows
+// tid / F_CPR + F_RSTEP*i, i < F_NR, of K and of V (f16_copies_ok checks it at compile time): a warp copies 2 (D = 128) or 4 (D = 64) whole
+// adjacent rows, 512 contiguous bytes where the rows share a page, and each quarter warp writes
+// the 8 chunks of one 128-byte swizzle row (8 distinct bank groups). The rows of round i of the
+// warpgroup start at key j0 + F_RSTEP*i, a multiple of F_RSTEP <= 16 <= the page size, so all
+// F_RSTEP of them lie in one page: its page-table entry is the same for every thread.
+// Per tile n (stage s = n % 4): the row addresses (page-table loads: their latency passes in the
+// wait; where the tile's 64 keys are contiguous in memory and below the cache's end, one entry
+// and one address for all rows), the wait for empty[s] (n >= 4), 2*F_NR copies, commit; then the wait for the copies of
+// tile n-1 (wait_group 1: tile n's stay in flight), fence.proxy.async and the arrive on full of
+// tile n-1. Each thread arrives once per tile, so full keeps its count of 128. The arrival on
+// full of tile n-1 after the wait for empty of tile n cannot deadlock: that stage is released by
+// the consumers' step n-3, which needs full of tile n-3 only, and full is arrived up to n-2. Keys past the cache (the last tile's
+// tail) are zero-filled: their S is 0 and masked (past every row's causal limit: they are above
+// the last position), their V is 0 where P is 0 (a stale or NaN V there would make 0 * NaN).
+// The scale arrays (kq = k_scale * qk_scale_log2, vs = v_scale * p_scale with every scale 1.0;
+// the host passes p_scale 1) are the same for every key and tile: warp w stores stage w's once,
+// before any of its arrivals on full (which release them); the copies never write them.
+constexpr int F_CPR = D / 8;                    // 16-byte chunks of an fp16 key row
+constexpr int F_RSTEP = 128 / F_CPR;            // key rows the producer warpgroup copies per round (8 or 16)
+constexpr int F_NR = BN / F_RSTEP;              // rounds per tile: the rows of K (and of V) per thread
+static_assert(F_RSTEP <= 16 && BN % F_RSTEP == 0, "a round's rows must lie in one page (pages >= 16 keys)");
+static_assert(F16_STAGES == 4 && 2 * BN * 4 == 32 * 16, "one warp stores one stage's scales, a float4 per lane");
+__host__ __device__ constexpr bool f16_copies_ok() {
+    bool seen[BN * F_CPR] = {};
+    for (int tid = 0; tid < 128; ++tid)
+        for (int i = 0; i < F_NR; ++i) {
+            const int r = tid / F_CPR + F_RSTEP * i, c = tid % F_CPR;
+            if (r >= BN || seen[r * F_CPR + c]) return false;
+            seen[r * F_CPR + c] = true;
+            // the destination of round i is round 0's plus i * F_RSTEP rows (the swizzle uses row % 8)
+            if (sw128(r, c, KV_BLOCK) != sw128(tid / F_CPR, c, KV_BLOCK) + F_RSTEP * 128 * i) return false;
+        }
+    for (int q = 0; q < 128; q += 8) {           // a quarter warp's 8 chunks: 8 distinct bank groups
+        bool bank[8] = {};
+        for (int tid = q; tid < q + 8; ++tid) {
+            const int b = (sw128(tid / F_CPR, tid % F_CPR, KV_BLOCK) >> 4) & 7;
+            if (bank[b]) return false;
+            bank[b] = true;
+        }
+    }
+    return true;
+}
+static_assert(f16_copies_ok(), "the fp16 producer must copy every chunk of a tile once, conflict-free");
+
+// 16 bytes global -> shared, of which `src_bytes` (16 or 0) are read and the rest zero-filled; .cg:
+// through L2 only (each tile is read once per CTA).
+__device__ __forceinline__ void cp_async_16(u32 dst, const void* src, u32 src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+// This thread's copies of tile n have landed: fence them to the async proxy (wgmma) and arrive.
+__device__ __forceinline__ void f16_tile_done(u32 bar_full, int n) {
+    fence_proxy_async();
+    mbar_arrive(bar_full + 8 * (n % F16_STAGES));
+}
+
+__device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsigned char* sm, u32 base) {
+    const int tid = threadIdx.x, r0 = tid / F_CPR, ch = tid % F_CPR;
+    const int nk = a.ctx + a.n_q;
+    const int n_tiles = c.t_end - c.t_begin;
+    const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
+    const __half* kg = reinterpret_cast<const __half*>(a.k);   // the host passes fp16 K/V here
+    const __half* vg = reinterpret_cast<const __half*>(a.v);
+    {   // warp w: stage w's scales; lanes 0-15 kq, lanes 16-31 vs (F16_VS = F16_KQ + BN*4)
+        const int lane = tid & 31;
+        const float x = lane < 16 ? a.qk_scale_log2 : a.p_scale;
+        *reinterpret_cast<float4*>(sm + SM_F16 + (tid >> 5) * F16_STAGE + F16_KQ + 16 * lane) = make_float4(x, x, x, x);
+    }
+    const u32 dst0 = base + SM_F16 + sw128(r0, ch, KV_BLOCK);
+#if PA_PAGED
+    const bool one_run = a.page_shift >= BN_LOG2;   // a tile's keys are contiguous in memory (in one page)
+#else
+    const bool one_run = true;
+#endif
+    for (int n = 0; n < n_tiles; ++n) {
+        const int s = n % F16_STAGES, j0 = (c.t_begin + n) * BN;
+        const u32 dst = dst0 + s * F16_STAGE;
+        // The common tile, its 64 keys contiguous in memory and below nk: one page-table entry, and
+        // every source an immediate offset from one address. Otherwise (pages of 16 or 32 keys, the
+        // cache's last tile) an entry per round and a size per row.
+        const bool whole = one_run && j0 + BN <= nk;
+        u64 off[F_NR];                       // element offsets of this thread's chunks (64-bit: row * D may not fit 32)
+        u32 bytes[F_NR];                     // 16, or 0 past the cache (zero-filled)
+        if (whole) {
+            off[0] = (u64)pa::kv_row(a, c.hkv, j0 + r0, pa::page_of(a, j0)) * D + 8u * ch;
+        } else {
+#pragma unroll
+            for (int i = 0; i < F_NR; ++i) {
+                const int jr = j0 + F_RSTEP * i, j = jr + r0;
+                const u32 row = pa::kv_row(a, c.hkv, j, pa::page_of(a, jr));
+                off[i] = j < nk ? (u64)row * D + 8u * ch : 0ull;
+                bytes[i] = j < nk ? 16u : 0u;
+            }
+        }
+        if (n >= F16_STAGES) mbar_wait(bar_empty + 8 * s, ((n / F16_STAGES) & 1) ^ 1);   // tile n-4 released stage s
+        if (whole) {
+#pragma unroll
+            for (int i = 0; i < F_NR; ++i) {
+                cp_async_16(dst + F16_K + F_RSTEP * 128 * i, kg + off[0] + F_RSTEP * D * i, 16u);
+                cp_async_16(dst + F16_V + F_RSTEP * 128 * i, vg + off[0] + F_RSTEP * D * i, 16u);
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < F_NR; ++i) {
+                cp_async_16(dst + F16_K + F_RSTEP * 128 * i, kg + off[i], bytes[i]);
+                cp_async_16(dst + F16_V + F_RSTEP * 128 * i, vg + off[i], bytes[i]);
+            }
+        }
+        cp_async_commit();
+        if (n > 0) {
+            cp_async_wait<1>();              // tile n-1's copies (tile n's may still run)
+            f16_tile_done(bar_full, n - 1);
+        }
+    }
+    cp_async_wait<0>();
+    f16_tile_done(bar_full, n_tiles - 1);
+}
+#endif
 
 // ---------------------------------------------------------------- the consumer warpgroups
 // S[64 x 64] = Q . K^T of one tile (raw integer-valued K, fp32): KSTEPS wgmma.m64n64k16, A = Q

@@ -1,7 +1,7 @@
 """The machine code of a kernel's loops, counted without a GPU: instructions per iteration and
 their mix, per loop (a conditional branch back over at least ``--min-body`` instructions).
 
-    python scripts/sass_loops.py [--variant v3] [--arch sm_90a] [--head-dim 128] [--min-body 100]
+    python scripts/sass_loops.py [--variant v3] [--arch sm_90a] [--head-dim 128] [--min-body 100] [--kv-f16]
 
 It builds the variant with nvcc (pa_bench.backends.kernels.nvcc_cubin) and disassembles it with
 ``cuobjdump -sass``, which needs ``nvdisasm`` on PATH (both ship with the CUDA toolkit, and as the
@@ -80,6 +80,58 @@ def loops(instructions: list[tuple[int, str]], min_body: int = 100) -> list[Loop
     return sorted(found, key=lambda lp: lp.end - lp.start)
 
 
+_REG = re.compile(r"(?<![\w.])R(\d+)(\.64)?\b")
+_SETMAXREG = re.compile(r"USETMAXREG\.(\w+)(?:\.\w+)*\s+(?:\w+,\s*)?(0x[0-9a-f]+|\d+)")
+
+
+def reachable(instructions: list[tuple[int, str]], start: int) -> list[tuple[int, str]]:
+    """The instructions control can reach from address ``start``: fall-through, branch and call
+    targets, up to an unconditional branch, EXIT or RET (a return goes back past its call)."""
+    index = {a: i for i, (a, _) in enumerate(instructions)}
+    seen: set[int] = set()
+    todo = [index[start]]
+    while todo:
+        i = todo.pop()
+        while i < len(instructions) and i not in seen:
+            seen.add(i)
+            text = instructions[i][1]
+            op = opcode(text)
+            if op in ("BRA", "CALL"):
+                m = _TARGET.search(text.split(op, 1)[1])
+                if m and int(m.group(1), 16) in index:
+                    todo.append(index[int(m.group(1), 16)])
+            guarded = text.startswith("@") or (op == "BRA" and re.search(r"BRA\S*\s+!?U?P\d", text))
+            if op in ("BRA", "EXIT", "RET") and not guarded:
+                break
+            i += 1
+    return [instructions[i] for i in sorted(seen)]
+
+
+def registers_used(instructions: list[tuple[int, str]]) -> int:
+    """Registers the instructions need, counted from R0: the highest register named plus one, with
+    a 64-bit pair (``R8.64``) two and a 128-bit operation's registers four (an upper bound; an
+    LDGSTS moves no register data, its .128 is the copy's size)."""
+    top = -1
+    for _, text in instructions:
+        op_word = text.split()[1 if text.startswith("@") else 0]
+        wide = 4 if ".128" in op_word and opcode(text) != "LDGSTS" else 1
+        for m in _REG.finditer(text):
+            top = max(top, int(m.group(1)) + max(wide, 2 if m.group(2) else 1) - 1)
+    return top + 1
+
+
+def setmaxnreg_regions(instructions: list[tuple[int, str]]) -> list[tuple[int, str, int, int]]:
+    """(address, kind, the count it sets, registers the code reachable after it needs) of each
+    setmaxnreg (USETMAXREG) in the function: a region needing more than its count is broken."""
+    out = []
+    for addr, text in instructions:
+        m = _SETMAXREG.search(text)
+        if m:
+            after = [(a, t) for a, t in reachable(instructions, addr) if a != addr]
+            out.append((addr, m.group(1), int(m.group(2), 0), registers_used(after)))
+    return out
+
+
 def _tool(name: str) -> str | None:
     return os.environ.get(name.upper()) or shutil.which(name)
 
@@ -91,6 +143,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--min-body", type=int, default=100)
     ap.add_argument("--top", type=int, default=12, help="opcodes shown per loop")
+    ap.add_argument("--kv-f16", action="store_true", help="v3's fp16-K/V control build (-DPA_KV_F16=1)")
     args = ap.parse_args(argv)
 
     from pa_bench import variants as registry
@@ -107,17 +160,20 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     arch = args.arch or f"sm_90{entry.arch_suffix}"
-    build = K.KernelBuild(args.variant, head_dim=args.head_dim)
+    build = K.KernelBuild(args.variant, head_dim=args.head_dim, kv_f16=args.kv_f16)
     cubin = K.nvcc_cubin(build, arch)
     sass = subprocess.run([cuobjdump, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
     ins = function_instructions(sass, build.function)
     if not ins:
         print(f"error: no function {build.function} in the disassembly of {cubin}", file=sys.stderr)
         return 2
-    print(f"{build.function} ({arch}, D={args.head_dim}): {len(ins)} instructions")
+    flavour = ", fp16 K/V" if args.kv_f16 else ""
+    print(f"{build.function} ({arch}, D={args.head_dim}{flavour}): {len(ins)} instructions")
     for lp in loops(ins, args.min_body):
         mix = ", ".join(f"{op} {n}" for op, n in lp.mix.most_common(args.top))
         print(f"  loop {lp.start:#06x}-{lp.end:#06x}: {lp.length} per iteration: {mix}")
+    for addr, kind, count, need in setmaxnreg_regions(ins):
+        print(f"  setmaxnreg {kind.lower()} {count} at {addr:#06x}: the code after it needs {need} registers")
     return 0
 
 

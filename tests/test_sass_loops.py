@@ -48,3 +48,31 @@ def test_conditional_backward_branches_are_loops_and_an_unconditional_one_is_not
     inner = found[0]
     assert inner.mix == {"FMUL": 1, "HGMMA": 1, "BRA": 1}
     assert sass_loops.loops(ins, min_body=4) == found[1:]   # the short one is below the floor
+
+
+ROLES = """
+		Function : pa_v3
+        /*0000*/                   ISETP.GT.AND P0, PT, R0, 0x7f, PT ;
+        /*0010*/               @P0 BRA 0x60 ;
+        /*0020*/                   USETMAXREG.DEALLOC.CTAPOOL 0x48 ;
+        /*0030*/                   LDGSTS.E.BYPASS.128 [R53], desc[UR20][R2.64] ;
+        /*0040*/              @!P1 BRA 0x30 ;
+        /*0050*/                   EXIT ;
+        /*0060*/                   USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xd8 ;
+        /*0070*/                   CALL.REL.NOINC 0xb0 ;
+        /*0080*/                   STS.128 [R4], R196 ;
+        /*0090*/                   EXIT ;
+        /*00a0*/                   MOV R250, R251 ;
+        /*00b0*/                   IMAD R7, R8, R9, RZ ;
+        /*00c0*/                   RET.REL.NODEC R6 0x0 ;
+"""
+
+
+def test_each_setmaxnreg_region_counts_the_registers_its_reachable_code_names():
+    """The producer (after the dealloc) reaches its loop and exit only; the consumer (after the
+    alloc) its call's body too, and a 128-bit store names four registers; code that nothing reaches
+    (R250 at 0xa0) counts for neither."""
+    ins = sass_loops.function_instructions(ROLES, "pa_v3")
+    assert [a for a, _ in sass_loops.reachable(ins, 0x20)] == [0x20, 0x30, 0x40, 0x50]
+    assert [a for a, _ in sass_loops.reachable(ins, 0x60)] == [0x60, 0x70, 0x80, 0x90, 0xb0, 0xc0]
+    assert sass_loops.setmaxnreg_regions(ins) == [(0x20, "DEALLOC", 72, 54), (0x60, "TRY_ALLOC", 216, 200)]

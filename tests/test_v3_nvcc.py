@@ -55,3 +55,90 @@ def test_v3_machine_code_uses_hgmma_and_setmaxnreg():
     assert "HGMMA.64x64x16.F32" in sass and "HGMMA.64x128x16.F32" in sass
     assert "USETMAXREG" in sass
     assert "LDL" not in sass and "STL" not in sass
+
+
+# ---- the fp16-K/V control build (-DPA_KV_F16=1: KernelBuild.kv_f16, the peer v3-f16)
+SMEM_LIMIT = 227 * 1024                       # sm_90's shared memory per CTA with the opt-in
+_SASS_TOOLS = shutil.which("cuobjdump") is not None and shutil.which("nvdisasm") is not None
+
+
+@pytest.mark.parametrize("head_dim,paged,out_f16", [(128, True, False), (128, False, True), (64, True, False)])
+def test_v3_f16_builds_for_sm90a_without_spills(head_dim, paged, out_f16):
+    r = ki.compile_one("v3", "sm_90", head_dim, False, paged, out_f16, kv_f16=True)
+    assert r["compiled"], r["reason"]
+    assert r["spill_bytes"] == 0 and r["stack_bytes"] == 0
+    assert r["wgmma_serialized"] is None, f"ptxas serialised the control's wgmma: {r['wgmma_serialized']}"
+    assert 32 <= r["registers"] <= REG_CAP
+    assert r["mma"] == ("wgmma.m64n64k16" if head_dim == 64 else "wgmma.m64n128k16,wgmma.m64n64k16")
+    assert r["cp_async"] and not r["bulk_copy"]   # per-thread cp.async copies, no TMA bulk copies
+    assert not ki.compile_one("v3", "sm_80", head_dim, False, paged, out_f16, kv_f16=True)["compiled"]
+
+
+def _smem_alloc(tmp_path, kv_f16: bool) -> int:
+    """v3::SMEM_ALLOC of a build, printed by a host program that includes v3.cu (no GPU needed)."""
+    probe = tmp_path / "smem_probe.cu"
+    probe.write_text('#include "v3.cu"\n#include <cstdio>\nint main() { std::printf("%d\\n", v3::SMEM_ALLOC); }\n')
+    exe = tmp_path / ("probe_f16" if kv_f16 else "probe_i8")
+    build = K.KernelBuild("v3", kv_f16=kv_f16)
+    subprocess.run([ki.nvcc_path(), *build.options(), "-gencode=arch=compute_90a,code=sm_90a", "-o", str(exe),
+                    str(probe)], capture_output=True, text=True, check=True)
+    return int(subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout)
+
+
+def test_v3_f16_shared_memory_fits_and_drops_the_int8_ring(tmp_path):
+    f16, i8 = _smem_alloc(tmp_path, True), _smem_alloc(tmp_path, False)
+    assert f16 <= i8 <= SMEM_LIMIT
+    # the same Q and fp16 stages; no int8 staging slots (3 x 16.5 KB) and no `landed` barriers
+    assert i8 - f16 == 3 * (2 * 64 * 128 + 2 * 64 * 4) + 3 * 8
+
+
+def _sass_loops():
+    """scripts/sass_loops.py as a module."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "sass_loops.py"
+    spec = importlib.util.spec_from_file_location("sass_loops", script)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sass_loops"] = module       # its dataclass looks its module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _v3_instructions(sass_loops, kv_f16: bool):
+    cubin = K.nvcc_cubin(K.KernelBuild("v3", kv_f16=kv_f16), "sm_90a")
+    sass = subprocess.run(["cuobjdump", "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    return sass_loops.function_instructions(sass, "pa_v3")
+
+
+@pytest.mark.skipif(not _SASS_TOOLS, reason="cuobjdump/nvdisasm are not on PATH")
+@pytest.mark.parametrize("kv_f16", [True, False], ids=["f16", "int8"])
+def test_v3_setmaxnreg_budgets_hold_in_the_machine_code(kv_f16):
+    """The code reachable after each setmaxnreg names no register past the count it sets: the
+    producer's (after setmaxnreg.dec) and the consumers' (after setmaxnreg.inc)."""
+    sass_loops = _sass_loops()
+    regions = {kind: (count, need) for _, kind, count, need in
+               sass_loops.setmaxnreg_regions(_v3_instructions(sass_loops, kv_f16))}
+    assert set(regions) == {"DEALLOC", "TRY_ALLOC"}, regions
+    (dec, dec_need), (inc, inc_need) = regions["DEALLOC"], regions["TRY_ALLOC"]
+    assert (dec, inc) == (72, 216)                    # PRODUCER_REGS, CONSUMER_REGS in v3.cu
+    assert 0 < dec_need <= dec and REG_CAP < inc_need <= inc, regions
+
+
+@pytest.mark.skipif(not _SASS_TOOLS, reason="cuobjdump/nvdisasm are not on PATH")
+def test_v3_f16_consumer_loop_is_v3s_instruction_for_instruction():
+    """The consumers' step loop (the longest loop) of the control is v3's, instruction for
+    instruction, up to uniform-register numbers and immediates (shared-memory offsets move with
+    the int8 ring gone)."""
+    import re
+
+    sass_loops = _sass_loops()
+
+    def step_loop(kv_f16):
+        ins = _v3_instructions(sass_loops, kv_f16)
+        lp = sass_loops.loops(ins, min_body=100)[-1]
+        return [re.sub(r"UR\d+", "UR", re.sub(r"0x[0-9a-f]+", "#", t)) for a, t in ins if lp.start <= a <= lp.end]
+
+    f16, i8 = step_loop(True), step_loop(False)
+    assert len(f16) > 500 and f16 == i8
