@@ -422,7 +422,10 @@ def candidates(*, head_dim: int, paged: bool, page: int, queries: int, heads_q: 
     buffering at the default's rows.
     ``full`` (scripts/triton_tune.py) adds each structure switch alone at the default's launch
     parameters (so each one's effect is seen by itself), the deeper pipeline alone, the other
-    load paths at every launch, and 128-key tiles (which change the arithmetic)."""
+    load paths at every launch, and 128-key tiles (which change the arithmetic: they are judged
+    against the numerics model of 128-key tiles) at 64 rows and 4 warps and at 128 rows and 8
+    warps, the latter at both ``deep_stages`` depths with each load the layout allows (``tile``
+    and ``tma`` need pages of a multiple of 128 keys; on smaller pages a table entry per key)."""
     group = heads_q // heads_kv
     base = default_config(head_dim, group, queries, heads_q, sm_count)
     tile_ok = not paged or page % BLOCK_N == 0
@@ -447,8 +450,13 @@ def candidates(*, head_dim: int, paged: bool, page: int, queries: int, heads_q: 
         out += [Config(bm, w, three, "asm", ld) for bm, w in launches for ld in loads]
         if head_dim == 128:
             out += [Config(64, 4, two, "asm", ld, maxnreg=168) for ld in loads]
-        wide = "tile" if paged and page % 128 == 0 else "gather"
+        # 128-key tiles: half the tiles, so half the per-tile fixed work (page-table entry, scale
+        # loads, row max and sum, rescaling of the accumulator), with the loads the layout allows
+        wide_ok = not paged or page % 128 == 0
+        wide = "tile" if paged and wide_ok else "gather"
+        wide_loads = [wide] + (["tma"] if wide_ok and has_tensor_descriptors() else [])
         out += [Config(64, 4, two, "asm", wide, block_n=128)]
+        out += [Config(128, 8, st, "asm", ld, block_n=128) for st in (two, three) for ld in wide_loads]
     unique = []
     for cfg in out:
         if cfg not in unique and cfg.unsupported(paged=paged, page=page) is None:
