@@ -6,7 +6,9 @@ structure switch (conversion, load path, transposed K, loop stages, warp special
 default configuration's bits on paged (16- and 64-key pages) and contiguous layouts, D 64 and 128,
 ragged tails and GQA; 128-key tiles meet the model of 128-key tiles; the PTX conversion, which the
 interpreter cannot run, is replayed from its constants. Also: configuration names, candidates and
-how a configuration is chosen (override, table, cache, default).
+how a configuration is chosen (override, table, cache, default), and the tile size the numerics
+model of a run follows (the cuda backend's ``tile_keys``: a configuration's ``block_n``), through
+the runner on a numpy backend posing as the cuda backend.
 
 Needs ``pip install 'pa-bench[triton]'`` (triton and torch); skipped with the reason otherwise.
 Shapes are tiny: the interpreter runs every program op by op in NumPy.
@@ -18,6 +20,9 @@ import numpy as np
 import pytest
 
 from pa_bench.backends import triton_runner
+from pa_bench.backends.base import KernelOutput
+from pa_bench.backends.cuda import CudaBackend
+from pa_bench.backends.numpy import NumpyBackend
 from pa_bench.numerics.metrics import error_metrics, judge_parity, parity_floor
 from pa_bench.numerics.model import model_attention
 from pa_bench.numerics.reference import reference_attention
@@ -387,3 +392,94 @@ def test_a_reordered_sum_may_move_an_fp16_output_by_one_step_and_no_more():
     step = 2.0 ** -13                                                  # one fp16 step in [1/8, 1/4)
     assert step <= reorder_tolerance(scale, float16=True) < 2 * step   # one step at the magnitude, not two
     assert reorder_tolerance(1.0, float16=False) == 1e-4
+
+
+# --------------------------------------------------------------------------- the model a run uses
+
+
+class _CudaOnCpu(NumpyBackend):
+    """The numpy backend posing as the cuda backend: the triton variant runs in Triton's
+    interpreter (its launch recorded as the cuda backend records it for meta.json), the other
+    kernels are the model; the model key comes from the cuda backend's own ``tile_keys``, and the
+    tile size of every model built is kept."""
+
+    name = "cuda"
+    props = {"name": b"Fake GPU", "multiProcessorCount": 132}
+    tile_keys = CudaBackend.tile_keys
+
+    def __init__(self):
+        super().__init__()
+        self._launches, self.models = {}, []
+
+    def describe(self):
+        return {"backend": "cuda", "gpu": "Fake GPU", "arch": "sm_90", "mma": "m16n8k16"}
+
+    def unsupported_timing(self, variant, problem):
+        return "not timed here"
+
+    def compute(self, prepared, variant, rows, check_determinism=None):
+        if variant != "triton":
+            return super().compute(prepared, variant, rows, check_determinism)
+        var = triton_runner.TritonVariant(prepared, device="cpu")
+        self._launches[(variant, repr(prepared.problem))] = var.describe()
+        out, guards = _run(prepared, config=var.config)
+        sel = out if rows is None else out[:, np.asarray(rows), :]
+        return KernelOutput(out=np.ascontiguousarray(sel), canary_ok=guards, deterministic=None)
+
+    def model(self, inputs, tile_keys, rows=None, split_keys=0, pv_chain_keys=0, segment_keys=None):
+        self.models.append(tile_keys)
+        return model_attention(inputs, tile_keys, rows, split_keys=split_keys, pv_chain_keys=pv_chain_keys,
+                               segment_keys=segment_keys)
+
+
+def test_a_run_judges_128_key_tiles_against_the_model_of_128_key_tiles(smoke_yaml, tmp_path, monkeypatch):
+    """PA_BENCH_TRITON_CONFIG names a configuration with 128-key tiles (128 rows x 8 warps): the
+    runner builds triton's model with 128-key tiles (v1's with its own 64), the launch records
+    the configuration's block_n, and the row passes with the kernel's error at the 128-key model's."""
+    from pa_bench import runner
+    from pa_bench.problem.config import load_config
+    from pa_bench.problem.plan import make_plan
+    from pa_bench.store.results import open_run
+
+    monkeypatch.setenv(triton_runner.CONFIG_ENV, "m128-w8-s5-bits-gather-n128")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    backend = _CudaOnCpu()
+    config = make_plan(load_config(smoke_yaml), shapes="300x45", variants=["v1", "triton"]).config
+    path = runner.run_parity(config, backend, results_root=tmp_path)
+    recs = {r.variant: r for r in open_run(path).records()}
+    (launch,) = backend._launches.values()
+    assert (launch["config"], launch["config_source"], launch["block_n"]) == ("m128-w8-s5-bits-gather-n128", "env", 128)
+    assert sorted(backend.models) == [64, 128]        # one model per tile size: v1's and triton's
+    tri, v1 = recs["triton"], recs["v1"]
+    assert tri.parity_pass is True and abs(tri.err_ratio - 1) < 1e-3, tri
+    assert v1.err_ratio == 1.0 and tri.model_max_abs_err != v1.model_max_abs_err   # the two models differ
+
+
+def test_the_cuda_backends_tile_keys_without_a_launch(tmp_path, monkeypatch):
+    """Before the triton runner ran a shape the cuda backend says the tile size of the configuration
+    it would use, asked without tuning: the override, the table, the cache, else the default's
+    (a tune on first use keeps it); the other variants' come from the registry."""
+    monkeypatch.delenv("TRITON_INTERPRET")                 # a GPU name counts (the interpreter has none)
+    monkeypatch.delenv(triton_runner.CONFIG_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    backend = _CudaOnCpu()
+    pb = _problem("300x45", "paged", hq=4, hkv=2, page=128)
+    assert [backend.tile_keys(v, pb) for v in ("v1", "v2", "v2t", "v3")] == [64, 16, 16, 64]
+    assert triton_runner.planned_config(pb, "Fake GPU", 132)[1] == "tune"
+    assert backend.tile_keys("triton", pb) == 64
+    cls = triton_runner.problem_class(pb)
+    triton_runner.write_cache("Fake GPU", triton_runner.cache_key(cls), {"config": "m64-w4-s5-cast-tile-n128"})
+    assert triton_runner.planned_config(pb, "Fake GPU", 132)[1] == "cache" and backend.tile_keys("triton", pb) == 128
+    monkeypatch.setattr(triton_runner, "TUNED", {"Fake GPU": {cls: "m128-w8-s5-asm-tile"}})
+    assert triton_runner.planned_config(pb, "Fake GPU", 132)[1] == "table" and backend.tile_keys("triton", pb) == 64
+    monkeypatch.setenv(triton_runner.CONFIG_ENV, "m128-w8-s7-asm-tma-n128")
+    assert backend.tile_keys("triton", pb) == 128
+    backend._launches[("triton", repr(pb))] = {"variant": "triton", "block_n": 64}   # what the runner chose
+    assert backend.tile_keys("triton", pb) == 64
+    del backend._launches[("triton", repr(pb))]
+    monkeypatch.setattr(triton_runner, "TUNED", {})
+    monkeypatch.delenv(triton_runner.CONFIG_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty"))
+    monkeypatch.setenv(triton_runner.TUNE_ENV, "0")
+    assert triton_runner.planned_config(pb, "Fake GPU", 132)[1] == "default"
+    assert backend.tile_keys("triton", pb) == 64
