@@ -66,7 +66,8 @@ import triton
 import triton.language as tl
 
 #: Keys per online-softmax tile of the default configuration: the numerics model's ``tile_keys``
-#: for this variant. A configuration with another ``block_n`` changes the arithmetic.
+#: for this variant. A configuration with another ``block_n`` changes the arithmetic (a run's
+#: model then follows that ``block_n``: the cuda backend's ``tile_keys``).
 BLOCK_N = 64
 #: Rows of one query head a program holds at least (when it packs several heads).
 MIN_ROWS_PER_HEAD = 16
