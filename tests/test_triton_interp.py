@@ -4,10 +4,11 @@ chunk over 1023 keys, a first chunk with no context, fp16 output and key segment
 against the FP64 reference by the parity rule with the numerics model of 64-key tiles. Every
 structure switch (conversion, load path, transposed K, loop stages, warp specialisation) gives the
 default configuration's bits on paged (16- and 64-key pages) and contiguous layouts, D 64 and 128,
-ragged tails and GQA; 128-key tiles meet the model of 128-key tiles; the PTX conversion, which the
-interpreter cannot run, is replayed from its constants. Also: configuration names, candidates and
-how a configuration is chosen (override, table, cache, default), and the tile size the numerics
-model of a run follows (the cuda backend's ``tile_keys``: a configuration's ``block_n``), through
+ragged tails and GQA; tiles over several whole pages (``tile`` on pages smaller than a tile) give
+the bits of a table entry per key; 128-key tiles meet the model of 128-key tiles; the PTX
+conversion, which the interpreter cannot run, is replayed from its constants. Also: configuration
+names, candidates and how a configuration is chosen (override, table, cache, default), and the
+tile size the numerics model of a run follows (the cuda backend's ``tile_keys``: a configuration's ``block_n``), through
 the runner on a numpy backend posing as the cuda backend.
 
 Needs ``pip install 'pa-bench[triton]'`` (triton and torch); skipped with the reason otherwise.
@@ -15,6 +16,8 @@ Shapes are tiny: the interpreter runs every program op by op in NumPy.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -176,13 +179,13 @@ def test_every_switch_gives_the_default_bits(case):
     for name in SWITCHES:
         cfg = mod.Config.parse(name)
         why = cfg.unsupported(paged=layout == "paged", page=page)
-        if why:
-            assert page % 64 and cfg.loads in ("tile", "tma") and "multiple of 64" in why
+        if why:   # 16-key pages: `tile` spans four pages of a 64-key tile, `tma` needs whole tiles
+            assert page % 64 and cfg.loads == "tma" and "multiple of 64" in why
             continue
         out, guards = _run(inputs, config=cfg)
         assert guards and np.array_equal(out.view(np.uint32), base.view(np.uint32)), name
         ran += 1
-    assert ran == (3 if page == 16 else len(SWITCHES))
+    assert ran == (6 if page == 16 else len(SWITCHES))
 
 
 def test_switches_with_key_segments():
@@ -197,18 +200,27 @@ def test_switches_with_key_segments():
 
 @pytest.mark.parametrize("layout,page,name", [("paged", 128, "m64-w4-s3-bits-tile-n128"),
                                               ("paged", 128, "m128-w8-s5-bits-tile-n128"),
+                                              ("paged", 64, "m128-w8-s5-bits-tile-n128"),
+                                              ("paged", 32, "m64-w4-s3-cast-tile-kt-n128"),
                                               ("paged", 16, "m64-w4-s3-cast-gather-n128"),
                                               ("contiguous", 64, "m64-w4-s3-bits-tma-n128"),
                                               ("contiguous", 64, "m128-w8-s4-bits-tma-n128")])
 def test_128_key_tiles_meet_the_model_of_128_key_tiles(layout, page, name):
     """128-key tiles (at 64 rows x 4 warps and 128 rows x 8 warps; the PTX conversion replaced by
-    the bit conversion): parity against FP64 with the model of 128-key tiles, whose error the
-    kernel's is, and whose outputs it follows (not those of the 64-key model)."""
+    the bit conversion; `tile` in one page of 128 keys, over two of 64 and four of 32): parity
+    against FP64 with the model of 128-key tiles, whose error the kernel's is, and whose outputs
+    it follows (not those of the 64-key model)."""
     inputs = make_inputs(_problem("300x45", layout, hq=2, hkv=1, page=page))
     mod = triton_runner.kernel_module()
     cfg = mod.Config.parse(name)
     assert cfg.block_n == 128 and not cfg.same_arithmetic
     out, guards = _run(inputs, config=cfg)
+    assert _meets_the_128_key_model(inputs, out, guards) < 1e-5   # the same arithmetic up to fp32 sum order
+
+
+def _meets_the_128_key_model(inputs, out, guards):
+    """Parity with the model of 128-key tiles, at its error, nearer its outputs than the 64-key
+    model's; returns the largest difference from its outputs."""
     ref = _reference(inputs)
     err = error_metrics(out, ref)["max_abs_err"]
     model128, model64 = model_attention(inputs, 128), model_attention(inputs, 64)
@@ -216,8 +228,41 @@ def test_128_key_tiles_meet_the_model_of_128_key_tiles(layout, page, name):
     ok, why = judge_parity(err, err128, parity_floor(ref), 0, guards)
     assert ok, why
     assert abs(err / err128 - 1) < 1e-3                       # the kernel's error is the model's
-    assert np.abs(out - model128).max() < 1e-5                # the 128-key model's arithmetic ...
-    assert np.abs(out - model64).max() > 4 * np.abs(out - model128).max()   # ... not the 64-key one's
+    near = np.abs(out - model128).max()                       # the 128-key model's arithmetic ...
+    assert np.abs(out - model64).max() > 4 * near             # ... not the 64-key one's
+    return near
+
+
+@pytest.mark.parametrize("page", [64, 32, 16])
+def test_tiles_over_several_pages_give_the_bits_of_a_table_entry_per_key(page):
+    """`tile` on pages smaller than a tile: 128-key tiles over two, four or eight whole pages and
+    64-key tiles over one, two or four, with transposed K, at 128 rows x 8 warps, and in 128-key
+    segments: bitwise the output of `gather` at the same tile size and launch (the 128-key one at
+    parity with the model of 128-key tiles). 295 keys: the last 128-key tile reaches pages past
+    the last key, which have no page-table entry (ceil(295 / page) of them)."""
+    inputs = make_inputs(_problem("250x45", "paged", hq=4, hkv=2, page=page))
+    entries = len(inputs.paged.page_table)
+    assert entries == -(-295 // page) and entries * page < 3 * 128     # the third tile outruns the table
+    mod = triton_runner.kernel_module()
+    for block_n, tiles in ((128, ("m64-w4-s3-bits-tile-n128", "m64-w4-s3-cast-tile-kt-n128", "m128-w8-s5-bits-tile-n128")),
+                           (64, ("m64-w4-s3-bits-tile", "m64-w4-s3-cast-tile-kt", "m128-w8-s5-bits-tile"))):
+        wide = "-n128" if block_n == 128 else ""
+        base, ok = _run(inputs, config=mod.Config.parse(f"m64-w4-s3-bits-gather{wide}"))
+        if block_n == 128:
+            _meets_the_128_key_model(inputs, base, ok)
+        else:
+            _check(inputs, base, ok)
+        for name in tiles:
+            cfg = mod.Config.parse(name)
+            var = triton_runner.TritonVariant(inputs, device="cpu", config=cfg)
+            assert var.launch.constants["TILE_PAGE"] == max(1, block_n // page) == cfg.tile_pages(paged=True, page=page)
+            out, guards = _run(inputs, config=cfg)
+            # rows per program may move the last bits: against gather at this launch
+            want = base if cfg.block_m == 64 else _run(inputs, config=replace(cfg, loads="gather", k_trans=False))[0]
+            assert guards and np.array_equal(out.view(np.uint32), want.view(np.uint32)), name
+        seg_base, _ = _run(inputs, seg_keys=128, config=mod.Config.parse(f"m64-w4-s3-bits-gather{wide}"))
+        seg, guards = _run(inputs, seg_keys=128, config=mod.Config.parse(tiles[0]))
+        assert guards and np.array_equal(seg.view(np.uint32), seg_base.view(np.uint32))
 
 
 def _asm_replay(words: np.ndarray) -> np.ndarray:
@@ -281,9 +326,18 @@ def test_config_names_round_trip_and_bad_ones_are_refused():
     with pytest.raises(ValueError, match="convert"):
         mod.Config(convert="fast")
     assert "multiple of 64" in mod.Config(loads="tma").unsupported(paged=True, page=16)
+    assert "multiple of 128" in mod.Config(loads="tma", block_n=128).unsupported(paged=True, page=64)
     assert mod.Config(loads="tma").unsupported(paged=False, page=16) is None
-    with pytest.raises(ValueError, match="multiple of 64"):
-        mod.plan_launch(queries=8, context=0, heads_q=1, heads_kv=1, head_dim=64, paged=True, page=16,
+    # `tile`: pages that hold whole tiles, or that a tile spans whole, of at least MIN_TILE_PAGE keys
+    assert mod.MIN_TILE_PAGE == 16
+    for block_n, page, pages in ((64, 64, 1), (64, 256, 1), (64, 16, 4), (128, 64, 2), (128, 32, 4), (128, 16, 8)):
+        cfg = mod.Config(loads="tile", block_n=block_n)
+        assert cfg.unsupported(paged=True, page=page) is None and cfg.tile_pages(paged=True, page=page) == pages
+    assert mod.Config(loads="gather").tile_pages(paged=True, page=16) == 0
+    assert mod.Config(loads="tile").tile_pages(paged=False, page=16) == 0
+    assert "at least 16 keys" in mod.Config(loads="tile", block_n=128).unsupported(paged=True, page=8)
+    with pytest.raises(ValueError, match="multiple of 64 keys or a divisor of it of at least 16 keys, not 8"):
+        mod.plan_launch(queries=8, context=0, heads_q=1, heads_kv=1, head_dim=64, paged=True, page=8,
                         kv_stride=0, scale_stride=0, seg_keys=0, qk_scale_log2=1.0, p_scale=1.0,
                         config=mod.Config(loads="tile"))
 
@@ -304,8 +358,10 @@ def test_candidates_cover_every_switch():
         assert any(c.maxnreg for c in small) and mod.Config.parse("m64-w4-s5-asm-tma-r168").maxnreg == 168
         wide = [c for c in full if not c.same_arithmetic]
         assert {c.block_n for c in wide} == {128} and {c.convert for c in wide} == {"asm"}
-        # 128 rows x 8 warps at both pipeline depths; 64-key pages hold no 128-key tile: a table entry per key
-        assert {(c.num_stages, c.loads) for c in wide if (c.block_m, c.num_warps) == (128, 8)} == {(5, "gather"), (7, "gather")}
+        # 128 rows x 8 warps at both pipeline depths; a 128-key tile spans two 64-key pages: `tile`
+        # (two table entries per tile) like the 64-key tiles' `tile`, no descriptors
+        assert {(c.num_stages, c.loads) for c in wide if (c.block_m, c.num_warps) == (128, 8)} == {(5, "tile"), (7, "tile")}
+        assert {c.loads for c in wide} == {"tile"} and any(c.block_m == 64 for c in wide)
         assert {c.num_stages for c in small if c.loads != "gather"} >= {mod.deep_stages(True)[0]}
     descs = ["tma"] if mod.has_tensor_descriptors() else []
     for layout, want in ((dict(page=128), [(st, ld) for st in (5, 7) for ld in ["tile"] + descs]),
@@ -313,8 +369,8 @@ def test_candidates_cover_every_switch():
         full = mod.candidates(queries=1024, full=True, **(kw | layout))
         wide = [(c.num_stages, c.loads) for c in full if (c.block_m, c.num_warps, c.block_n) == (128, 8, 128)]
         assert wide == want and all(c.convert == "asm" for c in full if c.block_n == 128)
-    page16 = mod.candidates(queries=1024, full=True, **(kw | {"page": 16}))
-    assert {c.loads for c in page16} == {"gather"}
+    for small in (16, 32):   # tiles over four or eight pages: a switch, no candidate
+        assert {c.loads for c in mod.candidates(queries=1024, full=True, **(kw | {"page": small}))} == {"gather"}
     assert mod.deep_stages(True) == (5, 7) and mod.deep_stages(False) == (3, 4)
 
 

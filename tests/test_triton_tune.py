@@ -47,7 +47,8 @@ def test_candidates_of_the_pr_shapes(capsys):
         assert 15 <= len(cfgs) <= 30 and len(set(cfgs)) == len(cfgs)
         assert {c.convert for c in cfgs} == {"cast", "bits", "asm"} and {c.loads for c in cfgs} == {"gather", "tile", "tma"}
         changed = [c.name for c in cfgs if T.arithmetic(c) != "same"]
-        assert changed == ["m64-w4-s5-asm-gather-n128", "m128-w8-s5-asm-gather-n128", "m128-w8-s7-asm-gather-n128"]
+        # 128-key tiles over two of the 64-key pages: `tile`, as the 64-key tiles' fastest loads
+        assert changed == ["m64-w4-s5-asm-tile-n128", "m128-w8-s5-asm-tile-n128", "m128-w8-s7-asm-tile-n128"]
     assert T.main(["--list"]) == 0
     out = capsys.readouterr().out
     for label in ("32Kx1024 (d128-h32.8-paged64-q1024-k65536)", "64Kx512", "1.5K", "2.1Kx256", "m128-w8-s5-asm-tile",
@@ -207,7 +208,7 @@ def test_the_gpu_path_on_a_fake_backend(monkeypatch, capsys):
     mod = triton_runner.kernel_module()
     cfgs = [mod.Config.parse(n) for n in ("m64-w4-s3-cast-gather", "m64-w4-s3-bits-tile", "m64-w4-s5-bits-tma-kt",
                                           "m64-w4-s3-asm-tile", "m64-w4-s3-cast-gather-n128",
-                                          "m128-w8-s5-bits-gather-n128")]
+                                          "m128-w8-s5-bits-tile-n128")]
     args = T.parse_args(["--rows", "8", "--max-seconds", "0.3", "--min-seconds", "0.01"])
     rows = []
     backend = _FakeBackend()
@@ -220,7 +221,7 @@ def test_the_gpu_path_on_a_fake_backend(monkeypatch, capsys):
         assert r["ms"] > 0 and r["tflops"] >= 0 and r["vs_default"] > 0 and r["samples"] >= 1
     assert by["m64-w4-s3-asm-tile"]["status"] == "failed" and "inline_asm" in by["m64-w4-s3-asm-tile"]["note"]
     assert backend.model_tiles == [64, 128]           # a model per tile size, built once
-    for name in ("m64-w4-s3-cast-gather-n128", "m128-w8-s5-bits-gather-n128"):
+    for name in ("m64-w4-s3-cast-gather-n128", "m128-w8-s5-bits-tile-n128"):
         wide = by[name]
         assert (wide["status"], wide["parity"], wide["bitwise_vs_default"]) == ("ok", "PASS", "n/a")
         assert wide["arithmetic"].startswith("tile 128")
