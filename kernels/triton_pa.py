@@ -28,12 +28,21 @@ order. They change how the operands get there:
     1152 (integer and fp16 adds in Triton operations, which ptxas packs in pairs); 2 ``asm`` does
     the same in PTX four elements at a time (one xor, two byte permutes, two fp16x2 subtractions
     per four elements; GPU only: Triton's interpreter runs no PTX).
-  * TILE_PAGE (paged layouts whose page holds whole tiles): one page-table entry per tile instead
-    of one per key, so the tile's rows are contiguous and their addresses affine.
+  * TILE_PAGE (paged layouts, ``tile`` and ``tma`` loads; 0: a page-table entry per key): the
+    page-table entries of a tile instead of one per key. 1: the page holds whole tiles, one entry,
+    the tile's rows contiguous and their addresses affine. n > 1 (``tile`` only, pages of
+    page = BLOCK_N // n >= MIN_TILE_PAGE keys): the tile spans n whole pages; their n entries come
+    in one small vector load (masked past the last key: a page there has no entry) and key j of the
+    tile has row (entries[j // page] * Hkv + kvh) * page + j % page, affine within each page. Every
+    key reads the row, scale and mask it reads with an entry per key: the bits of ``gather``.
   * DESC: K/V tiles through tensor descriptors (TMA on sm_90): the pool (or contiguous K/V) seen
     as rows of D bytes, one tile = BLOCK_N rows from the tile's first row. Rows past the last key
     are read (pool filler or the next head's keys: finite int8) and count for nothing: their
-    scales are loaded masked to 0, S is masked to -inf there, so P is 0.
+    scales are loaded masked to 0, S is masked to -inf there, so P is 0. Paged, only pages that
+    hold whole tiles (TILE_PAGE 1): a tile over several pages would be one box per page (each
+    from its own entry), joined into one tile in registers for K and for V on every tile (an
+    order-keeping concatenation in Triton is a join, a permute and a reshape of register tensors,
+    tl.cat included where it keeps the order); so 128-key tiles on 64-key pages take ``tile``.
   * K_T: K gathered already transposed ([D, BLOCK_N]), or with DESC transposed before the
     conversion.
   * LOOP_STAGES: when set, the key loops are ``tl.range(num_stages=LOOP_STAGES)`` (Triton then
@@ -54,8 +63,9 @@ K/V need 5 for two buffers: ``deep_stages``) and an optional register cap (``max
 No atomics and a fixed reduction order: two launches give the same bits. There is no barrier
 in the source; Triton pipelines the K/V loads (num_stages) and, on Hopper, issues wgmma.
 Needs Triton >= 3.0; the descriptor switch needs ``triton.tools.tensor_descriptor`` (3.3+). Every
-switch compiles for sm_90a with Triton 3.6; the CPU tests run them (but the PTX conversion) in
-Triton's interpreter.
+switch compiles for sm_90a with Triton 3.6, but TILE_PAGE > 1 (a tile over several pages), which
+has compiled for sm_90a only with Triton 3.9 (on a host without a GPU); the CPU tests run them
+(but the PTX conversion) in Triton's interpreter.
 """
 
 from __future__ import annotations
@@ -66,10 +76,15 @@ import triton
 import triton.language as tl
 
 #: Keys per online-softmax tile of the default configuration: the numerics model's ``tile_keys``
-#: for this variant. A configuration with another ``block_n`` changes the arithmetic.
+#: for this variant. A configuration with another ``block_n`` changes the arithmetic (a run's
+#: model then follows that ``block_n``: the cuda backend's ``tile_keys``).
 BLOCK_N = 64
 #: Rows of one query head a program holds at least (when it packs several heads).
 MIN_ROWS_PER_HEAD = 16
+#: Keys a page holds at least for the ``tile`` loads of a tile that spans several pages: at most
+#: block_n // 16 page-table entries per tile (eight at 128 keys), and each page at least one
+#: 16-key reduction step of the fp16 MMA of P.V. Smaller pages take a table entry per key.
+MIN_TILE_PAGE = 16
 
 # The `asm` conversion of four int8 (one 32-bit register, element 0 in the low byte) into four
 # fp16 (two registers, elements 0 and 1 in the first): u = x ^ 0x80 is x + 128 as an unsigned
@@ -130,10 +145,22 @@ def _tiles(acc, l_i, m_i, q, K, V, KS, VS, TABLE, kvh, heads_kv, page_shift, kv_
         in_kv = j < nk        # only a masked tile can reach past the last key (loads masked there only)
         # the tile's K/V rows (of D bytes) and scale entries; `first`: the row of key `start`
         if PAGED:
-            if TILE_PAGE:     # the tile lies in one page: one table entry (start < nk always)
+            if TILE_PAGE == 1:    # the tile lies in one page: one table entry (start < nk always)
                 page = tl.load(TABLE + (start >> page_shift)).to(tl.int64)
                 first = (page * heads_kv + kvh) * page_keys + (start & (page_keys - 1))
                 row = first + offs_n
+            elif TILE_PAGE > 1:   # the tile spans TILE_PAGE whole pages: their entries, rows affine in each
+                PAGE_KEYS: tl.constexpr = BLOCK_N // TILE_PAGE
+                offs_p = tl.arange(0, TILE_PAGE)
+                slot = (start >> page_shift) + offs_p            # start is a multiple of BLOCK_N
+                if MASKED:    # a page past the last key has no table entry
+                    pages = tl.load(TABLE + slot, mask=start + offs_p * PAGE_KEYS < nk, other=0)
+                else:
+                    pages = tl.load(TABLE + slot)
+                base = (pages.to(tl.int64) * heads_kv + kvh) * PAGE_KEYS
+                # key j of the tile: row base[j // PAGE_KEYS] + j % PAGE_KEYS (row-major, order kept)
+                row = tl.reshape(base[:, None] + tl.arange(0, PAGE_KEYS)[None, :], [BLOCK_N])
+                first = row
             else:
                 if MASKED:
                     page = tl.load(TABLE + (j >> page_shift), mask=in_kv, other=0)
@@ -371,12 +398,24 @@ class Config:
         return self.block_n == BLOCK_N
 
     def unsupported(self, *, paged: bool, page: int) -> str | None:
-        """Why this configuration cannot run a problem of this layout, or None."""
-        if paged and self.loads in ("tile", "tma") and page % self.block_n:
-            return f"loads {self.loads!r} needs pages of a multiple of {self.block_n} keys, not {page}"
+        """Why this configuration cannot run a problem of this layout, or None. ``tile`` takes pages
+        that hold whole tiles or that tiles span whole (a divisor of block_n of at least
+        MIN_TILE_PAGE keys); ``tma`` only the former (the module docstring, DESC)."""
+        if paged and self.loads == "tma" and page % self.block_n:
+            return f"loads 'tma' needs pages of a multiple of {self.block_n} keys, not {page}"
+        if paged and self.loads == "tile" and page % self.block_n and (self.block_n % page or page < MIN_TILE_PAGE):
+            return (f"loads 'tile' needs pages of a multiple of {self.block_n} keys or a divisor of it "
+                    f"of at least {MIN_TILE_PAGE} keys, not {page}")
         if self.loads == "tma" and not has_tensor_descriptors():
             return "loads 'tma' needs triton.tools.tensor_descriptor (Triton 3.3+)"
         return None
+
+    def tile_pages(self, *, paged: bool, page: int) -> int:
+        """The kernel's TILE_PAGE: 0 for a page-table entry per key, else the entries per tile
+        (1 where a page holds whole tiles, block_n // page where a tile spans several pages)."""
+        if not paged or self.loads == "gather":
+            return 0
+        return max(1, self.block_n // page)
 
     def as_dict(self) -> dict:
         return {"config": self.name, **asdict(self)}
@@ -416,13 +455,19 @@ def candidates(*, head_dim: int, paged: bool, page: int, queries: int, heads_q: 
 
     The small set (a run's tune on first use; all with the default's arithmetic): the fast
     conversion with the pointer loads that suit the layout (a table entry per tile where pages
-    hold whole tiles) and tensor descriptors, double-buffered (``deep_stages``), at 128 rows and
-    8 warps (one converted tile serves 128 rows) and at 64 rows and 4 warps (two programs per SM,
-    whose phases overlap; three at D=128 with at most 168 registers per thread), plus triple
-    buffering at the default's rows.
+    hold whole tiles, else one per key) and tensor descriptors, double-buffered
+    (``deep_stages``), at 128 rows and 8 warps (one converted tile serves 128 rows) and at 64
+    rows and 4 warps (two programs per SM, whose phases overlap; three at D=128 with at most 168
+    registers per thread), plus triple buffering at the default's rows.
     ``full`` (scripts/triton_tune.py) adds each structure switch alone at the default's launch
     parameters (so each one's effect is seen by itself), the deeper pipeline alone, the other
-    load paths at every launch, and 128-key tiles (which change the arithmetic)."""
+    load paths at every launch, and 128-key tiles (which change the arithmetic: they are judged
+    against the numerics model of 128-key tiles) at 64 rows and 4 warps and at 128 rows and 8
+    warps, the latter at both ``deep_stages`` depths with each load the layout allows: ``tile`` on
+    pages of at least 64 keys (one entry per 128-key tile on pages of 128 keys or more, two on
+    64-key pages, so they compare like for like with the 64-key tiles' ``tile``), ``tma`` on pages
+    of a multiple of 128 keys; on smaller pages a table entry per key at either tile size (tiles
+    over four or eight pages of 32 or 16 keys stay a switch, no candidate)."""
     group = heads_q // heads_kv
     base = default_config(head_dim, group, queries, heads_q, sm_count)
     tile_ok = not paged or page % BLOCK_N == 0
@@ -447,8 +492,14 @@ def candidates(*, head_dim: int, paged: bool, page: int, queries: int, heads_q: 
         out += [Config(bm, w, three, "asm", ld) for bm, w in launches for ld in loads]
         if head_dim == 128:
             out += [Config(64, 4, two, "asm", ld, maxnreg=168) for ld in loads]
-        wide = "tile" if paged and page % 128 == 0 else "gather"
+        # 128-key tiles: half the tiles, so half the per-tile fixed work (page-table entries, scale
+        # loads, row max and sum, rescaling of the accumulator), with the loads the layout allows;
+        # `tile` where the 64-key tiles take it (pages of 64 keys or more: one or two per tile)
+        wide = "tile" if paged and tile_ok else "gather"
+        desc_ok = not paged or page % 128 == 0
+        wide_loads = [wide] + (["tma"] if desc_ok and has_tensor_descriptors() else [])
         out += [Config(64, 4, two, "asm", wide, block_n=128)]
+        out += [Config(128, 8, st, "asm", ld, block_n=128) for st in (two, three) for ld in wide_loads]
     unique = []
     for cfg in out:
         if cfg not in unique and cfg.unsupported(paged=paged, page=page) is None:
@@ -503,7 +554,7 @@ def plan_launch(*, queries: int, context: int, heads_q: int, heads_kv: int, head
                1.0 / float(p_scale))
     constants = dict(D=head_dim, GROUP=group, HP=hp, BLOCK_M=config.block_m, BLOCK_N=block_n,
                      PAGED=bool(paged), SEGMENTED=segmented,
-                     TILE_PAGE=bool(paged) and config.loads in ("tile", "tma"), DESC=config.loads == "tma",
+                     TILE_PAGE=config.tile_pages(paged=bool(paged), page=page), DESC=config.loads == "tma",
                      K_T=config.k_trans, CONVERT=CONVERTS.index(config.convert),
                      LOOP_STAGES=config.loop_stages or None, WS=config.warp_specialize)
     return Launch((heads_q // hp, n_row_blocks), scalars, constants, config)

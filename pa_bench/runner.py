@@ -497,7 +497,7 @@ def _model_positions(job: _Job, problem, compared: np.ndarray, seed: int) -> np.
 def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
                   todo: list[str], variants: list[str]) -> None:
     from pa_bench.numerics import metrics
-    from pa_bench.numerics.model import model_attention, pv_chain_keys, tile_keys
+    from pa_bench.numerics.model import model_attention, pv_chain_keys
 
     backend, cfg = job.backend, job.config
     sel = _rows_for(job, problem.queries, problem.seed)
@@ -519,9 +519,10 @@ def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
     model_errs: dict[tuple[int, int], float] = {}
 
     def model_err(variant: str, kernel_out: np.ndarray | None) -> float:
-        # the arithmetic the backend's kernel does: its tile size, where it splits the keys, how
-        # long one P.V accumulator chain runs and its key segments
-        key = (tile_keys(variant), backend.split_keys(variant, problem), pv_chain_keys(variant),
+        # the arithmetic the backend's kernel does: its tile size (a Triton kernel's: its
+        # configuration's on this shape), where it splits the keys, how long one P.V accumulator
+        # chain runs and its key segments
+        key = (backend.tile_keys(variant, problem), backend.split_keys(variant, problem), pv_chain_keys(variant),
                backend.segment_keys(variant, problem))
         if key not in model_errs:
             if backend.name == "numpy" and kernel_out is not None:

@@ -7,17 +7,22 @@
 
 For each shape of the config (configs/pr2092.yaml: 32/8 heads, D 128, paged 64, normal data) and
 each candidate of kernels/triton_pa.py (``candidates(full=True)``: each structure switch alone,
-the fast ones at several launch parameters, 128-key tiles) it
+the fast ones at several launch parameters, 128-key tiles at 64 rows x 4 warps and at 128 rows x 8
+warps) it
   * builds and runs it (a candidate that fails to compile or run is a row with its one-line error);
   * checks it: the output's guard regions, two launches bitwise equal, sampled rows against FP64
-    (pa_bench.numerics.reference) by the parity rule with the numerics model of its tile size, and
-    the whole output bitwise against the default configuration's (the first candidate) where the
-    arithmetic is meant to be the same; a candidate whose binary is another's is not timed twice;
+    (pa_bench.numerics.reference) by the parity rule with the numerics model of its tile size
+    (``block_n``: a 128-key candidate against the model of 128-key tiles), and the whole output
+    bitwise against the default configuration's (the first candidate) where the arithmetic is
+    meant to be the same (``bitwise_vs_default`` is n/a elsewhere); a candidate whose binary is
+    another's is not timed twice;
   * times every candidate that passed, and v2 for comparison, interleaved with pa-bench's own GPU
     timer (pa_bench.measure.timing: L2 flushed, GPU time only) under a short budget.
 It prints a table per shape, writes ``triton_tune.csv`` and ``triton_tune.json`` under ``--out``,
 and prints the fastest per shape and the ``TUNED`` entry of pa_bench/backends/triton_runner.py
-that a run then uses on this GPU (only candidates with the default's arithmetic that passed);
+that a run then uses on this GPU (only candidates with the default's arithmetic that passed; one
+that changes it is printed apart, and a run uses it when named in PA_BENCH_TRITON_CONFIG,
+its parity then judged against the model of its tile size);
 ``--apply`` writes that entry from a run's triton_tune.json into triton_runner.py (no GPU needed).
 No new candidate is compiled once ``--budget-s`` has passed (those rows say so); it exits 0 even
 when candidates fail.

@@ -4,9 +4,12 @@ chunk over 1023 keys, a first chunk with no context, fp16 output and key segment
 against the FP64 reference by the parity rule with the numerics model of 64-key tiles. Every
 structure switch (conversion, load path, transposed K, loop stages, warp specialisation) gives the
 default configuration's bits on paged (16- and 64-key pages) and contiguous layouts, D 64 and 128,
-ragged tails and GQA; 128-key tiles meet the model of 128-key tiles; the PTX conversion, which the
-interpreter cannot run, is replayed from its constants. Also: configuration names, candidates and
-how a configuration is chosen (override, table, cache, default).
+ragged tails and GQA; tiles over several whole pages (``tile`` on pages smaller than a tile) give
+the bits of a table entry per key; 128-key tiles meet the model of 128-key tiles; the PTX
+conversion, which the interpreter cannot run, is replayed from its constants. Also: configuration
+names, candidates and how a configuration is chosen (override, table, cache, default), and the
+tile size the numerics model of a run follows (the cuda backend's ``tile_keys``: a configuration's ``block_n``), through
+the runner on a numpy backend posing as the cuda backend.
 
 Needs ``pip install 'pa-bench[triton]'`` (triton and torch); skipped with the reason otherwise.
 Shapes are tiny: the interpreter runs every program op by op in NumPy.
@@ -14,10 +17,15 @@ Shapes are tiny: the interpreter runs every program op by op in NumPy.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from pa_bench.backends import triton_runner
+from pa_bench.backends.base import KernelOutput
+from pa_bench.backends.cuda import CudaBackend
+from pa_bench.backends.numpy import NumpyBackend
 from pa_bench.numerics.metrics import error_metrics, judge_parity, parity_floor
 from pa_bench.numerics.model import model_attention
 from pa_bench.numerics.reference import reference_attention
@@ -171,13 +179,13 @@ def test_every_switch_gives_the_default_bits(case):
     for name in SWITCHES:
         cfg = mod.Config.parse(name)
         why = cfg.unsupported(paged=layout == "paged", page=page)
-        if why:
-            assert page % 64 and cfg.loads in ("tile", "tma") and "multiple of 64" in why
+        if why:   # 16-key pages: `tile` spans four pages of a 64-key tile, `tma` needs whole tiles
+            assert page % 64 and cfg.loads == "tma" and "multiple of 64" in why
             continue
         out, guards = _run(inputs, config=cfg)
         assert guards and np.array_equal(out.view(np.uint32), base.view(np.uint32)), name
         ran += 1
-    assert ran == (3 if page == 16 else len(SWITCHES))
+    assert ran == (6 if page == 16 else len(SWITCHES))
 
 
 def test_switches_with_key_segments():
@@ -191,20 +199,70 @@ def test_switches_with_key_segments():
 
 
 @pytest.mark.parametrize("layout,page,name", [("paged", 128, "m64-w4-s3-bits-tile-n128"),
+                                              ("paged", 128, "m128-w8-s5-bits-tile-n128"),
+                                              ("paged", 64, "m128-w8-s5-bits-tile-n128"),
+                                              ("paged", 32, "m64-w4-s3-cast-tile-kt-n128"),
                                               ("paged", 16, "m64-w4-s3-cast-gather-n128"),
-                                              ("contiguous", 64, "m64-w4-s3-bits-tma-n128")])
+                                              ("contiguous", 64, "m64-w4-s3-bits-tma-n128"),
+                                              ("contiguous", 64, "m128-w8-s4-bits-tma-n128")])
 def test_128_key_tiles_meet_the_model_of_128_key_tiles(layout, page, name):
+    """128-key tiles (at 64 rows x 4 warps and 128 rows x 8 warps; the PTX conversion replaced by
+    the bit conversion; `tile` in one page of 128 keys, over two of 64 and four of 32): parity
+    against FP64 with the model of 128-key tiles, whose error the kernel's is, and whose outputs
+    it follows (not those of the 64-key model)."""
     inputs = make_inputs(_problem("300x45", layout, hq=2, hkv=1, page=page))
     mod = triton_runner.kernel_module()
     cfg = mod.Config.parse(name)
     assert cfg.block_n == 128 and not cfg.same_arithmetic
     out, guards = _run(inputs, config=cfg)
+    assert _meets_the_128_key_model(inputs, out, guards) < 1e-5   # the same arithmetic up to fp32 sum order
+
+
+def _meets_the_128_key_model(inputs, out, guards):
+    """Parity with the model of 128-key tiles, at its error, nearer its outputs than the 64-key
+    model's; returns the largest difference from its outputs."""
     ref = _reference(inputs)
     err = error_metrics(out, ref)["max_abs_err"]
-    model128 = error_metrics(model_attention(inputs, 128), ref)["max_abs_err"]
-    ok, why = judge_parity(err, model128, parity_floor(ref), 0, guards)
+    model128, model64 = model_attention(inputs, 128), model_attention(inputs, 64)
+    err128 = error_metrics(model128, ref)["max_abs_err"]
+    ok, why = judge_parity(err, err128, parity_floor(ref), 0, guards)
     assert ok, why
-    assert np.abs(out - model_attention(inputs, 128)).max() < 1e-5   # the 128-key model's arithmetic
+    assert abs(err / err128 - 1) < 1e-3                       # the kernel's error is the model's
+    near = np.abs(out - model128).max()                       # the 128-key model's arithmetic ...
+    assert np.abs(out - model64).max() > 4 * near             # ... not the 64-key one's
+    return near
+
+
+@pytest.mark.parametrize("page", [64, 32, 16])
+def test_tiles_over_several_pages_give_the_bits_of_a_table_entry_per_key(page):
+    """`tile` on pages smaller than a tile: 128-key tiles over two, four or eight whole pages and
+    64-key tiles over one, two or four, with transposed K, at 128 rows x 8 warps, and in 128-key
+    segments: bitwise the output of `gather` at the same tile size and launch (the 128-key one at
+    parity with the model of 128-key tiles). 295 keys: the last 128-key tile reaches pages past
+    the last key, which have no page-table entry (ceil(295 / page) of them)."""
+    inputs = make_inputs(_problem("250x45", "paged", hq=4, hkv=2, page=page))
+    entries = len(inputs.paged.page_table)
+    assert entries == -(-295 // page) and entries * page < 3 * 128     # the third tile outruns the table
+    mod = triton_runner.kernel_module()
+    for block_n, tiles in ((128, ("m64-w4-s3-bits-tile-n128", "m64-w4-s3-cast-tile-kt-n128", "m128-w8-s5-bits-tile-n128")),
+                           (64, ("m64-w4-s3-bits-tile", "m64-w4-s3-cast-tile-kt", "m128-w8-s5-bits-tile"))):
+        wide = "-n128" if block_n == 128 else ""
+        base, ok = _run(inputs, config=mod.Config.parse(f"m64-w4-s3-bits-gather{wide}"))
+        if block_n == 128:
+            _meets_the_128_key_model(inputs, base, ok)
+        else:
+            _check(inputs, base, ok)
+        for name in tiles:
+            cfg = mod.Config.parse(name)
+            var = triton_runner.TritonVariant(inputs, device="cpu", config=cfg)
+            assert var.launch.constants["TILE_PAGE"] == max(1, block_n // page) == cfg.tile_pages(paged=True, page=page)
+            out, guards = _run(inputs, config=cfg)
+            # rows per program may move the last bits: against gather at this launch
+            want = base if cfg.block_m == 64 else _run(inputs, config=replace(cfg, loads="gather", k_trans=False))[0]
+            assert guards and np.array_equal(out.view(np.uint32), want.view(np.uint32)), name
+        seg_base, _ = _run(inputs, seg_keys=128, config=mod.Config.parse(f"m64-w4-s3-bits-gather{wide}"))
+        seg, guards = _run(inputs, seg_keys=128, config=mod.Config.parse(tiles[0]))
+        assert guards and np.array_equal(seg.view(np.uint32), seg_base.view(np.uint32))
 
 
 def _asm_replay(words: np.ndarray) -> np.ndarray:
@@ -268,9 +326,18 @@ def test_config_names_round_trip_and_bad_ones_are_refused():
     with pytest.raises(ValueError, match="convert"):
         mod.Config(convert="fast")
     assert "multiple of 64" in mod.Config(loads="tma").unsupported(paged=True, page=16)
+    assert "multiple of 128" in mod.Config(loads="tma", block_n=128).unsupported(paged=True, page=64)
     assert mod.Config(loads="tma").unsupported(paged=False, page=16) is None
-    with pytest.raises(ValueError, match="multiple of 64"):
-        mod.plan_launch(queries=8, context=0, heads_q=1, heads_kv=1, head_dim=64, paged=True, page=16,
+    # `tile`: pages that hold whole tiles, or that a tile spans whole, of at least MIN_TILE_PAGE keys
+    assert mod.MIN_TILE_PAGE == 16
+    for block_n, page, pages in ((64, 64, 1), (64, 256, 1), (64, 16, 4), (128, 64, 2), (128, 32, 4), (128, 16, 8)):
+        cfg = mod.Config(loads="tile", block_n=block_n)
+        assert cfg.unsupported(paged=True, page=page) is None and cfg.tile_pages(paged=True, page=page) == pages
+    assert mod.Config(loads="gather").tile_pages(paged=True, page=16) == 0
+    assert mod.Config(loads="tile").tile_pages(paged=False, page=16) == 0
+    assert "at least 16 keys" in mod.Config(loads="tile", block_n=128).unsupported(paged=True, page=8)
+    with pytest.raises(ValueError, match="multiple of 64 keys or a divisor of it of at least 16 keys, not 8"):
+        mod.plan_launch(queries=8, context=0, heads_q=1, heads_kv=1, head_dim=64, paged=True, page=8,
                         kv_stride=0, scale_stride=0, seg_keys=0, qk_scale_log2=1.0, p_scale=1.0,
                         config=mod.Config(loads="tile"))
 
@@ -289,10 +356,21 @@ def test_candidates_cover_every_switch():
         assert not any(c.warp_specialize for c in full)   # Triton 3.6 cannot compile it on sm_90
         assert mod.Config.parse("m128-w8-s3-asm-tile-ws").warp_specialize   # still a switch
         assert any(c.maxnreg for c in small) and mod.Config.parse("m64-w4-s5-asm-tma-r168").maxnreg == 168
-        assert [c.block_n for c in full if not c.same_arithmetic] == [128]
+        wide = [c for c in full if not c.same_arithmetic]
+        assert {c.block_n for c in wide} == {128} and {c.convert for c in wide} == {"asm"}
+        # 128 rows x 8 warps at both pipeline depths; a 128-key tile spans two 64-key pages: `tile`
+        # (two table entries per tile) like the 64-key tiles' `tile`, no descriptors
+        assert {(c.num_stages, c.loads) for c in wide if (c.block_m, c.num_warps) == (128, 8)} == {(5, "tile"), (7, "tile")}
+        assert {c.loads for c in wide} == {"tile"} and any(c.block_m == 64 for c in wide)
         assert {c.num_stages for c in small if c.loads != "gather"} >= {mod.deep_stages(True)[0]}
-    page16 = mod.candidates(queries=1024, full=True, **(kw | {"page": 16}))
-    assert {c.loads for c in page16} == {"gather"}
+    descs = ["tma"] if mod.has_tensor_descriptors() else []
+    for layout, want in ((dict(page=128), [(st, ld) for st in (5, 7) for ld in ["tile"] + descs]),
+                         (dict(paged=False), [(st, ld) for st in (3, 4) for ld in ["gather"] + descs])):
+        full = mod.candidates(queries=1024, full=True, **(kw | layout))
+        wide = [(c.num_stages, c.loads) for c in full if (c.block_m, c.num_warps, c.block_n) == (128, 8, 128)]
+        assert wide == want and all(c.convert == "asm" for c in full if c.block_n == 128)
+    for small in (16, 32):   # tiles over four or eight pages: a switch, no candidate
+        assert {c.loads for c in mod.candidates(queries=1024, full=True, **(kw | {"page": small}))} == {"gather"}
     assert mod.deep_stages(True) == (5, 7) and mod.deep_stages(False) == (3, 4)
 
 
@@ -370,3 +448,94 @@ def test_a_reordered_sum_may_move_an_fp16_output_by_one_step_and_no_more():
     step = 2.0 ** -13                                                  # one fp16 step in [1/8, 1/4)
     assert step <= reorder_tolerance(scale, float16=True) < 2 * step   # one step at the magnitude, not two
     assert reorder_tolerance(1.0, float16=False) == 1e-4
+
+
+# --------------------------------------------------------------------------- the model a run uses
+
+
+class _CudaOnCpu(NumpyBackend):
+    """The numpy backend posing as the cuda backend: the triton variant runs in Triton's
+    interpreter (its launch recorded as the cuda backend records it for meta.json), the other
+    kernels are the model; the model key comes from the cuda backend's own ``tile_keys``, and the
+    tile size of every model built is kept."""
+
+    name = "cuda"
+    props = {"name": b"Fake GPU", "multiProcessorCount": 132}
+    tile_keys = CudaBackend.tile_keys
+
+    def __init__(self):
+        super().__init__()
+        self._launches, self.models = {}, []
+
+    def describe(self):
+        return {"backend": "cuda", "gpu": "Fake GPU", "arch": "sm_90", "mma": "m16n8k16"}
+
+    def unsupported_timing(self, variant, problem):
+        return "not timed here"
+
+    def compute(self, prepared, variant, rows, check_determinism=None):
+        if variant != "triton":
+            return super().compute(prepared, variant, rows, check_determinism)
+        var = triton_runner.TritonVariant(prepared, device="cpu")
+        self._launches[(variant, repr(prepared.problem))] = var.describe()
+        out, guards = _run(prepared, config=var.config)
+        sel = out if rows is None else out[:, np.asarray(rows), :]
+        return KernelOutput(out=np.ascontiguousarray(sel), canary_ok=guards, deterministic=None)
+
+    def model(self, inputs, tile_keys, rows=None, split_keys=0, pv_chain_keys=0, segment_keys=None):
+        self.models.append(tile_keys)
+        return model_attention(inputs, tile_keys, rows, split_keys=split_keys, pv_chain_keys=pv_chain_keys,
+                               segment_keys=segment_keys)
+
+
+def test_a_run_judges_128_key_tiles_against_the_model_of_128_key_tiles(smoke_yaml, tmp_path, monkeypatch):
+    """PA_BENCH_TRITON_CONFIG names a configuration with 128-key tiles (128 rows x 8 warps): the
+    runner builds triton's model with 128-key tiles (v1's with its own 64), the launch records
+    the configuration's block_n, and the row passes with the kernel's error at the 128-key model's."""
+    from pa_bench import runner
+    from pa_bench.problem.config import load_config
+    from pa_bench.problem.plan import make_plan
+    from pa_bench.store.results import open_run
+
+    monkeypatch.setenv(triton_runner.CONFIG_ENV, "m128-w8-s5-bits-gather-n128")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    backend = _CudaOnCpu()
+    config = make_plan(load_config(smoke_yaml), shapes="300x45", variants=["v1", "triton"]).config
+    path = runner.run_parity(config, backend, results_root=tmp_path)
+    recs = {r.variant: r for r in open_run(path).records()}
+    (launch,) = backend._launches.values()
+    assert (launch["config"], launch["config_source"], launch["block_n"]) == ("m128-w8-s5-bits-gather-n128", "env", 128)
+    assert sorted(backend.models) == [64, 128]        # one model per tile size: v1's and triton's
+    tri, v1 = recs["triton"], recs["v1"]
+    assert tri.parity_pass is True and abs(tri.err_ratio - 1) < 1e-3, tri
+    assert v1.err_ratio == 1.0 and tri.model_max_abs_err != v1.model_max_abs_err   # the two models differ
+
+
+def test_the_cuda_backends_tile_keys_without_a_launch(tmp_path, monkeypatch):
+    """Before the triton runner ran a shape the cuda backend says the tile size of the configuration
+    it would use, asked without tuning: the override, the table, the cache, else the default's
+    (a tune on first use keeps it); the other variants' come from the registry."""
+    monkeypatch.delenv("TRITON_INTERPRET")                 # a GPU name counts (the interpreter has none)
+    monkeypatch.delenv(triton_runner.CONFIG_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    backend = _CudaOnCpu()
+    pb = _problem("300x45", "paged", hq=4, hkv=2, page=128)
+    assert [backend.tile_keys(v, pb) for v in ("v1", "v2", "v2t", "v3")] == [64, 16, 16, 64]
+    assert triton_runner.planned_config(pb, "Fake GPU", 132)[1] == "tune"
+    assert backend.tile_keys("triton", pb) == 64
+    cls = triton_runner.problem_class(pb)
+    triton_runner.write_cache("Fake GPU", triton_runner.cache_key(cls), {"config": "m64-w4-s5-cast-tile-n128"})
+    assert triton_runner.planned_config(pb, "Fake GPU", 132)[1] == "cache" and backend.tile_keys("triton", pb) == 128
+    monkeypatch.setattr(triton_runner, "TUNED", {"Fake GPU": {cls: "m128-w8-s5-asm-tile"}})
+    assert triton_runner.planned_config(pb, "Fake GPU", 132)[1] == "table" and backend.tile_keys("triton", pb) == 64
+    monkeypatch.setenv(triton_runner.CONFIG_ENV, "m128-w8-s7-asm-tma-n128")
+    assert backend.tile_keys("triton", pb) == 128
+    backend._launches[("triton", repr(pb))] = {"variant": "triton", "block_n": 64}   # what the runner chose
+    assert backend.tile_keys("triton", pb) == 64
+    del backend._launches[("triton", repr(pb))]
+    monkeypatch.setattr(triton_runner, "TUNED", {})
+    monkeypatch.delenv(triton_runner.CONFIG_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty"))
+    monkeypatch.setenv(triton_runner.TUNE_ENV, "0")
+    assert triton_runner.planned_config(pb, "Fake GPU", 132)[1] == "default"
+    assert backend.tile_keys("triton", pb) == 64

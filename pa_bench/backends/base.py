@@ -49,6 +49,9 @@ class Backend(Protocol):
     def prepare(self, inputs) -> Any:
         """Upload one shape's inputs; the handle goes to compute, time, max_diff and release."""
 
+    def tile_keys(self, variant: str, problem) -> int:
+        """Keys per online-softmax tile of ``variant``'s kernel on ``problem``; the model follows."""
+
     def split_keys(self, variant: str, problem) -> int:
         """Where ``variant`` splits the keys on ``problem`` (0: it does not); the model follows."""
 

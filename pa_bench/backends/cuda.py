@@ -304,6 +304,26 @@ class CudaBackend:
         fn.max_dynamic_shared_size_bytes = smem
         return smem
 
+    def tile_keys(self, variant: str, problem) -> int:
+        """Keys per online-softmax tile of ``variant`` on ``problem``; the numerics model follows. A
+        Triton kernel's is its configuration's ``block_n`` on this shape: the one its runner chose
+        (the launches, meta.json), else the one it would choose, asked without tuning (its runner
+        module's ``planned_tile_keys``: override, table, cache, default). Every other variant's
+        is the registry's (pa_bench.numerics.model.tile_keys)."""
+        from pa_bench.numerics.model import tile_keys
+
+        entry = registry.get(variant)
+        if entry.kind == registry.TRITON_KERNEL:
+            chosen = self._launches.get((variant, repr(problem)), {}).get("block_n")
+            if chosen:
+                return int(chosen)
+            planned = getattr(entry.resolve_runner(), "planned_tile_keys", None)
+            if planned is not None:
+                name = self.props.get("name", "")
+                gpu = name.decode(errors="replace").rstrip("\x00") if isinstance(name, bytes) else str(name)
+                return int(planned(problem, gpu, int(self.props["multiProcessorCount"])))
+        return tile_keys(variant)
+
     def split_keys(self, variant: str, problem) -> int:
         """Where ``variant`` splits the keys on ``problem`` (0: no split): pa_bench.numerics.model's rule,
         unless ``self.split`` forces it on (at half the context) or off. The numerics model

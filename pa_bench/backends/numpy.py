@@ -103,9 +103,9 @@ REFERENCE_SECONDS_PER_ELEMENT = 20e-9
 def arithmetics(backend, problem, variants) -> list[tuple]:
     """The distinct arithmetics (tile, split, P.V chain, segments) of ``variants``' kernels on
     ``problem``: the model runs once per arithmetic (the others reuse its output)."""
-    from pa_bench.numerics.model import pv_chain_keys, tile_keys
 
-    keys = [(tile_keys(v), backend.split_keys(v, problem), pv_chain_keys(v), backend.segment_keys(v, problem))
+    keys = [(backend.tile_keys(v, problem), backend.split_keys(v, problem), pv_chain_keys(v),
+             backend.segment_keys(v, problem))
             for v in variants if registry.is_kernel(v)]
     return list(dict.fromkeys(keys))
 
@@ -183,6 +183,11 @@ class NumpyBackend:
     def prepare(self, inputs):
         return inputs
 
+    def tile_keys(self, variant: str, problem) -> int:
+        """Keys per tile of ``variant``'s arithmetic: the registry's (pa_bench.numerics.model.tile_keys;
+        this backend runs no configuration of a kernel)."""
+        return tile_keys(variant)
+
     def split_keys(self, variant: str, problem) -> int:
         """Where ``variant``'s arithmetic splits the keys (pa_bench.numerics.model.split_keys)."""
         from pa_bench.numerics.model import split_keys
@@ -205,7 +210,7 @@ class NumpyBackend:
 
         if registry.is_peer(variant):
             return self._compute_peer(prepared, variant, rows, check_determinism)
-        tile = tile_keys(variant)
+        tile = self.tile_keys(variant, prepared.problem)
         split = self.split_keys(variant, prepared.problem)
         chain = pv_chain_keys(variant)
         seg = self.segment_keys(variant, prepared.problem)

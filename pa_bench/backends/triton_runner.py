@@ -18,7 +18,10 @@ runs a shape, in this order:
      checked against the default configuration's output, timed with CUDA events outside any
      measurement, and the fastest is written to the cache;
   5. ``triton_pa.default_config``.
-``describe()`` (meta.json's launches) records the configuration and where it came from.
+``planned_config`` walks 1-3 and 5 without tuning or a GPU; ``planned_tile_keys`` is the
+``block_n`` of what it finds (a tune on first use keeps the default's): the keys per tile the
+numerics model needs (the cuda backend's ``tile_keys``). ``describe()`` (meta.json's launches)
+records the configuration, its ``block_n`` among its fields, and where it came from.
 """
 
 from __future__ import annotations
@@ -113,7 +116,8 @@ def kernel_module():
 
 
 def tile_keys() -> int:
-    """Keys per tile of the kernel (read from the source, without importing Triton)."""
+    """Keys per tile of the kernel's default configuration (its ``BLOCK_N``, read from the source
+    without importing Triton); a configuration's ``block_n`` may differ (``planned_tile_keys``)."""
     for line in (KERNEL_DIR / KERNEL_FILE).read_text().splitlines():
         if line.startswith("BLOCK_N = "):
             return int(line.split("=")[1].split("#")[0])
@@ -245,6 +249,45 @@ def _event_ms(fn, torch, reps: int = 5) -> float:
     return times[len(times) // 2]
 
 
+def planned_config(problem, gpu: str | None, sm_count: int | None = None):
+    """(configuration, where it comes from) for ``problem`` on the GPU named ``gpu`` (None: off the
+    GPU or in the interpreter), in the module docstring's order, without tuning or a GPU: "env",
+    "table", "cache", "default", or "tune" where a tune on first use would choose (the default
+    configuration is returned then: every candidate of that tune keeps its arithmetic)."""
+    mod = kernel_module()
+    pb, paged = problem, problem.layout == "paged"
+    override = os.environ.get(CONFIG_ENV)
+    if override:
+        try:
+            cfg = mod.Config.parse(override)
+        except ValueError as exc:
+            raise ValueError(f"{CONFIG_ENV}: {exc}") from None
+        reason = cfg.unsupported(paged=paged, page=pb.page)
+        if reason:
+            raise ValueError(f"{CONFIG_ENV}={override}: {reason}")
+        return cfg, "env"
+    default = mod.default_config(pb.head_dim, pb.heads_q // pb.heads_kv, pb.queries, pb.heads_q, sm_count)
+    if gpu is None:
+        return default, "default"
+    cls = problem_class(pb)
+    cfg = _parsed(mod, TUNED.get(gpu, {}).get(cls), paged, pb.page)
+    if cfg is not None:
+        return cfg, "table"
+    entry = read_cache(gpu).get(cache_key(cls))
+    cfg = _parsed(mod, entry.get("config") if isinstance(entry, dict) else None, paged, pb.page)
+    if cfg is not None:
+        return cfg, "cache"
+    return default, ("tune" if tuning_enabled() else "default")
+
+
+def planned_tile_keys(problem, gpu: str | None, sm_count: int | None = None) -> int:
+    """Keys per online-softmax tile (the configuration's ``block_n``: the numerics model's
+    tile_keys) of the configuration a run uses for ``problem`` on the GPU named ``gpu``
+    (``planned_config``; what a tune on first use would choose has the default's)."""
+    cfg, _source = planned_config(problem, None if interpreting() else gpu, sm_count)
+    return cfg.block_n
+
+
 # Triton launches on torch's current stream: pointed at the one pa-bench times, as the peers' calls
 
 
@@ -304,34 +347,13 @@ class TritonVariant:
                                        self.sm_count)
 
     def _choose(self):
-        """(configuration, where it came from): the override, the table, the cache, a tune, the default."""
-        pb, mod = self.problem, self.mod
-        override = os.environ.get(CONFIG_ENV)
-        if override:
-            try:
-                cfg = mod.Config.parse(override)
-            except ValueError as exc:
-                raise ValueError(f"{CONFIG_ENV}: {exc}") from None
-            reason = cfg.unsupported(paged=self.paged, page=pb.page)
-            if reason:
-                raise ValueError(f"{CONFIG_ENV}={override}: {reason}")
-            return cfg, "env"
-        gpu = self.gpu
-        if gpu is None:
-            return self.default_config(), "default"
+        """(configuration, where it came from): ``planned_config``, and a tune where it says so."""
+        cfg, source = planned_config(self.problem, self.gpu, self.sm_count)
+        if source != "tune":
+            return cfg, source
         cls = self.problem_class()
-        cfg = _parsed(mod, TUNED.get(gpu, {}).get(cls), self.paged, pb.page)
-        if cfg is not None:
-            return cfg, "table"
-        key = cache_key(cls)
-        entry = read_cache(gpu).get(key)
-        cfg = _parsed(mod, entry.get("config") if isinstance(entry, dict) else None, self.paged, pb.page)
-        if cfg is not None:
-            return cfg, "cache"
-        if not tuning_enabled():
-            return self.default_config(), "default"
         cfg, self.tuning = self.tune()
-        write_cache(gpu, key, {"config": cfg.name, "class": cls, "gpu": gpu, **self.tuning})
+        write_cache(self.gpu, cache_key(cls), {"config": cfg.name, "class": cls, "gpu": self.gpu, **self.tuning})
         return cfg, "tuned"
 
     def _plan(self, config):
@@ -447,4 +469,5 @@ def _host_arrays(inputs) -> dict:
 
 
 __all__ = ["VARIANT", "unavailable_reason", "unsupported", "kernel_module", "tile_keys", "source_hash", "meta",
-           "on_timed_stream", "TritonVariant", "MIN_CC", "TUNED", "problem_class", "kernel_info"]
+           "on_timed_stream", "TritonVariant", "MIN_CC", "TUNED", "problem_class", "kernel_info", "planned_config",
+           "planned_tile_keys"]
