@@ -20,9 +20,8 @@ warps) it
     timer (pa_bench.measure.timing: L2 flushed, GPU time only) under a short budget.
 It prints a table per shape, writes ``triton_tune.csv`` and ``triton_tune.json`` under ``--out``,
 and prints the fastest per shape and the ``TUNED`` entry of pa_bench/backends/triton_runner.py
-that a run then uses on this GPU (only candidates with the default's arithmetic that passed; one
-that changes it is printed apart, and a run uses it when named in PA_BENCH_TRITON_CONFIG,
-its parity then judged against the model of its tile size);
+that a run then uses on this GPU (the fastest candidate that passed, 128-key tiles included: a run
+judges its parity against the model of its configuration's tile size, as the tune does);
 ``--apply`` writes that entry from a run's triton_tune.json into triton_runner.py (no GPU needed).
 No new candidate is compiled once ``--budget-s`` has passed (those rows say so); it exits 0 even
 when candidates fail.
@@ -375,10 +374,12 @@ def print_table(rows) -> None:
 
 
 def best_per_shape(rows) -> dict:
-    """{shape: fastest row} among candidates that passed with the default's arithmetic."""
+    """{shape: fastest row} among candidates that passed, whatever their tile size: a run's numerics
+    model follows the configuration the table names (``triton_runner.planned_tile_keys``), so a
+    128-key candidate is held to the model of 128-key tiles there as here."""
     best = {}
     for r in rows:
-        if r.get("status") == "ok" and r.get("arithmetic") == "same" and r.get("ms") is not None:
+        if r.get("status") == "ok" and r.get("ms") is not None and r.get("candidate") != "v2":
             if r["shape"] not in best or r["ms"] < best[r["shape"]]["ms"]:
                 best[r["shape"]] = r
     return best
@@ -522,14 +523,11 @@ def run_all(backend, gpu: str, sms: int, pbs, args, started: float, watch: bool 
         outputs.write()
     rows = outputs.rows
     best = best_per_shape(rows)
-    print("\nfastest per shape (passed, the default's arithmetic):")
+    print("\nfastest per shape (passed):")
     for shape, r in best.items():
         v2 = next((x for x in rows if x["shape"] == shape and x["candidate"] == "v2"), None)
         print(f"  {shape:<10} {r['candidate']:<30} {r['ms']:.4f} ms  {r['tflops']} TFLOP/s  "
               f"{r.get('vs_default')}x the default" + (f"  ({v2['ms'] / r['ms']:.2f}x v2)" if v2 else ""))
-    for r in rows:
-        if r.get("status") == "ok" and r.get("arithmetic", "").startswith("tile"):
-            print(f"  (changes the arithmetic) {r['shape']:<10} {r['candidate']}: {r.get('ms')} ms")
     print("\nthe table entry (pa_bench/backends/triton_runner.py, TUNED):\n" + outputs.entry())
     print(f"\n{time.perf_counter() - started:.0f} s in all")
     if args.out:

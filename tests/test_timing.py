@@ -281,3 +281,89 @@ def test_a_hung_warm_up_names_the_variant():
     with pytest.raises(deadline.KernelHung, match=r"^v9: no result within"):
         timing.time_interleaved({"v9": lambda: None}, Settings(), timer=SyncHangs(iter(())),
                                 deadlines={"v9": 0.01})
+
+
+@dataclass
+class PrimedSettings(Settings):
+    prime: bool = True
+    round_samples: int = 2
+
+
+def test_primed_rounds_call_each_variant_once_untimed_before_its_samples():
+    timer = FakeTimer(itertools.repeat((1.0, False)))
+    res = timing.time_interleaved({"a": launcher(timer.log, "a"), "b": launcher(timer.log, "b")},
+                                  PrimedSettings(min_samples=4), timer=timer)
+    body = timer.log[timer.log.index("hold") - 1:]           # from the first round's first prime
+    one = ["hold", "flush", "start", None, "stop", "release", "wait"]
+    round_ = []
+    for name in ("a", "b"):
+        sample = [f"launch:{name}" if op is None else op for op in one]
+        round_ += [f"launch:{name}"] + sample + sample       # the prime, outside any sample, then two
+    rounds = len(res["a"].samples_ms) // 2
+    assert len(res["a"].samples_ms) == len(res["b"].samples_ms) == 2 * rounds >= 4
+    assert body == round_ * rounds
+
+
+class PredecessorTimer(FakeTimer):
+    """Times a sample by what ran before it: 1.0 ms after the same variant's kernel, 1.1 ms after
+    another's (the state one kernel leaves for the next, which an L2 flush does not clear)."""
+
+    def __init__(self):
+        super().__init__(iter(()))
+
+    def elapsed(self, deadline_s=None):
+        assert not self.held
+        launches = [op for op in self.log if op.startswith("launch:")]
+        self.log.append("wait")
+        return (1.0 if len(launches) < 2 or launches[-1] == launches[-2] else 1.1), False
+
+
+def test_with_the_prime_every_sample_follows_its_own_kernel_whatever_runs_beside_it():
+    for prime, expect in ((False, 1.1), (True, 1.0)):
+        timer = PredecessorTimer()
+        res = timing.time_interleaved(
+            {"a": launcher(timer.log, "a"), "b": launcher(timer.log, "b")},
+            PrimedSettings(prime=prime, round_samples=1, min_samples=10), timer=timer)
+        for name in ("a", "b"):
+            assert float(np.median(res[name].samples_ms)) == expect, (prime, name)
+
+
+def test_the_first_wait_of_a_primed_variant_covers_the_prime_too():
+    timer = FakeTimer(itertools.repeat((1.0, False)))
+    timing.time_interleaved({"a": lambda: None, "b": lambda: None}, PrimedSettings(), timer=timer,
+                            deadlines={"a": 7.0, "b": 9.0})
+    assert timer.deadlines[:8] == [14.0, 7.0, 18.0, 9.0, 14.0, 7.0, 18.0, 9.0]
+
+
+def test_hot_samples_are_not_primed():
+    timer = FakeTimer(itertools.chain([(0.25, False)], itertools.repeat((1.0, False))))
+    timing.time_interleaved({"a": launcher(timer.log, "a")}, PrimedSettings(hot=True, round_samples=1),
+                            timer=timer)
+    for s in samples(timer.log):
+        assert s[:2] == ["hold", "start"]
+    first = timer.log.index("hold", timer.log.index("wait"))    # after the batch probe
+    between = timer.log[first:]
+    waits = [i for i, op in enumerate(between) if op == "wait"]
+    for w, nxt in zip(waits, waits[1:]):
+        assert between[w + 1] == "hold"                          # no untimed launch between samples
+
+
+def test_prime_and_round_samples_are_timing_settings_checked_at_load(tmp_path, smoke_yaml):
+    import re
+
+    from pa_bench.errors import ConfigError
+    from pa_bench.problem.config import load_config
+
+    t = load_config(smoke_yaml).timing
+    assert (t.prime, t.round_samples) == (True, 2)
+    text = open(smoke_yaml).read()
+    for line, key, says in (("prime: 1", "timing.prime", "expected true or false"),
+                            ("round_samples: 0", "timing.round_samples", "must be at least 1"),
+                            ("round_samples: 17", "timing.round_samples", "(17) must be at most 16")):
+        p = tmp_path / "c.yaml"
+        p.write_text(text.replace("timing:", f"timing:\n  {line}", 1))
+        with pytest.raises(ConfigError, match=re.escape(f"{key}: {says}")):
+            load_config(p)
+    p.write_text(text.replace("timing:", "timing:\n  prime: false\n  round_samples: 1", 1))
+    t = load_config(p).timing
+    assert (t.prime, t.round_samples) == (False, 1)

@@ -27,8 +27,14 @@ measurements behind the choice.
 Hot samples (``hot``) time a batch of back-to-back launches with no flush and
 divide by the batch size (the batch is sized from the warm-up to about ``HOT_BATCH_MS``).
 
-One *round* takes one sample of every variant, in a fixed order, so that clock or thermal drift
-hits all alike and per-round ratios give paired speed-ups. Sampling stops by
+One *round* takes ``round_samples`` samples of every variant, in a fixed order, so that clock or
+thermal drift hits all alike and per-round ratios give paired speed-ups. With ``prime`` (the
+default for cold samples) a variant's samples in a round follow one untimed call of it, enqueued
+before the hold: every sample then follows the variant's own kernel, as in a benchmark of that
+kernel alone (nvbench's), whatever runs beside it. Without it a sample follows another variant's
+kernel, and what that leaves behind survives the L2 flush: on the H200 a first chunk through
+cuDNN took 2.2 % longer after another variant than after itself, flash 2.7 % less
+(docs/TIMING.md), so a variant's time depended on its neighbour in the variant list. Sampling stops by
 :class:`pa_bench.measure.stats.StopRule`: every variant's median is known to ``max_noise`` (the 95 %
 interval of the median within that of it, with ``min_samples``) and the shape's samples hold
 ``min_seconds`` of GPU time, or a ceiling is reached (``max_seconds`` of wall time,
@@ -273,6 +279,8 @@ def time_interleaved(
     raises :class:`~pa_bench.measure.deadline.KernelHung` naming it (None: no deadline)."""
     hot = bool(getattr(settings, "hot", False))
     warmup = max(int(getattr(settings, "warmup", 5)), 1)
+    prime = bool(getattr(settings, "prime", False)) and not hot
+    per_round = max(int(getattr(settings, "round_samples", 1) or 1), 1)
     rule = stats.StopRule.of(settings)
     names = list(fns)
     limit_s = {n: (deadlines or {}).get(n) for n in names}
@@ -299,16 +307,20 @@ def time_interleaved(
         while True:
             for name in names:
                 wait_s = None if limit_s[name] is None else limit_s[name] * batch[name]
-                try:
-                    ms, was_late, mhz = _one_sample(fns[name], timer, clock, hot=hot, batch=batch[name],
-                                                    deadline_s=wait_s)
-                except KernelHung as exc:
-                    raise exc.at(name, name) from None
-                samples[name].append(ms)
-                clocks[name].append(mhz)
-                tracked[name].add(ms)
-                late[name] += was_late
-                gpu_ms += ms * batch[name]
+                if prime:
+                    fns[name]()              # untimed: the samples below follow this kernel
+                for j in range(per_round):
+                    try:                     # the first wait covers the prime too
+                        ms, was_late, mhz = _one_sample(
+                            fns[name], timer, clock, hot=hot, batch=batch[name],
+                            deadline_s=None if wait_s is None else wait_s * (2 if prime and j == 0 else 1))
+                    except KernelHung as exc:
+                        raise exc.at(name, name) from None
+                    samples[name].append(ms)
+                    clocks[name].append(mhz)
+                    tracked[name].add(ms)
+                    late[name] += was_late
+                    gpu_ms += ms * batch[name]
             rounds += 1
             enough_time = gpu_ms >= rule.min_seconds * 1e3
             for name in names:

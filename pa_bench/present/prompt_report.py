@@ -92,8 +92,11 @@ def _timing_line(prompt: Mapping[str, Any]) -> str:
     if not t:
         return "Timing settings: not recorded."
     mode = "hot (back-to-back launches)" if t.get("hot") else f"cold ({fmt.l2_flush_text(t)} before each sample)"
+    primed = ", every variant called once untimed before its samples in a round" if (
+        t.get("prime") and not t.get("hot")) else ""
     return (f"Timing per timed chunk, all variants interleaved: {mode}, {t.get('warmup')} warm-up "
-            f"launches, until rel. stdev <= {100 * float(t.get('max_noise', math.nan)):.2g}% with "
+            f"launches{primed}, until each median's 95 % interval is within "
+            f"{100 * float(t.get('max_noise', math.nan)):.2g}% of it with "
             f">= {t.get('min_seconds')} s and >= {t.get('min_samples')} samples, or "
             f"{t.get('max_seconds')} s.")
 

@@ -45,13 +45,16 @@ class TimingSettings:
     max_seconds: float = 15.0       # wall-time ceiling of a shape's sampling
     max_noise: float = 0.005        # the median's 95 % interval within this of it: converged
     min_samples: int = 20
-    max_samples: int = 10000        # rounds (one sample of every variant each)
+    max_samples: int = 10000        # rounds (``round_samples`` samples of every variant each)
     l2_flush: str = "read"          # cold samples: "read" twice L2, or that and "discard" its lines
     placements: int = 1             # copies of a shape's inputs in GPU memory, sampled in turn
+    prime: bool = True              # cold samples: one untimed call of a variant before its samples in a round
+    round_samples: int = 2          # samples of each variant per round (after its prime)
 
 
 L2_FLUSHES = ("read", "discard")
 MAX_PLACEMENTS = 8
+MAX_ROUND_SAMPLES = 16
 
 
 @dataclass(frozen=True)
@@ -596,7 +599,11 @@ def _timing(c: _Checker, value: Any) -> TimingSettings:
         max_samples=c.integer(get("max_samples"), "timing.max_samples", 1),
         l2_flush=c.choice(get("l2_flush"), "timing.l2_flush", L2_FLUSHES),
         placements=c.integer(get("placements"), "timing.placements", 1),
+        prime=c.boolean(get("prime"), "timing.prime"),
+        round_samples=c.integer(get("round_samples"), "timing.round_samples", 1),
     )
+    if t.round_samples > MAX_ROUND_SAMPLES:
+        raise c.fail("timing.round_samples", f"({t.round_samples}) must be at most {MAX_ROUND_SAMPLES}")
     if t.placements > MAX_PLACEMENTS:
         raise c.fail("timing.placements", f"({t.placements}) must be at most {MAX_PLACEMENTS}")
     if t.max_samples < t.min_samples:
