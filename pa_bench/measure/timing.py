@@ -33,8 +33,9 @@ default for cold samples) a variant's samples in a round follow one untimed call
 before the hold: every sample then follows the variant's own kernel, as in a benchmark of that
 kernel alone (nvbench's), whatever runs beside it. Without it a sample follows another variant's
 kernel, and what that leaves behind survives the L2 flush: on the H200 a first chunk through
-cuDNN took 2.2 % longer after another variant than after itself, flash 2.7 % less
-(docs/TIMING.md), so a variant's time depended on its neighbour in the variant list. Sampling stops by
+cuDNN took up to 1.9 % longer after another variant than after itself, flash up to 3.3 % less
+(docs/TIMING.md, scripts/order_check.py), so a variant's time depended on its neighbour in the
+variant list. Sampling stops by
 :class:`pa_bench.measure.stats.StopRule`: every variant's median is known to ``max_noise`` (the 95 %
 interval of the median within that of it, with ``min_samples``) and the shape's samples hold
 ``min_seconds`` of GPU time, or a ceiling is reached (``max_seconds`` of wall time,
