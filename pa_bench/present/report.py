@@ -195,10 +195,10 @@ def _parameters(records: list[Record], meta: RunMeta) -> list[str]:
             " (the numpy backend does not time)" if "numpy" in _unique(records, "backend") else "")
     elif timing:
         mode = "hot (back-to-back launches)" if timing.get("hot") else f"cold ({fmt.l2_flush_text(timing)} before each launch)"
-        primed = (not timing.get("hot") and timing.get("prime")
-                  and "; every variant called once untimed before its samples in a round")
+        primed = "; every variant called once untimed before its samples in a round" if (
+            timing.get("prime") and not timing.get("hot")) else ""
         timing_text = (
-            f"{mode}; {timing.get('warmup', DASH)} warm-up launches{primed or ''}; until each median's 95 % "
+            f"{mode}; {timing.get('warmup', DASH)} warm-up launches{primed}; until each median's 95 % "
             f"interval is within {100 * float(timing.get('max_noise', math.nan)):.2g}% of it with >= "
             f"{timing.get('min_seconds', DASH)} s "
             f"and >= {timing.get('min_samples', DASH)} samples, or {timing.get('max_seconds', DASH)} s"
