@@ -1,8 +1,9 @@
 """Launch one kernel variant on one shape a few times, for Nsight Compute.
 
     ncu --clock-control none --set full -k regex:pa_v2$ -c 1 \
-        python scripts/profile_target.py --variant v2 --shape 32Kx1024
+        python scripts/profile_target.py --variant v2 --shape 32Kx1024 [--plugin MODULE]
 
+``--plugin`` loads a plug-in first (as ``pa-bench --plugin``), so its variants can be profiled.
 Defaults are the PR config's (32/8 heads, D=128, paged, page 64, normal data).
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 
+from pa_bench import plugins
 from pa_bench.backends.cuda import CudaBackend
 from pa_bench.problem.inputs import make_inputs
 from pa_bench.problem.plan import Problem
@@ -22,7 +24,10 @@ def main() -> None:
     ap.add_argument("--shape", default="32Kx1024")
     ap.add_argument("--launches", type=int, default=3)
     ap.add_argument("--tiles", type=int, default=None, help="v2/v2t: m16 query tiles per warp (1 or 2; default: per shape)")
+    ap.add_argument("--plugin", action="append", default=[], help="a plug-in module or .py file to load first")
     args = ap.parse_args()
+    for name in args.plugin:
+        plugins.load(name)
     backend = CudaBackend()
     backend.tiles = args.tiles
     pb = Problem(parse_shape(args.shape))

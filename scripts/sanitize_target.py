@@ -1,12 +1,14 @@
 """Launch every kernel variant once on a small and a non-aligned shape, for compute-sanitizer.
 
     compute-sanitizer --tool memcheck python scripts/sanitize_target.py [--force-turing] [--only v3] [--small]
+        [--plugin MODULE]
 
 Both layouts (paged with 16-key pages, contiguous), both head dims, paired heads (4/2),
 row-paired tiles (2/2), the PR's 32/8 heads, one and two tiles per v2/v2t warp, v2/v2t with split keys (forced on
 1023x113, whose context is long enough for a split point) and without; v3 where the GPU has it
 (sm_90a); triton where Triton is installed (its configuration: PA_BENCH_TRITON_CONFIG or the tuned one); no timing, no reference. ``--only NAME[,NAME]`` keeps those variants; ``--small``
-only the small shape (racecheck on v3's 182 KB (now 215 KB) of shared memory took over 70 s a launch of
+only the small shape. ``--plugin MODULE`` (repeatable) loads a plug-in first; the variants it
+registers are launched too when ``--only`` names them (racecheck on v3's 182 KB (now 215 KB) of shared memory took over 70 s a launch of
 1023x113 on the H200). The small shape has 512 keys, 8 key tiles of 64: v3's four fp16 stages
 and v2's double buffers are each reused, so a missing barrier before a refill shows.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import sys
 
+from pa_bench import plugins
 from pa_bench.backends.cuda import CudaBackend
 from pa_bench.problem.inputs import make_inputs
 from pa_bench.problem.plan import Problem
@@ -32,6 +35,11 @@ def main(argv: list[str]) -> int:
     force = "--force-turing" in argv
     only = set(argv[argv.index("--only") + 1].split(",")) if "--only" in argv else None
     shapes = SHAPES[:1] if "--small" in argv else SHAPES
+    for i, arg in enumerate(argv):
+        if arg == "--plugin":
+            plugins.load(argv[i + 1])
+    builtin = ("v1", "v3", "triton", "v2", "v2t")
+    extra = [(name, 1, False) for name in sorted(only or ()) if name not in builtin]
     backend = CudaBackend(force_turing=force)
     for shape in shapes:
         for d, hq, hkv, layout, page in SETUPS:
@@ -40,7 +48,7 @@ def main(argv: list[str]) -> int:
             prep = backend.prepare(make_inputs(pb))
             splits = (False, True) if pb.context >= 32 else (False,)
             for variant, tiles, split in [("v1", 1, False), ("v3", 1, False), ("triton", 1, False)] + [
-                    (v, t, sp) for v in ("v2", "v2t") for t in (2, 1) for sp in splits]:
+                    (v, t, sp) for v in ("v2", "v2t") for t in (2, 1) for sp in splits] + extra:
                 if only is not None and variant not in only:
                     continue
                 why = backend.unsupported_parity(variant, pb)
