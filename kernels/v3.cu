@@ -357,6 +357,32 @@ __device__ __forceinline__ float4 load_scales(const pa::Args& a, const Cta& c, i
     const float* sc = (lane < 16 ? a.k_scale : a.v_scale) + pa::scale_index(a, c.hkv, j, row);
     return __ldg(reinterpret_cast<const float4*>(sc));
 }
+// Thread 0 asks the L2 for tile n's K and V rows ahead of the loads (cp.async.bulk.prefetch.L2: no
+// shared memory, no barrier), one request per run of keys that is contiguous in memory, as the
+// staging producer's copies are: the direct loads are issued only one tile ahead, so without it a
+// load that misses the L2 waits for HBM while the consumers wait for the tile.
+#ifndef PA_V3_PREFETCH
+#define PA_V3_PREFETCH 4   // tiles ahead of the producer's loads
+#endif
+constexpr int PREFETCH_TILES = PA_V3_PREFETCH;
+__device__ __forceinline__ void prefetch_l2(const void* src, u32 bytes) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void prefetch_tile(const pa::Args& a, const Cta& c, int n) {
+    const int nk = a.ctx + a.n_q;
+    const int j0 = (c.t_begin + n) * BN, j1 = min(j0 + BN, nk);
+#if PA_PAGED
+    const int span = 1 << min(BN_LOG2, a.page_shift);
+#else
+    const int span = BN;
+#endif
+    for (int j = j0; j < j1; j += span) {
+        const u32 row = pa::kv_row(a, c.hkv, j, pa::page_of(a, j));
+        const u32 bytes = (u32)min(span, j1 - j) * D;
+        prefetch_l2(a.k + (u64)row * D, bytes);
+        prefetch_l2(a.v + (u64)row * D, bytes);
+    }
+}
 // This thread's chunks x of one tile's K or V, converted into the fp16 tile at `dst` (the staging
 // producer's stores, chunk for chunk).
 __device__ __forceinline__ void convert_chunks(unsigned char* dst, int pw, int lane, int ch, const uint4 (&x)[NI]) {
@@ -383,10 +409,13 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
     load_chunks(a.k, row, ch, kc);
     load_chunks(a.v, row, ch, vc);
     if (pw == 0) sc4 = load_scales(a, c, 0, lane);
+    if (threadIdx.x == 0)
+        for (int n = 1; n < PREFETCH_TILES && n < n_tiles; ++n) prefetch_tile(a, c, n);
     for (int n = 0; n < n_tiles; ++n) {
         const int s = n % F16_STAGES;
         unsigned char* f = sm + SM_F16 + s * F16_STAGE;
         const bool more = n + 1 < n_tiles;
+        if (threadIdx.x == 0 && n + PREFETCH_TILES < n_tiles) prefetch_tile(a, c, n + PREFETCH_TILES);
         if (n >= F16_STAGES) mbar_wait(bar_empty + 8 * s, ((n / F16_STAGES) & 1) ^ 1);   // tile n-F16_STAGES released stage s
         convert_chunks(f + F16_K, pw, lane, ch, kc);
         if (more) {                          // tile n+1's K while tile n's V is converted
