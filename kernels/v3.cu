@@ -35,9 +35,6 @@
 #if PA_FORCE_TURING
 #error "v3 has no Turing path"
 #endif
-#ifndef PA_V3_DIRECT
-#define PA_V3_DIRECT 0   // 1: the int8 producer loads its chunks from global memory, no staging (below)
-#endif
 #ifndef PA_KV_F16
 #define PA_KV_F16 0   // 1: the fp16 control (K/V fp16 in global memory, a copy-only producer)
 #endif
@@ -58,10 +55,8 @@ constexpr int KSTEPS = D / 16;                  // k16 steps of S = Q.K^T
 constexpr int PV_STEPS = BN / 16;               // k16 steps of O = P.V
 constexpr int S_REGS = BN / 2;                  // fp32 accumulator registers per thread: S (64 x 64)
 constexpr int O_REGS = D / 2;                   // ... and O (64 x D)
-// The direct int8 producer (PA_V3_DIRECT, below) holds a tile's chunks and the next tile's rows:
-// 80 registers (it uses up to 73); the consumers use up to 199 of 208.
-constexpr int PRODUCER_REGS = PA_V3_DIRECT ? 80 : 72;
-constexpr int CONSUMER_REGS = PA_V3_DIRECT ? 208 : 216;
+constexpr int PRODUCER_REGS = 72;
+constexpr int CONSUMER_REGS = 216;
 // setmaxnreg moves registers within what the CTA was launched with: (65536 / THREADS) per thread,
 // rounded down to a multiple of 8 (168 at 384 threads). Asking the consumers' increase for more
 // than the producer's decrease frees makes setmaxnreg.inc wait forever: the kernel hangs.
@@ -100,8 +95,6 @@ constexpr int I8_SC = 2 * BN * D;               // K scales [64], then V scales 
 constexpr int I8_STAGE = I8_SC + 2 * BN * 4;
 #if PA_KV_F16
 constexpr int I8_STAGES = 0;                    // the fp16 control stages nothing: its copies land in the fp16 stages
-#elif PA_V3_DIRECT
-constexpr int I8_STAGES = 0;                    // the direct producer stages nothing: its loads land in registers
 #else
 constexpr int I8_STAGES = 3;
 #endif
@@ -322,124 +315,7 @@ __device__ __forceinline__ Cta cta_of(const pa::Args& a) {
 }
 
 // ---------------------------------------------------------------- the producer warpgroup
-#if !PA_KV_F16 && PA_V3_DIRECT
-// The direct int8 producer (PA_V3_DIRECT): no TMA and no staging ring. Every producer thread
-// loads its own 16-byte int8 chunks of a tile (prod_row, prod_chunk: the chunks the staging
-// producer reads back from its slot) straight from global memory into registers, one tile ahead:
-// tile n+1's K chunks are requested as soon as tile n's K is converted, its V chunks after tile
-// n's V, so the loads are in flight while the producer converts and while it waits for a free
-// stage. What a tile costs shared memory is then only its fp16 stores (32 KB at D = 128) and the
-// consumers' reads, where staging adds 16 KB of copies in and 16 KB of reads out. Keys at or past
-// the cache's end are not read (zero chunks; their scales are zeroed as before). Warp 0 loads the
-// scales the same way, four keys a lane (a page holds at least 16 keys, so four aligned keys
-// never straddle one). The stores, the scale products, the fence and the `full` arrival are the
-// staging producer's; `empty` is waited for as before.
-// The pool rows (in rows of D bytes) of this thread's keys of tile n, ~0 for keys at or past the
-// cache's end (their chunks are not read: zero).
-__device__ __forceinline__ void tile_rows(const pa::Args& a, const Cta& c, int n, int pw, int lane, u32 (&row)[NI]) {
-    const int nk = a.ctx + a.n_q;
-#pragma unroll
-    for (int i = 0; i < NI; ++i) {
-        const int j = (c.t_begin + n) * BN + prod_row(pw, lane, i);
-        row[i] = j < nk ? pa::kv_row(a, c.hkv, j, pa::page_of(a, j)) : ~0u;
-    }
-}
-__device__ __forceinline__ void load_chunks(const signed char* g, const u32 (&row)[NI], int ch, uint4 (&x)[NI]) {
-#pragma unroll
-    for (int i = 0; i < NI; ++i)
-        x[i] = row[i] != ~0u ? __ldg(reinterpret_cast<const uint4*>(g + (u64)row[i] * D + 16 * ch)) : make_uint4(0, 0, 0, 0);
-}
-// Warp 0's scales of tile n: lanes 0-15 the K scales of keys 4*lane.., lanes 16-31 the V scales.
-__device__ __forceinline__ float4 load_scales(const pa::Args& a, const Cta& c, int n, int lane) {
-    const int j = (c.t_begin + n) * BN + 4 * (lane & 15);
-    if (j >= a.ctx + a.n_q) return make_float4(0.f, 0.f, 0.f, 0.f);
-    const u32 row = pa::kv_row(a, c.hkv, j, pa::page_of(a, j));
-    const float* sc = (lane < 16 ? a.k_scale : a.v_scale) + pa::scale_index(a, c.hkv, j, row);
-    return __ldg(reinterpret_cast<const float4*>(sc));
-}
-// Thread 0 asks the L2 for tile n's K and V rows ahead of the loads (cp.async.bulk.prefetch.L2: no
-// shared memory, no barrier), one request per run of keys that is contiguous in memory, as the
-// staging producer's copies are: the direct loads are issued only one tile ahead, so without it a
-// load that misses the L2 waits for HBM while the consumers wait for the tile.
-#ifndef PA_V3_PREFETCH
-#define PA_V3_PREFETCH 4   // tiles ahead of the producer's loads
-#endif
-constexpr int PREFETCH_TILES = PA_V3_PREFETCH;
-__device__ __forceinline__ void prefetch_l2(const void* src, u32 bytes) {
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void prefetch_tile(const pa::Args& a, const Cta& c, int n) {
-    const int nk = a.ctx + a.n_q;
-    const int j0 = (c.t_begin + n) * BN, j1 = min(j0 + BN, nk);
-#if PA_PAGED
-    const int span = 1 << min(BN_LOG2, a.page_shift);
-#else
-    const int span = BN;
-#endif
-    for (int j = j0; j < j1; j += span) {
-        const u32 row = pa::kv_row(a, c.hkv, j, pa::page_of(a, j));
-        const u32 bytes = (u32)min(span, j1 - j) * D;
-        prefetch_l2(a.k + (u64)row * D, bytes);
-        prefetch_l2(a.v + (u64)row * D, bytes);
-    }
-}
-// This thread's chunks x of one tile's K or V, converted into the fp16 tile at `dst` (the staging
-// producer's stores, chunk for chunk).
-__device__ __forceinline__ void convert_chunks(unsigned char* dst, int pw, int lane, int ch, const uint4 (&x)[NI]) {
-#pragma unroll
-    for (int i = 0; i < NI; ++i) {
-        const int r = prod_row(pw, lane, i);
-        uint4 lo, hi;
-        i8x16_to_f16(x[i], lo, hi);
-        *reinterpret_cast<uint4*>(dst + sw128(r, 2 * ch, KV_BLOCK)) = lo;
-        *reinterpret_cast<uint4*>(dst + sw128(r, 2 * ch + 1, KV_BLOCK)) = hi;
-    }
-}
-__device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsigned char* sm, u32 base) {
-    const int pw = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int ch = prod_chunk(lane);
-    const int nk = a.ctx + a.n_q;
-    const int n_tiles = c.t_end - c.t_begin;
-    const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
-
-    u32 row[NI];
-    uint4 kc[NI], vc[NI];                    // this thread's chunks of the next tile to convert
-    float4 sc4 = make_float4(0.f, 0.f, 0.f, 0.f);
-    tile_rows(a, c, 0, pw, lane, row);
-    load_chunks(a.k, row, ch, kc);
-    load_chunks(a.v, row, ch, vc);
-    if (pw == 0) sc4 = load_scales(a, c, 0, lane);
-    if (threadIdx.x == 0)
-        for (int n = 1; n < PREFETCH_TILES && n < n_tiles; ++n) prefetch_tile(a, c, n);
-    for (int n = 0; n < n_tiles; ++n) {
-        const int s = n % F16_STAGES;
-        unsigned char* f = sm + SM_F16 + s * F16_STAGE;
-        const bool more = n + 1 < n_tiles;
-        if (threadIdx.x == 0 && n + PREFETCH_TILES < n_tiles) prefetch_tile(a, c, n + PREFETCH_TILES);
-        if (n >= F16_STAGES) mbar_wait(bar_empty + 8 * s, ((n / F16_STAGES) & 1) ^ 1);   // tile n-F16_STAGES released stage s
-        convert_chunks(f + F16_K, pw, lane, ch, kc);
-        if (more) {                          // tile n+1's K while tile n's V is converted
-            tile_rows(a, c, n + 1, pw, lane, row);
-            load_chunks(a.k, row, ch, kc);
-        }
-        convert_chunks(f + F16_V, pw, lane, ch, vc);
-        if (more) load_chunks(a.v, row, ch, vc);
-        if (pw == 0) {   // lanes 0-15: the K scales of keys 4*lane.., lanes 16-31 the V scales; zero past nk
-            const int key0 = (c.t_begin + n) * BN + 4 * (lane & 15);
-            const float mul = lane < 16 ? a.qk_scale_log2 : a.p_scale;
-            float4 out;
-            out.x = key0 + 0 < nk ? __fmul_rn(sc4.x, mul) : 0.f;
-            out.y = key0 + 1 < nk ? __fmul_rn(sc4.y, mul) : 0.f;
-            out.z = key0 + 2 < nk ? __fmul_rn(sc4.z, mul) : 0.f;
-            out.w = key0 + 3 < nk ? __fmul_rn(sc4.w, mul) : 0.f;
-            *reinterpret_cast<float4*>(f + F16_KQ + (lane >> 4) * BN * 4 + 16 * (lane & 15)) = out;   // F16_VS = F16_KQ + BN*4
-            if (more) sc4 = load_scales(a, c, n + 1, lane);
-        }
-        fence_proxy_async();                 // the stores above, before wgmma reads them
-        mbar_arrive(bar_full + 8 * s);
-    }
-}
-#elif !PA_KV_F16
+#if !PA_KV_F16
 // Thread 0 starts tile n's bulk copies into staging slot n % I8_STAGES: K and V rows and their
 // scales, one copy of each per run of keys that is contiguous in memory (a page, or the whole tile
 // where a page holds it or the cache is contiguous), only keys below nk (what lies past them in
