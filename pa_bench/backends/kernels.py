@@ -37,6 +37,7 @@ class KernelBuild:
     force_turing: bool = False
     tiles: int = DEFAULT_TILES      # warp_tiles variants only: m16 query tiles per warp
     kv_f16: bool = False            # v3 only: its fp16-K/V control (-DPA_KV_F16=1, the peer v3-f16)
+    tile_keys: int = 64             # v3 only: keys per tile (-DPA_V3_BN; 128: the peer v3-f16-n128)
 
     @property
     def function(self) -> str:
@@ -49,7 +50,8 @@ class KernelBuild:
             f"-DPA_PAGED={int(self.paged)}",
             f"-DPA_OUT_F16={int(self.out_f16)}",
             f"-DPA_FORCE_TURING={int(self.force_turing)}",
-        ) + tiles + (("-DPA_KV_F16=1",) if self.kv_f16 else ())
+        ) + tiles + (("-DPA_KV_F16=1",) if self.kv_f16 else ()) + (
+            (f"-DPA_V3_BN={self.tile_keys}",) if self.tile_keys != 64 else ())
 
     def options(self) -> tuple[str, ...]:
         own = kernel_path(self.variant).parent          # a plug-in kernel's own folder first
