@@ -1,0 +1,106 @@
+"""v3 at 128-key tiles on a Hopper GPU (`pytest -m gpu`): the control v3-f16-n128
+(pa_bench/peers/v3_f16_n128.py: v3.cu -DPA_KV_F16=1 -DPA_V3_BN=128) through the cuda backend as a
+run computes a peer: deterministic, every element written (its output is NaN-filled before each
+call), close to FP64 attention on the fp16 K/V it reads (tight) and on the int8 K/V (looser), and
+close to v3-f16 at 64-key tiles. The shapes cover the copy paths of its producer: pages of 16 keys
+(a page-table entry per round), pages of 64 (two per tile), pages of 256 and the contiguous cache
+(whole tiles), the zero-filled tail past the cache, and v3's key segments in whole 128-key tiles.
+Skipped on GPUs other than sm_90."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pa_bench import variants as registry
+from pa_bench.numerics.metrics import error_metrics
+from pa_bench.numerics.reference import reference_attention
+from pa_bench.problem.inputs import make_inputs
+from pa_bench.problem.plan import Problem
+from pa_bench.problem.shapes import parse_shape
+
+pytestmark = pytest.mark.gpu
+
+from gpu_env import require_cupy_gpu  # noqa: E402  (tests/gpu/gpu_env.py)
+
+cp = require_cupy_gpu()
+
+from pa_bench.backends.cuda import CudaBackend  # noqa: E402
+
+# (shape, head_dim, heads_q, heads_kv, layout, page, data, out_dtype)
+CASES = {
+    # 1,037 keys over 16-key pages: a page-table entry per round, and the last tile's tail zero-filled
+    "ragged-d128-gqa-p16": ("1000x37", 128, 32, 8, "paged", 16, "realistic", "float32"),
+    # pages of 64 keys: two page-table entries per 128-key tile
+    "d128-gqa-p64": ("700x300", 128, 32, 8, "paged", 64, "normal", "float32"),
+    # pages longer than a tile, and a single-tile chunk (one K and one V stage used)
+    "d128-mqa-p256-short": ("0x100", 128, 8, 1, "paged", 256, "normal", "float32"),
+    "odd-d64-mha-contig-f16": ("1023x113", 64, 16, 16, "contiguous", 64, "normal", "float16"),
+    # a PR shape: 64 CTAs, so v3's rule runs its keys in segments (rounded to 128 keys), merged by pa_combine
+    "pr-2.1Kx256-d128-gqa-p64": ("2.1Kx256", 128, 32, 8, "paged", 64, "normal", "float32"),
+}
+TIGHT = 2e-3     # relative L2 error against FP64 on the same fp16 K/V
+LOOSE = 1e-2     # ... against FP64 on the int8 K/V (pa-bench's reference)
+NEAR_64 = 2e-3   # ... against v3-f16 (64-key tiles: another order of the same fp32 sums)
+
+
+@pytest.fixture(scope="module")
+def backend():
+    be = CudaBackend()
+    if be.cc != 90:
+        pytest.skip(f"v3-f16-n128 runs on sm_90a only, this GPU is sm_{be.cc}")
+    from pa_bench.peers import v3_f16, v3_f16_n128
+
+    v3_f16_n128.register()
+    yield be
+    for name in (v3_f16_n128.NAME, v3_f16.NAME):
+        if registry.find(name) is not None:
+            registry.unregister(name)
+
+
+def _problem(case):
+    shape, d, hq, hkv, layout, page, data, out = CASES[case]
+    return Problem(parse_shape(shape), heads_q=hq, heads_kv=hkv, head_dim=d, layout=layout, page=page,
+                   data=data, seed=1, out_dtype=out)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_v3_f16_n128_against_fp64(backend, case):
+    pb = _problem(case)
+    inp = make_inputs(pb)
+    assert backend.unsupported_parity("v3-f16-n128", pb) is None
+    prep = backend.prepare(inp)
+    try:
+        ko = backend.compute(prep, "v3-f16-n128", check_determinism=True)
+        assert ko.deterministic, "two calls differ"
+        assert np.isfinite(ko.out).all(), "an element is NaN/Inf (or was left unwritten)"
+        ref_q = backend.reference(inp)                                   # FP64 on the int8 K/V
+        k16 = inp.k_i8.astype(np.float16) * inp.k_scale.astype(np.float16)[..., None]
+        v16 = inp.v_i8.astype(np.float16) * inp.v_scale.astype(np.float16)[..., None]
+        ref_16 = cp.asnumpy(reference_attention(cp.asarray(inp.q), cp.asarray(k16, dtype=cp.float64),
+                                                cp.asarray(v16, dtype=cp.float64), pb.context,
+                                                pb.softmax_scale, xp=cp))
+        tight, loose = error_metrics(ko.out, ref_16)["rel_l2_err"], error_metrics(ko.out, ref_q)["rel_l2_err"]
+        assert tight < TIGHT, f"{case}: {tight:.2e} against FP64 on its fp16 K/V"
+        assert loose < LOOSE, f"{case}: {loose:.2e} against FP64 on the int8 K/V"
+        k64 = backend.compute(prep, "v3-f16", check_determinism=False)
+        near = error_metrics(ko.out, k64.out)["rel_l2_err"]
+        assert near < NEAR_64, f"{case}: {near:.2e} against v3-f16 (64-key tiles)"
+    finally:
+        backend.release(prep)
+
+
+def test_v3_f16_n128_segments_are_whole_tiles(backend):
+    """On the PR shape with segments, the launch's segment size is a multiple of 128 and covers
+    the keys (the kernel starts segment z at tile z * segment_keys / 128)."""
+    pb = _problem("pr-2.1Kx256-d128-gqa-p64")
+    inp = make_inputs(pb)
+    prep = backend.prepare(inp)
+    try:
+        backend.compute(prep, "v3-f16-n128", check_determinism=False)
+        desc = backend._peer(prep, "v3-f16-n128").describe()
+        assert desc["segment_keys"] > 0 and desc["segment_keys"] % 128 == 0
+        assert desc["segments"] * desc["segment_keys"] >= pb.context + pb.queries
+        assert "-DPA_V3_BN=128" in desc["build"]
+    finally:
+        backend.release(prep)
