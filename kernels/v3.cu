@@ -29,10 +29,11 @@
 //   producer. Its numerics are fp16 K/V, not the int8 model: it is judged as a peer.
 // 128-key tiles (-DPA_V3_BN=128; 64, the default, is the kernel above): S is 64 x 128 per
 //   warpgroup (64 registers, PV_STEPS = 8 k16 steps of P.V), K and V have rings of their own
-//   (3 K stages, 2 V stages: a K stage is released once S and the softmax have read it, a V stage
-//   once P.V has), Q stays in shared memory as S's A operand (the registers go to S and P), and
-//   setmaxnreg gives the consumers 232 and the producer 40. Built for the fp16 control only (the
-//   peer v3-f16-n128): with int8 staging the stages do not fit (pipeline comment below).
+//   (2 V stages and 2 K stages, 3 in the fp16 control: a K stage is released once S and the
+//   softmax have read it, a V stage once P.V has), Q stays in shared memory as S's A operand (the
+//   registers go to S and P), and setmaxnreg gives the consumers 232 and the producer 40. The
+//   int8 build (the plug-in variant v3-n128) stages each tile as two 64-key halves, K apart from
+//   V, and converts them in place of whole tiles; the fp16 control is the peer v3-f16-n128.
 #include "pa_common.cuh"
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -49,9 +50,6 @@
 #endif
 #if PA_V3_BN != 64 && PA_V3_BN != 128
 #error "PA_V3_BN must be 64 or 128"
-#endif
-#if PA_V3_BN == 128 && !PA_KV_F16
-#error "v3 with 128-key tiles is built for the fp16 control only (-DPA_KV_F16=1): the int8 staging does not fit beside its stages (kernels/v3.cu, 128-key tiles)"
 #endif
 
 namespace v3 {
@@ -71,8 +69,9 @@ constexpr int KSTEPS = D / 16;                  // k16 steps of S = Q.K^T
 constexpr int PV_STEPS = BN / 16;               // k16 steps of O = P.V
 constexpr int S_REGS = BN / 2;                  // fp32 accumulator registers per thread: S (64 x BN)
 constexpr int O_REGS = D / 2;                   // ... and O (64 x D)
-// 128-key tiles: S and P twice as large (64 + 32 registers more than at 64 keys) need the
-// consumers at 240, which leaves the copy-only producer 24 (FlashAttention-3's split).
+// 128-key tiles: S and P twice as large (64 + 32 registers more than at 64 keys), with Q moved
+// to shared memory (32 fewer), need the consumers at 232 (ptxas uses up to 230), which leaves the
+// producer 40 (it uses up to 38, converting or copying): 128*40 + 256*232 = 168*384 exactly.
 constexpr int PRODUCER_REGS = SPLIT_KV ? 40 : 72;
 constexpr int CONSUMER_REGS = SPLIT_KV ? 232 : 216;
 // setmaxnreg moves registers within what the CTA was launched with: (65536 / THREADS) per thread,
@@ -97,14 +96,15 @@ static_assert(128 * PRODUCER_REGS + 128 * NCWG * CONSUMER_REGS <= LAUNCH_REGS * 
 // take every turn, also past their rows' diagonal (they skip the math), so that the phase counts
 // and the turns stay in lockstep. The fp16 control (PA_KV_F16) has no int8 slots and no landed
 // barriers; full and empty are the same, with the same counts and parities (its producer below).
-// 128-key tiles (PA_V3_BN=128, SPLIT_KV; the fp16 control only): a tile is 64 KB of fp16 K and V
-// at D = 128, so K and V get rings of their own, F16_STAGES = 3 K stages (K tile, kq[128],
-// vs[128]) and V_STAGES = 2 V stages (V tile), and each is released as soon as it is read: a K
-// stage once S and the softmax's scale loads are done, a V stage once P.V is. Barriers: full[s]
-// and empty[s] of K stage s as above (128 and 256 arrivals), vfull[v] and vempty[v] of V stage v
-// (the same counts). Tile n's K is in stage n % 3 (full parity (n / 3) & 1; the producer's empty
-// wait before refilling, n >= 3: ((n / 3) & 1) ^ 1), its V in stage n % 2 (vfull parity
-// (n / 2) & 1; vempty wait, n >= 2: ((n / 2) & 1) ^ 1). Consumer step n waits for full of K(n)
+// 128-key tiles (PA_V3_BN=128, SPLIT_KV): a tile is 64 KB of fp16 K and V at D = 128, so K and V
+// get rings of their own, F16_STAGES = KS K stages (K tile, kq[128], vs[128]; KS = 3 in the fp16
+// control, 2 with int8 staging beside them) and V_STAGES = 2 V stages (V tile), and each is
+// released as soon as it is read: a K stage once S and the softmax's scale loads are done, a V
+// stage once P.V is. Barriers: full[s] and empty[s] of K stage s as above (128 and 256 arrivals),
+// vfull[v] and vempty[v] of V stage v (the same counts). Tile n's K is in stage n % KS (full
+// parity (n / KS) & 1; the producer's empty wait before refilling, n >= KS: ((n / KS) & 1) ^ 1),
+// its V in stage n % 2 (vfull parity (n / 2) & 1; vempty wait, n >= 2: ((n / 2) & 1) ^ 1). The
+// int8 slots and their landed barriers: at the int8 producer of 128-key tiles. Consumer step n waits for full of K(n)
 // (n < n_tiles) and vfull of V(n-1) (n >= 1) before its turn, and releases K(n) after tile n's
 // softmax (S done: wgmma.wait_group 1) and V(n-1) after wgmma.wait_group 0; past the diagonal it
 // waits and releases the same. A release always follows the wait for that tile's full, so no
@@ -118,9 +118,10 @@ constexpr int F16_V = NG * KV_BLOCK;            // (not with SPLIT_KV)
 constexpr int F16_KQ = (SPLIT_KV ? 1 : 2) * NG * KV_BLOCK;
 constexpr int F16_VS = F16_KQ + BN * 4;
 constexpr int F16_STAGE = (F16_VS + BN * 4 + 1023) / 1024 * 1024;
-constexpr int F16_STAGES = SPLIT_KV ? 3 : 4;   // a consumer holds two (S of tile n, P.V of tile n-1)
+constexpr int F16_STAGES = SPLIT_KV ? (PA_KV_F16 ? 3 : 2) : 4;   // a consumer holds two (S of tile n, P.V of tile n-1)
 constexpr int V_STAGE = NG * KV_BLOCK;          // (SPLIT_KV)
 constexpr int V_STAGES = SPLIT_KV ? 2 : 0;     // V stages of their own (SPLIT_KV)
+constexpr int V_RING = SPLIT_KV ? V_STAGES : 1; // the modulus of V stage indices (1 where V has no ring)
 // int8 staging: K rows, V rows, K scales, V scales (each thread's own chunks)
 [[maybe_unused]] constexpr int I8_K = 0;   // (unused by the fp16 control)
 [[maybe_unused]] constexpr int I8_V = BN * D;
@@ -128,17 +129,31 @@ constexpr int I8_SC = 2 * BN * D;               // K scales [64], then V scales 
 constexpr int I8_STAGE = I8_SC + 2 * BN * 4;
 #if PA_KV_F16
 constexpr int I8_STAGES = 0;                    // the fp16 control stages nothing: its copies land in the fp16 stages
+#elif PA_V3_BN == 128
+constexpr int I8_STAGES = 0;                    // 128-key tiles stage 64-key halves, K and V apart (below)
 #else
 constexpr int I8_STAGES = 3;
 #endif
+// int8 staging of 128-key tiles (SPLIT_KV, not the fp16 control): a tile's two 64-key halves, K
+// apart from V so that a K slot is free once K is converted: a K slot holds the half's K rows, its
+// K scales [64] and its V scales [64] (the V scales go into the K stage with the K scales), a V
+// slot its V rows. I8K_SLOTS = 4 (two tiles), I8V_SLOTS = 3 (what is left of 227 KB).
+constexpr int HB = 64;                          // keys of a staged half tile
+constexpr int I8K_SLOT = HB * D + 2 * HB * 4;
+constexpr int I8V_SLOT = HB * D;
+constexpr int I8K_SLOTS = SPLIT_KV && !PA_KV_F16 ? 4 : 0;
+constexpr int I8V_SLOTS = SPLIT_KV && !PA_KV_F16 ? 3 : 0;
 // the whole CTA (offsets from a 1024-aligned base)
 constexpr int SM_Q = 0;
 constexpr int SM_F16 = NG * Q_BLOCK;
 constexpr int SM_V = SM_F16 + F16_STAGES * F16_STAGE;   // the V ring (SPLIT_KV)
-constexpr int SM_I8 = SM_V + V_STAGES * V_STAGE;
-// full[F16_STAGES], empty[F16_STAGES], (SPLIT_KV) vfull[V_STAGES], vempty[V_STAGES], landed[I8_STAGES]: 8 bytes each
-constexpr int SM_BAR = SM_I8 + I8_STAGES * I8_STAGE;
-constexpr int SM_BYTES = SM_BAR + 8 * (2 * F16_STAGES + 2 * V_STAGES + I8_STAGES);
+constexpr int SM_I8 = SM_V + V_STAGES * V_STAGE;        // int8 staging (128-key tiles: the K slots)
+constexpr int SM_I8V = SM_I8 + I8K_SLOTS * I8K_SLOT;   // (128-key tiles: the V slots)
+// full[F16_STAGES], empty[F16_STAGES], (SPLIT_KV) vfull[V_STAGES], vempty[V_STAGES], landed[I8_STAGES]
+// (128-key tiles: klanded[I8K_SLOTS], vlanded[I8V_SLOTS]): 8 bytes each
+constexpr int N_LANDED = I8_STAGES + I8K_SLOTS + I8V_SLOTS;
+constexpr int SM_BAR = SM_I8V + I8V_SLOTS * I8V_SLOT + I8_STAGES * I8_STAGE;
+constexpr int SM_BYTES = SM_BAR + 8 * (2 * F16_STAGES + 2 * V_STAGES + N_LANDED);
 // Named barriers: 0 is __syncthreads, 1 + wg a consumer warpgroup's own (Q stored), PP_BAR + wg the
 // pingpong turn of consumer warpgroup wg, PROD_BAR the producer warpgroup's (staging slot read).
 constexpr int PP_BAR = 3;
@@ -147,6 +162,7 @@ constexpr int SMEM_ALLOC = SM_BYTES + 1024;             // + slack to align the 
 static_assert(SM_F16 % 1024 == 0 && F16_STAGE % 1024 == 0 && F16_V % 1024 == 0, "swizzle atoms");
 static_assert(SM_V % 1024 == 0 && V_STAGE % 1024 == 0, "swizzle atoms");
 static_assert(SM_I8 % 16 == 0 && I8_STAGE % 16 == 0 && SM_BAR % 8 == 0, "alignment");
+static_assert(SM_I8V % 16 == 0 && I8K_SLOT % 16 == 0 && I8V_SLOT % 16 == 0, "alignment");
 static_assert(SMEM_ALLOC <= 227 * 1024, "sm_90's shared memory per CTA (227 KB with the opt-in)");
 
 // Every fp16 operand in shared memory is in the canonical 128-byte-swizzle layout: a "row" of 128
@@ -365,6 +381,7 @@ __device__ __forceinline__ Cta cta_of(const pa::Args& a) {
 
 // ---------------------------------------------------------------- the producer warpgroup
 #if !PA_KV_F16
+#if PA_V3_BN == 64
 // Thread 0 starts tile n's bulk copies into staging slot n % I8_STAGES: K and V rows and their
 // scales, one copy of each per run of keys that is contiguous in memory (a page, or the whole tile
 // where a page holds it or the cache is contiguous), only keys below nk (what lies past them in
@@ -464,6 +481,156 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
         }
     }
 }
+#endif  // PA_V3_BN == 64
+#if PA_V3_BN == 128
+// 128-key tiles (SPLIT_KV), int8. Thread 0 starts the bulk copies of half h of the CTA's keys
+// (keys t_begin*BN + 64h ..): K (IS_K: rows and both scale arrays) into K slot h % 4 with
+// klanded[h % 4], or V (rows) into V slot h % 3 with vlanded[h % 3]; one copy per run of keys
+// contiguous in memory, only keys below nk, as issue_tile. A half past the cache copies nothing
+// and only arrives (its slot's stale bytes are finite, and their scales are zeroed).
+template <bool IS_K>
+__device__ __forceinline__ void issue_half(const pa::Args& a, const Cta& c, int h, u32 base) {
+    const int nk = a.ctx + a.n_q;
+    const int j0 = c.t_begin * BN + HB * h, j1 = min(j0 + HB, nk);
+    const u32 bars = base + SM_BAR + 8 * (2 * F16_STAGES + 2 * V_STAGES);
+    const u32 st = IS_K ? base + SM_I8 + (h % I8K_SLOTS) * I8K_SLOT : base + SM_I8V + (h % I8V_SLOTS) * I8V_SLOT;
+    const u32 bar = IS_K ? bars + 8 * (h % I8K_SLOTS) : bars + 8 * (I8K_SLOTS + h % I8V_SLOTS);
+    if (j1 <= j0) {
+        mbar_arrive(bar);
+        return;
+    }
+#if PA_PAGED
+    const int span_log2 = min(6, a.page_shift);   // keys contiguous in memory: a page, at most a half
+#else
+    const int span_log2 = 6;
+#endif
+    const int span = 1 << span_log2;
+    const int runs = (j1 - j0 + span - 1) >> span_log2;
+    const int sc_last = ((j1 - j0 - (runs - 1) * span) + 3) / 4 * 4;    // scales of the last run, 16-byte whole
+    mbar_arrive_expect_tx(bar, (u32)((j1 - j0) * D + (IS_K ? 8 * ((runs - 1) * span + sc_last) : 0)));
+    for (int j = j0; j < j1; j += span) {
+        const int keys = min(span, j1 - j), sc = j + span < j1 ? span : sc_last;
+        const u32 row = pa::kv_row(a, c.hkv, j, pa::page_of(a, j));
+        const u32 r = (u32)(j - j0);
+        if (IS_K) {
+            const u32 sci = pa::scale_index(a, c.hkv, j, row);
+            bulk_g2s(st + r * D, a.k + (u64)row * D, (u32)keys * D, bar);
+            bulk_g2s(st + HB * D + 4 * r, a.k_scale + sci, 4u * sc, bar);
+            bulk_g2s(st + HB * D + HB * 4 + 4 * r, a.v_scale + sci, 4u * sc, bar);
+        } else {
+            bulk_g2s(st + r * D, a.v + (u64)row * D, (u32)keys * D, bar);
+        }
+    }
+}
+
+// A half's plan: rounds i < NI_H of the tile plan (prod_row, prod_chunk) own each 16-byte chunk of
+// its 64 rows once.
+constexpr int NI_H = HB / (4 * RW);
+__host__ __device__ constexpr bool half_plan_ok() {
+    bool seen[HB * CPR] = {};
+    for (int pw = 0; pw < 4; ++pw)
+        for (int lane = 0; lane < 32; ++lane)
+            for (int i = 0; i < NI_H; ++i) {
+                const int r = prod_row(pw, lane, i), c = prod_chunk(lane);
+                if (r < 0 || r >= HB || seen[r * CPR + c]) return false;
+                seen[r * CPR + c] = true;
+            }
+    return true;
+}
+static_assert(half_plan_ok(), "the producer must own every 16-byte chunk of a half tile exactly once");
+
+// This thread's chunks of one staged half (rows at r*D) converted into rows HB*hh.. of the fp16
+// tile at f (rows HB*hh + r keep r's swizzle phase, so the stores stay conflict-free).
+__device__ __forceinline__ void convert_half(const unsigned char* st, unsigned char* f, int hh, int pw, int lane, int ch) {
+    uint4 x[NI_H];
+#pragma unroll
+    for (int i = 0; i < NI_H; ++i) x[i] = *reinterpret_cast<const uint4*>(st + stage_off(prod_row(pw, lane, i), ch));
+#pragma unroll
+    for (int i = 0; i < NI_H; ++i) {
+        const int r = HB * hh + prod_row(pw, lane, i);
+        uint4 lo, hi;
+        i8x16_to_f16(x[i], lo, hi);
+        *reinterpret_cast<uint4*>(f + sw128(r, 2 * ch, KV_BLOCK)) = lo;
+        *reinterpret_cast<uint4*>(f + sw128(r, 2 * ch + 1, KV_BLOCK)) = hi;
+    }
+}
+
+// Per tile n: the wait for empty of K stage n % 2 (n >= 2); for each half hh, the wait for its K
+// slot's klanded, its K converted into the stage and (warp 0) its K and V scales premultiplied
+// into kq and vs (zero past nk); fence, arrive on full; PROD_BAR (every thread has read the two K
+// slots) and thread 0 refills them with halves 2n+4, 2n+5. Then the same for V: vempty of V stage
+// n % 2 (n >= 2), the halves' vlanded, conversion, fence, arrive on vfull, PROD_BAR, and thread 0
+// refills the two V slots with halves 2n+3, 2n+4 (the slots of halves 2n, 2n+1 modulo 3). Half h's
+// klanded phase is h / 4 (parity (h / 4) & 1), its vlanded phase h / 3; a slot is refilled only
+// after every thread has passed its wait, so no phase is skipped. No deadlock with the consumers:
+// at its wait for K(n-2)'s release the producer has arrived on full up to K(n-1) and on vfull up
+// to V(n-1), and step n-2 needs K(n-2) and V(n-3); at its wait for V(n-2)'s release it has arrived
+// up to K(n) and V(n-1), and step n-1 needs K(n-1) and V(n-2). The copies need no consumer.
+__device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsigned char* sm, u32 base) {
+    const int pw = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int ch = prod_chunk(lane);
+    const int nk = a.ctx + a.n_q;
+    const int n_tiles = c.t_end - c.t_begin, n_halves = 2 * n_tiles;
+    const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
+    const u32 bar_vfull = base + SM_BAR + 16 * F16_STAGES, bar_vempty = bar_vfull + 8 * V_STAGES;
+    const u32 bar_klanded = bar_vempty + 8 * V_STAGES, bar_vlanded = bar_klanded + 8 * I8K_SLOTS;
+
+    if (threadIdx.x == 0) {
+        for (int h = 0; h < I8K_SLOTS && h < n_halves; ++h) issue_half<true>(a, c, h, base);
+        for (int h = 0; h < I8V_SLOTS && h < n_halves; ++h) issue_half<false>(a, c, h, base);
+    }
+    for (int n = 0; n < n_tiles; ++n) {
+        const int ks = n % F16_STAGES, vs = n % V_STAGES;
+        if (n >= F16_STAGES) mbar_wait(bar_empty + 8 * ks, ((n / F16_STAGES) & 1) ^ 1);   // K(n-2) released
+        unsigned char* fk = sm + SM_F16 + ks * F16_STAGE;
+#pragma unroll 1
+        for (int hh = 0; hh < 2; ++hh) {
+            const int h = 2 * n + hh, slot = h % I8K_SLOTS;
+            mbar_wait(bar_klanded + 8 * slot, (h / I8K_SLOTS) & 1);
+            const unsigned char* st = sm + SM_I8 + slot * I8K_SLOT;
+            convert_half(st, fk + F16_K, hh, pw, lane, ch);
+            if (pw == 0) {   // lanes 0-15: K scales of keys 4*lane.., lanes 16-31: V scales; zero past nk
+                float4 scx = *reinterpret_cast<const float4*>(st + HB * D + (lane >> 4) * HB * 4 + 16 * (lane & 15));
+                const int key0 = (c.t_begin + n) * BN + HB * hh + 4 * (lane & 15);
+                const float mul = lane < 16 ? a.qk_scale_log2 : a.p_scale;
+                scx.x = key0 + 0 < nk ? __fmul_rn(scx.x, mul) : 0.f;
+                scx.y = key0 + 1 < nk ? __fmul_rn(scx.y, mul) : 0.f;
+                scx.z = key0 + 2 < nk ? __fmul_rn(scx.z, mul) : 0.f;
+                scx.w = key0 + 3 < nk ? __fmul_rn(scx.w, mul) : 0.f;
+                *reinterpret_cast<float4*>(fk + F16_KQ + (lane >> 4) * BN * 4 + HB * hh * 4 + 16 * (lane & 15)) = scx;
+            }
+        }
+        fence_proxy_async();                 // the stores above, before wgmma reads them
+        mbar_arrive(bar_full + 8 * ks);
+        if (2 * n + I8K_SLOTS < n_halves) {  // every thread has read the K slots of halves 2n, 2n+1
+            named_barrier_sync(PROD_BAR, 128);
+            if (threadIdx.x == 0) {
+                fence_proxy_async();         // the slots' generic reads above, before the async proxy writes them
+                issue_half<true>(a, c, 2 * n + I8K_SLOTS, base);
+                if (2 * n + 1 + I8K_SLOTS < n_halves) issue_half<true>(a, c, 2 * n + 1 + I8K_SLOTS, base);
+            }
+        }
+        if (n >= V_STAGES) mbar_wait(bar_vempty + 8 * vs, ((n / V_STAGES) & 1) ^ 1);   // V(n-2) released
+        unsigned char* fv = sm + SM_V + vs * V_STAGE;
+#pragma unroll 1
+        for (int hh = 0; hh < 2; ++hh) {
+            const int h = 2 * n + hh, slot = h % I8V_SLOTS;
+            mbar_wait(bar_vlanded + 8 * slot, (h / I8V_SLOTS) & 1);
+            convert_half(sm + SM_I8V + slot * I8V_SLOT, fv, hh, pw, lane, ch);
+        }
+        fence_proxy_async();
+        mbar_arrive(bar_vfull + 8 * vs);
+        if (2 * n + I8V_SLOTS < n_halves) {  // every thread has read the V slots of halves 2n, 2n+1
+            named_barrier_sync(PROD_BAR, 128);
+            if (threadIdx.x == 0) {
+                fence_proxy_async();
+                issue_half<false>(a, c, 2 * n + I8V_SLOTS, base);
+                if (2 * n + 1 + I8V_SLOTS < n_halves) issue_half<false>(a, c, 2 * n + 1 + I8V_SLOTS, base);
+            }
+        }
+    }
+}
+#endif  // PA_V3_BN == 128
 #else
 // The fp16 control's producer: copies only. Why cp.async and not a TMA tensor map: a tensor map
 // with the 128-byte swizzle would land the same bytes with one instruction per 64-dim block, but
@@ -874,7 +1041,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     auto turn_begin = [&](int n) {
         if (n < n_tiles) mbar_wait(bar_full + 8 * (n % F16_STAGES), (n / F16_STAGES) & 1);
         if constexpr (SPLIT_KV) {            // and V(n-1), which this step's P.V reads
-            if (n >= 1) mbar_wait(bar_vfull + 8 * ((n - 1) % V_STAGES), ((n - 1) / V_STAGES) & 1);
+            if (n >= 1) mbar_wait(bar_vfull + 8 * ((n - 1) % V_RING), ((n - 1) / V_RING) & 1);
         }
         named_barrier_sync(PP_BAR + wg, 256);
     };
@@ -882,7 +1049,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
         if (wg == 0 || n < n_tiles) named_barrier_arrive(PP_BAR + (wg ^ 1), 256);
     };
     auto release = [&](int n) {              // tile n-1 (SPLIT_KV: its V stage)
-        if constexpr (SPLIT_KV) mbar_arrive(bar_vempty + 8 * ((n - 1) % V_STAGES));
+        if constexpr (SPLIT_KV) mbar_arrive(bar_vempty + 8 * ((n - 1) % V_RING));
         else mbar_arrive(bar_empty + 8 * ((n - 1) % F16_STAGES));
     };
     // SPLIT_KV: tile n's K stage, once S and the loads of its kq and vs are done (64-key tiles: nothing)
@@ -892,7 +1059,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     // descriptors of tile n's K (S's B) and V (P.V's B), formed (and pinned) before a wgmma.fence
     auto desc_k = [&](int n) { return desc_sw128(base + SM_F16 + (n % F16_STAGES) * F16_STAGE + F16_K, 16, 1024); };
     auto desc_v = [&](int n) {
-        if constexpr (SPLIT_KV) return desc_sw128(base + SM_V + (n % V_STAGES) * V_STAGE, KV_BLOCK, 1024);
+        if constexpr (SPLIT_KV) return desc_sw128(base + SM_V + (n % V_RING) * V_STAGE, KV_BLOCK, 1024);
         else return desc_sw128(base + SM_F16 + (n % F16_STAGES) * F16_STAGE + F16_V, KV_BLOCK, 1024);
     };
     auto f16_stage = [&](int n) { return sm + SM_F16 + (n % F16_STAGES) * F16_STAGE; };
@@ -1048,7 +1215,7 @@ extern "C" __global__ void __launch_bounds__(v3::THREADS, 1) pa_v3(PA_KERNEL_PAR
             mbar_init(base + SM_BAR + 8 * (2 * F16_STAGES + V_STAGES + s), 128 * NCWG);   // vempty: the consumers' threads
         }
 #pragma unroll
-        for (int s = 0; s < I8_STAGES; ++s) mbar_init(base + SM_BAR + 8 * (2 * F16_STAGES + 2 * V_STAGES + s), 1);   // landed: thread 0 + bytes
+        for (int s = 0; s < N_LANDED; ++s) mbar_init(base + SM_BAR + 8 * (2 * F16_STAGES + 2 * V_STAGES + s), 1);   // landed: thread 0 + bytes
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();

@@ -144,7 +144,7 @@ def test_v3_f16_consumer_loop_is_v3s_instruction_for_instruction():
     assert len(f16) > 500 and f16 == i8
 
 
-# ---- 128-key tiles (-DPA_V3_BN=128: KernelBuild.tile_keys, the peer v3-f16-n128), fp16 control only
+# ---- 128-key tiles (-DPA_V3_BN=128: KernelBuild.tile_keys; the peer v3-f16-n128, the variant v3-n128)
 N128_PRODUCER_REGS, N128_CONSUMER_REGS = 40, 232    # setmaxnreg of the 128-key build in v3.cu
 
 
@@ -168,38 +168,50 @@ def test_v3_f16_n128_builds_for_sm90a_without_spills(head_dim, paged, out_f16):
     assert r["cp_async"] and not r["bulk_copy"]
 
 
-def test_v3_int8_with_128_key_tiles_is_refused_at_compile_time():
-    r = ki.compile_one("v3", "sm_90", 128, False, True, False, kv_f16=False, tile_keys=128)
-    assert not r["compiled"] and "fp16 control only" in r["reason"]
+@pytest.mark.parametrize("head_dim,paged,out_f16", [(128, True, False), (128, False, True), (64, True, False)])
+def test_v3_int8_n128_builds_for_sm90a_without_spills(head_dim, paged, out_f16):
+    r = ki.compile_one("v3", "sm_90", head_dim, False, paged, out_f16, kv_f16=False, tile_keys=128)
+    assert r["compiled"], r["reason"]
+    assert r["spill_bytes"] == 0 and r["stack_bytes"] == 0
+    assert r["wgmma_serialized"] is None, f"ptxas serialised the 128-key build's wgmma: {r['wgmma_serialized']}"
+    assert r["mma"] == ("wgmma.m64n128k16,wgmma.m64n64k16" if head_dim == 64 else "wgmma.m64n128k16")
+    assert r["bulk_copy"] and not r["cp_async"]   # the TMA unit's bulk copies of the halves, no LDGSTS
 
 
-def test_v3_f16_n128_shared_memory_fits(tmp_path):
-    """Q, three K stages (K tile, kq, vs), two V stages, the barriers, the alignment slack."""
-    got = _smem_alloc(tmp_path, True, tile_keys=128)
+def test_v3_n128_shared_memory_fits(tmp_path):
+    """Q, the K stages (K tile, kq, vs: three in the control, two with int8 staging), two V
+    stages, (int8) four K half-slots (K rows, K and V scales) and three V half-slots, the
+    barriers, the alignment slack."""
     q, k_stage, v_stage = 128 * 128 * 2, 128 * 128 * 2 + 1024, 128 * 128 * 2
-    assert got == q + 3 * k_stage + 2 * v_stage + 8 * (2 * 3 + 2 * 2) + 1024
-    assert got <= SMEM_LIMIT
+    f16 = _smem_alloc(tmp_path, True, tile_keys=128)
+    assert f16 == q + 3 * k_stage + 2 * v_stage + 8 * (2 * 3 + 2 * 2) + 1024
+    i8 = _smem_alloc(tmp_path, False, tile_keys=128)
+    k_slot, v_slot = 64 * 128 + 2 * 64 * 4, 64 * 128
+    assert i8 == q + 2 * k_stage + 2 * v_stage + 4 * k_slot + 3 * v_slot + 8 * (2 * 2 + 2 * 2 + 4 + 3) + 1024
+    assert f16 <= SMEM_LIMIT and i8 <= SMEM_LIMIT
 
 
 @pytest.mark.skipif(not _SASS_TOOLS, reason="cuobjdump/nvdisasm are not on PATH")
 @pytest.mark.parametrize("head_dim", [128, 64])
-def test_v3_f16_n128_setmaxnreg_budgets_hold_in_the_machine_code(head_dim):
+@pytest.mark.parametrize("kv_f16", [True, False], ids=["f16", "int8"])
+def test_v3_n128_setmaxnreg_budgets_hold_in_the_machine_code(head_dim, kv_f16):
     sass_loops = _sass_loops()
     regions = {kind: (count, need) for _, kind, count, need in
-               sass_loops.setmaxnreg_regions(_v3_instructions(sass_loops, True, tile_keys=128, head_dim=head_dim))}
+               sass_loops.setmaxnreg_regions(_v3_instructions(sass_loops, kv_f16, tile_keys=128, head_dim=head_dim))}
     assert set(regions) == {"DEALLOC", "TRY_ALLOC"}, regions
     (dec, dec_need), (inc, inc_need) = regions["DEALLOC"], regions["TRY_ALLOC"]
     assert (dec, inc) == (N128_PRODUCER_REGS, N128_CONSUMER_REGS)
     assert 0 < dec_need <= dec and REG_CAP < inc_need <= inc, regions
-    ins = _v3_instructions(sass_loops, True, tile_keys=128, head_dim=head_dim)
+    ins = _v3_instructions(sass_loops, kv_f16, tile_keys=128, head_dim=head_dim)
     assert not any(t.split()[0 if not t.startswith("@") else 1].startswith(("LDL", "STL")) for _, t in ins)
 
 
 @pytest.mark.skipif(not _SASS_TOOLS, reason="cuobjdump/nvdisasm are not on PATH")
-def test_v3_f16_n128_step_issues_two_wgmma_chains_of_128_keys():
+@pytest.mark.parametrize("kv_f16", [True, False], ids=["f16", "int8"])
+def test_v3_n128_step_issues_two_wgmma_chains_of_128_keys(kv_f16):
     """The consumers' step loop: S as KSTEPS m64n128k16 and P.V as 8 k16 steps (PV_STEPS) of 128 keys."""
     sass_loops = _sass_loops()
-    ins = _v3_instructions(sass_loops, True, tile_keys=128)
+    ins = _v3_instructions(sass_loops, kv_f16, tile_keys=128)
     lp = sass_loops.loops(ins, min_body=100)[-1]
     hgmma = [t for a, t in ins if lp.start <= a <= lp.end and sass_loops.opcode(t) == "HGMMA"]
     ksteps = 128 // 16                        # D / 16 at D = 128
