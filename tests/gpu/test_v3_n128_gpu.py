@@ -1,11 +1,14 @@
-"""v3 at 128-key tiles on a Hopper GPU (`pytest -m gpu`): the control v3-f16-n128
-(pa_bench/peers/v3_f16_n128.py: v3.cu -DPA_KV_F16=1 -DPA_V3_BN=128) through the cuda backend as a
-run computes a peer: deterministic, every element written (its output is NaN-filled before each
-call), close to FP64 attention on the fp16 K/V it reads (tight) and on the int8 K/V (looser), and
-close to v3-f16 at 64-key tiles. The shapes cover the copy paths of its producer: pages of 16 keys
-(a page-table entry per round), pages of 64 (two per tile), pages of 256 and the contiguous cache
-(whole tiles), the zero-filled tail past the cache, and v3's key segments in whole 128-key tiles.
-Skipped on GPUs other than sm_90."""
+"""v3 at 128-key tiles on a Hopper GPU (`pytest -m gpu`). The int8 variant v3-n128 (the plug-in
+pa_bench/v3_n128.py: v3.cu -DPA_V3_BN=128): parity with FP64 against the numerics model at its
+128-key tiles, canaries and determinism, as tests/gpu/test_v3_gpu.py checks v3. The control
+v3-f16-n128 (pa_bench/peers/v3_f16_n128.py: -DPA_KV_F16=1 -DPA_V3_BN=128) through the cuda backend
+as a run computes a peer: deterministic, every element written (a peer has no canaries: its
+output is NaN-filled before each call), close to FP64 attention on the fp16 K/V it reads (tight)
+and on the int8 K/V (looser), and close to v3-f16 at 64-key tiles. The shapes cover the copy
+paths of both producers: pages of 16 keys (a page-table entry per round, or a bulk copy per
+page), pages of 64 (two per tile), pages of 256 and the contiguous cache (whole tiles), the
+zero-filled or stale tail past the cache (a half tile with no key at all included), and v3's key
+segments in whole 128-key tiles. Skipped on GPUs other than sm_90."""
 
 from __future__ import annotations
 
@@ -13,7 +16,8 @@ import numpy as np
 import pytest
 
 from pa_bench import variants as registry
-from pa_bench.numerics.metrics import error_metrics
+from pa_bench.numerics.metrics import error_metrics, evaluate_parity
+from pa_bench.numerics.model import model_arrays, model_attention, pv_chain_keys, tile_keys
 from pa_bench.numerics.reference import reference_attention
 from pa_bench.problem.inputs import make_inputs
 from pa_bench.problem.plan import Problem
@@ -38,6 +42,9 @@ CASES = {
     "odd-d64-mha-contig-f16": ("1023x113", 64, 16, 16, "contiguous", 64, "normal", "float16"),
     # a PR shape: 64 CTAs, so v3's rule runs its keys in segments (rounded to 128 keys), merged by pa_combine
     "pr-2.1Kx256-d128-gqa-p64": ("2.1Kx256", 128, 32, 8, "paged", 64, "normal", "float32"),
+    # 1,150 keys: the last tile's second half holds 62 keys; 1,037 keys (above): it holds none
+    "ragged-d64-gqa-p64-f16": ("1000x150", 64, 32, 8, "paged", 64, "realistic", "float16"),
+    "long-d128-gqa-p64": ("16Kx200", 128, 32, 8, "paged", 64, "normal", "float32"),
 }
 TIGHT = 2e-3     # relative L2 error against FP64 on the same fp16 K/V
 LOOSE = 1e-2     # ... against FP64 on the int8 K/V (pa-bench's reference)
@@ -48,12 +55,14 @@ NEAR_64 = 2e-3   # ... against v3-f16 (64-key tiles: another order of the same f
 def backend():
     be = CudaBackend()
     if be.cc != 90:
-        pytest.skip(f"v3-f16-n128 runs on sm_90a only, this GPU is sm_{be.cc}")
+        pytest.skip(f"v3 at 128-key tiles runs on sm_90a only, this GPU is sm_{be.cc}")
+    from pa_bench import v3_n128
     from pa_bench.peers import v3_f16, v3_f16_n128
 
     v3_f16_n128.register()
+    v3_n128.register()
     yield be
-    for name in (v3_f16_n128.NAME, v3_f16.NAME):
+    for name in (v3_f16_n128.NAME, v3_f16.NAME, v3_n128.NAME):
         if registry.find(name) is not None:
             registry.unregister(name)
 
@@ -64,7 +73,48 @@ def _problem(case):
                    data=data, seed=1, out_dtype=out)
 
 
-@pytest.mark.parametrize("case", list(CASES))
+# ---- the int8 variant v3-n128, against the numerics model at 128-key tiles
+def _check_int8(backend, case: str, segments=None, sample=None):
+    from pa_bench.numerics.reference import sample_rows
+
+    pb = _problem(case)
+    inp = make_inputs(pb)
+    rows = None if sample is None else sample_rows(pb.queries, sample, seed=1)
+    backend.segments = segments
+    prep = backend.prepare(inp)
+    try:
+        ko = backend.compute(prep, "v3-n128", rows=rows, check_determinism=True)
+        ref = backend.reference(inp, rows)
+        assert tile_keys("v3-n128") == 128 and pv_chain_keys("v3-n128") == 0
+        model = cp.asnumpy(model_attention(model_arrays(inp, cp), tile_keys("v3-n128"), rows,
+                                           segment_keys=backend.segment_keys("v3-n128", pb),
+                                           pv_chain_keys=pv_chain_keys("v3-n128"), engine="kernel"))
+        pm = evaluate_parity(ko.out, ref, model_out=model, canary_ok=ko.canary_ok)
+        assert ko.canary_ok, "guard region overwritten or an output element left unwritten"
+        assert ko.deterministic, "two launches differ"
+        assert pm.parity_pass, f"{case}: {pm.reason}"
+    finally:
+        backend.segments = None
+        backend.release(prep)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if not c.startswith("long")])
+def test_v3_n128_parity(backend, case):
+    _check_int8(backend, case)
+
+
+def test_v3_n128_many_tiles_sampled(backend):
+    """128 key tiles per row block: both stage rings and the half-slot rings wrap many times."""
+    _check_int8(backend, "long-d128-gqa-p64", sample=32)
+
+
+def test_v3_n128_key_segments(backend):
+    """Segments of 512 keys (four tiles) over 1,037 keys: three CTAs per row block and pa_combine."""
+    _check_int8(backend, "ragged-d128-gqa-p16", segments=512)
+
+
+# ---- the fp16 control v3-f16-n128
+@pytest.mark.parametrize("case", [c for c in CASES if not c.startswith("long")])
 def test_v3_f16_n128_against_fp64(backend, case):
     pb = _problem(case)
     inp = make_inputs(pb)
