@@ -85,4 +85,5 @@ def test_it_compiles_for_sm90a_only_without_spills(n128):
     r = by_arch["sm_90"]
     assert r["compiled"], r["reason"]
     assert r["spill_bytes"] == 0 and r["stack_bytes"] == 0 and r["wgmma_serialized"] is None
+    assert r["registers"] == 65536 // 384 // 8 * 8     # all 168: what setmaxnreg's 40 + 2 x 232 redistribute
     assert r["mma"] == "wgmma.m64n128k16" and r["bulk_copy"] and not r["cp_async"]
