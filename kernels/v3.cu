@@ -494,9 +494,9 @@ __device__ __forceinline__ void issue_half(const pa::Args& a, const Cta& c, int 
     const int j0 = c.t_begin * BN + HB * h, j1 = min(j0 + HB, nk);
     const u32 bars = base + SM_BAR + 8 * (2 * F16_STAGES + 2 * V_STAGES);
     const u32 st = IS_K ? base + SM_I8 + (h % I8K_SLOTS) * I8K_SLOT : base + SM_I8V + (h % I8V_SLOTS) * I8V_SLOT;
-    const u32 bar = IS_K ? bars + 8 * (h % I8K_SLOTS) : bars + 8 * (I8K_SLOTS + h % I8V_SLOTS);
+    const u32 landed = IS_K ? bars + 8 * (h % I8K_SLOTS) : bars + 8 * (I8K_SLOTS + h % I8V_SLOTS);
     if (j1 <= j0) {
-        mbar_arrive(bar);
+        mbar_arrive(landed);
         return;
     }
 #if PA_PAGED
@@ -507,18 +507,18 @@ __device__ __forceinline__ void issue_half(const pa::Args& a, const Cta& c, int 
     const int span = 1 << span_log2;
     const int runs = (j1 - j0 + span - 1) >> span_log2;
     const int sc_last = ((j1 - j0 - (runs - 1) * span) + 3) / 4 * 4;    // scales of the last run, 16-byte whole
-    mbar_arrive_expect_tx(bar, (u32)((j1 - j0) * D + (IS_K ? 8 * ((runs - 1) * span + sc_last) : 0)));
+    mbar_arrive_expect_tx(landed, (u32)((j1 - j0) * D + (IS_K ? 8 * ((runs - 1) * span + sc_last) : 0)));
     for (int j = j0; j < j1; j += span) {
         const int keys = min(span, j1 - j), sc = j + span < j1 ? span : sc_last;
         const u32 row = pa::kv_row(a, c.hkv, j, pa::page_of(a, j));
         const u32 r = (u32)(j - j0);
         if (IS_K) {
             const u32 sci = pa::scale_index(a, c.hkv, j, row);
-            bulk_g2s(st + r * D, a.k + (u64)row * D, (u32)keys * D, bar);
-            bulk_g2s(st + HB * D + 4 * r, a.k_scale + sci, 4u * sc, bar);
-            bulk_g2s(st + HB * D + HB * 4 + 4 * r, a.v_scale + sci, 4u * sc, bar);
+            bulk_g2s(st + r * D, a.k + (u64)row * D, (u32)keys * D, landed);
+            bulk_g2s(st + HB * D + 4 * r, a.k_scale + sci, 4u * sc, landed);
+            bulk_g2s(st + HB * D + HB * 4 + 4 * r, a.v_scale + sci, 4u * sc, landed);
         } else {
-            bulk_g2s(st + r * D, a.v + (u64)row * D, (u32)keys * D, bar);
+            bulk_g2s(st + r * D, a.v + (u64)row * D, (u32)keys * D, landed);
         }
     }
 }
@@ -547,11 +547,11 @@ __device__ __forceinline__ void convert_half(const unsigned char* st, unsigned c
     for (int i = 0; i < NI_H; ++i) x[i] = *reinterpret_cast<const uint4*>(st + stage_off(prod_row(pw, lane, i), ch));
 #pragma unroll
     for (int i = 0; i < NI_H; ++i) {
-        const int r = HB * hh + prod_row(pw, lane, i);
+        const int row = HB * hh + prod_row(pw, lane, i);
         uint4 lo, hi;
         i8x16_to_f16(x[i], lo, hi);
-        *reinterpret_cast<uint4*>(f + sw128(r, 2 * ch, KV_BLOCK)) = lo;
-        *reinterpret_cast<uint4*>(f + sw128(r, 2 * ch + 1, KV_BLOCK)) = hi;
+        *reinterpret_cast<uint4*>(f + sw128(row, 2 * ch, KV_BLOCK)) = lo;
+        *reinterpret_cast<uint4*>(f + sw128(row, 2 * ch + 1, KV_BLOCK)) = hi;
     }
 }
 
@@ -589,7 +589,7 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
             mbar_wait(bar_klanded + 8 * slot, (h / I8K_SLOTS) & 1);
             const unsigned char* st = sm + SM_I8 + slot * I8K_SLOT;
             convert_half(st, fk + F16_K, hh, pw, lane, ch);
-            if (pw == 0) {   // lanes 0-15: K scales of keys 4*lane.., lanes 16-31: V scales; zero past nk
+            if (pw == 0) {   // the half's scales: lanes 0-15 K (keys 4*lane..), lanes 16-31 V; zero past nk
                 float4 scx = *reinterpret_cast<const float4*>(st + HB * D + (lane >> 4) * HB * 4 + 16 * (lane & 15));
                 const int key0 = (c.t_begin + n) * BN + HB * hh + 4 * (lane & 15);
                 const float mul = lane < 16 ? a.qk_scale_log2 : a.p_scale;
