@@ -4,7 +4,7 @@ pa_bench/v3_n128.py: v3.cu -DPA_V3_BN=128): parity with FP64 against the numeric
 v3-f16-n128 (pa_bench/peers/v3_f16_n128.py: -DPA_KV_F16=1 -DPA_V3_BN=128) through the cuda backend
 as a run computes a peer: deterministic, every element written (a peer has no canaries: its
 output is NaN-filled before each call), close to FP64 attention on the fp16 K/V it reads (tight)
-and on the int8 K/V (looser), and close to v3-f16 at 64-key tiles. The shapes cover the copy
+and on the int8 K/V (looser). The shapes cover the copy
 paths of both producers: pages of 16 keys (a page-table entry per round, or a bulk copy per
 page), pages of 64 (two per tile), pages of 256 and the contiguous cache (whole tiles), the
 zero-filled or stale tail past the cache (a half tile with no key at all included), and v3's key
@@ -48,7 +48,6 @@ CASES = {
 }
 TIGHT = 2e-3     # relative L2 error against FP64 on the same fp16 K/V
 LOOSE = 1e-2     # ... against FP64 on the int8 K/V (pa-bench's reference)
-NEAR_64 = 2e-3   # ... against v3-f16 (64-key tiles: another order of the same fp32 sums)
 
 
 @pytest.fixture(scope="module")
@@ -133,9 +132,6 @@ def test_v3_f16_n128_against_fp64(backend, case):
         tight, loose = error_metrics(ko.out, ref_16)["rel_l2_err"], error_metrics(ko.out, ref_q)["rel_l2_err"]
         assert tight < TIGHT, f"{case}: {tight:.2e} against FP64 on its fp16 K/V"
         assert loose < LOOSE, f"{case}: {loose:.2e} against FP64 on the int8 K/V"
-        k64 = backend.compute(prep, "v3-f16", check_determinism=False)
-        near = error_metrics(ko.out, k64.out)["rel_l2_err"]
-        assert near < NEAR_64, f"{case}: {near:.2e} against v3-f16 (64-key tiles)"
     finally:
         backend.release(prep)
 
