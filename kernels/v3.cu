@@ -27,13 +27,6 @@
 //   into every stage. The consumers are the same code with the same behaviour, so v3 - v3-f16 is
 //   what int8 K/V costs this kernel, and v3-f16 is what its consumer loop does with a copy-only
 //   producer. Its numerics are fp16 K/V, not the int8 model: it is judged as a peer.
-// 128-key tiles (-DPA_V3_BN=128; 64, the default, is the kernel above): S is 64 x 128 per
-//   warpgroup (64 registers, PV_STEPS = 8 k16 steps of P.V), K and V have rings of their own
-//   (2 V stages and 2 K stages, 3 in the fp16 control: a K stage is released once S and the
-//   softmax have read it, a V stage once P.V has), Q stays in shared memory as S's A operand (the
-//   registers go to S and P), and setmaxnreg gives the consumers 232 and the producer 40. The
-//   int8 build (the plug-in variant v3-n128) stages each tile as two 64-key halves, K apart from
-//   V, and converts them in place of whole tiles; the fp16 control is the peer v3-f16-n128.
 #include "pa_common.cuh"
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -45,12 +38,6 @@
 #ifndef PA_KV_F16
 #define PA_KV_F16 0   // 1: the fp16 control (K/V fp16 in global memory, a copy-only producer)
 #endif
-#ifndef PA_V3_BN
-#define PA_V3_BN 64   // keys per tile: 64, or 128 (K and V in separate stage rings, below)
-#endif
-#if PA_V3_BN != 64 && PA_V3_BN != 128
-#error "PA_V3_BN must be 64 or 128"
-#endif
 
 namespace v3 {
 using pa::u32;
@@ -60,20 +47,16 @@ using pa::D;
 constexpr int NCWG = 2;                         // consumer warpgroups
 constexpr int THREADS = 128 * (1 + NCWG);       // producer warpgroup + consumers
 constexpr int M_CTA = 64 * NCWG;                // rows of a CTA
-constexpr int BN = PA_V3_BN;                    // keys per tile
-constexpr int BN_LOG2 = BN == 128 ? 7 : 6;
-constexpr bool SPLIT_KV = BN == 128;            // K and V tiles in separate stage rings (below)
+constexpr int BN = 64;                          // keys per tile
+constexpr int BN_LOG2 = 6;
 static_assert(BN == 1 << BN_LOG2, "BN_LOG2");
 constexpr int NG = D / 64;                      // 64-dim (128-byte) column blocks
 constexpr int KSTEPS = D / 16;                  // k16 steps of S = Q.K^T
 constexpr int PV_STEPS = BN / 16;               // k16 steps of O = P.V
-constexpr int S_REGS = BN / 2;                  // fp32 accumulator registers per thread: S (64 x BN)
+constexpr int S_REGS = BN / 2;                  // fp32 accumulator registers per thread: S (64 x 64)
 constexpr int O_REGS = D / 2;                   // ... and O (64 x D)
-// 128-key tiles: S and P twice as large (64 + 32 registers more than at 64 keys), with Q moved
-// to shared memory (32 fewer), need the consumers at 232 (ptxas uses up to 230), which leaves the
-// producer 40 (it uses up to 38, converting or copying): 128*40 + 256*232 = 168*384 exactly.
-constexpr int PRODUCER_REGS = SPLIT_KV ? 40 : 72;
-constexpr int CONSUMER_REGS = SPLIT_KV ? 232 : 216;
+constexpr int PRODUCER_REGS = 72;
+constexpr int CONSUMER_REGS = 216;
 // setmaxnreg moves registers within what the CTA was launched with: (65536 / THREADS) per thread,
 // rounded down to a multiple of 8 (168 at 384 threads). Asking the consumers' increase for more
 // than the producer's decrease frees makes setmaxnreg.inc wait forever: the kernel hangs.
@@ -96,32 +79,15 @@ static_assert(128 * PRODUCER_REGS + 128 * NCWG * CONSUMER_REGS <= LAUNCH_REGS * 
 // take every turn, also past their rows' diagonal (they skip the math), so that the phase counts
 // and the turns stay in lockstep. The fp16 control (PA_KV_F16) has no int8 slots and no landed
 // barriers; full and empty are the same, with the same counts and parities (its producer below).
-// 128-key tiles (PA_V3_BN=128, SPLIT_KV): a tile is 64 KB of fp16 K and V at D = 128, so K and V
-// get rings of their own, F16_STAGES = KS K stages (K tile, kq[128], vs[128]; KS = 3 in the fp16
-// control, 2 with int8 staging beside them) and V_STAGES = 2 V stages (V tile), and each is
-// released as soon as it is read: a K stage once S and the softmax's scale loads are done, a V
-// stage once P.V is. Barriers: full[s] and empty[s] of K stage s as above (128 and 256 arrivals),
-// vfull[v] and vempty[v] of V stage v (the same counts). Tile n's K is in stage n % KS (full
-// parity (n / KS) & 1; the producer's empty wait before refilling, n >= KS: ((n / KS) & 1) ^ 1),
-// its V in stage n % 2 (vfull parity (n / 2) & 1; vempty wait, n >= 2: ((n / 2) & 1) ^ 1). The
-// int8 slots and their landed barriers: at the int8 producer of 128-key tiles. Consumer step n waits for full of K(n)
-// (n < n_tiles) and vfull of V(n-1) (n >= 1) before its turn, and releases K(n) after tile n's
-// softmax (S done: wgmma.wait_group 1) and V(n-1) after wgmma.wait_group 0; past the diagonal it
-// waits and releases the same. A release always follows the wait for that tile's full, so no
-// arrival can count towards an earlier phase of its empty barrier.
 constexpr int Q_BLOCK = M_CTA * 128;            // bytes of one 64-dim block of Q
 constexpr int KV_BLOCK = BN * 128;              // bytes of one 64-dim block of a K or V tile
-// fp16 stage: K tile, V tile, kq[64], vs[64]; with SPLIT_KV a K stage (K tile, kq[128], vs[128])
-// and a V stage (the V tile at 0)
+// fp16 stage: K tile, V tile, kq[64], vs[64]
 constexpr int F16_K = 0;
-constexpr int F16_V = NG * KV_BLOCK;            // (not with SPLIT_KV)
-constexpr int F16_KQ = (SPLIT_KV ? 1 : 2) * NG * KV_BLOCK;
+constexpr int F16_V = NG * KV_BLOCK;
+constexpr int F16_KQ = 2 * NG * KV_BLOCK;
 constexpr int F16_VS = F16_KQ + BN * 4;
 constexpr int F16_STAGE = (F16_VS + BN * 4 + 1023) / 1024 * 1024;
-constexpr int F16_STAGES = SPLIT_KV ? (PA_KV_F16 ? 3 : 2) : 4;   // a consumer holds two (S of tile n, P.V of tile n-1)
-constexpr int V_STAGE = NG * KV_BLOCK;          // (SPLIT_KV)
-constexpr int V_STAGES = SPLIT_KV ? 2 : 0;     // V stages of their own (SPLIT_KV)
-constexpr int V_RING = SPLIT_KV ? V_STAGES : 1; // the modulus of V stage indices (1 where V has no ring)
+constexpr int F16_STAGES = 4;               // a consumer holds two (S of tile n, P.V of tile n-1)
 // int8 staging: K rows, V rows, K scales, V scales (each thread's own chunks)
 [[maybe_unused]] constexpr int I8_K = 0;   // (unused by the fp16 control)
 [[maybe_unused]] constexpr int I8_V = BN * D;
@@ -129,40 +95,22 @@ constexpr int I8_SC = 2 * BN * D;               // K scales [64], then V scales 
 constexpr int I8_STAGE = I8_SC + 2 * BN * 4;
 #if PA_KV_F16
 constexpr int I8_STAGES = 0;                    // the fp16 control stages nothing: its copies land in the fp16 stages
-#elif PA_V3_BN == 128
-constexpr int I8_STAGES = 0;                    // 128-key tiles stage 64-key halves, K and V apart (below)
 #else
 constexpr int I8_STAGES = 3;
 #endif
-// int8 staging of 128-key tiles (SPLIT_KV, not the fp16 control): a tile's two 64-key halves, K
-// apart from V so that a K slot is free once K is converted: a K slot holds the half's K rows, its
-// K scales [64] and its V scales [64] (the V scales go into the K stage with the K scales), a V
-// slot its V rows. I8K_SLOTS = 4 (two tiles), I8V_SLOTS = 3 (what is left of 227 KB).
-constexpr int HB = 64;                          // keys of a staged half tile
-constexpr int I8K_SLOT = HB * D + 2 * HB * 4;
-constexpr int I8V_SLOT = HB * D;
-constexpr int I8K_SLOTS = SPLIT_KV && !PA_KV_F16 ? 4 : 0;
-constexpr int I8V_SLOTS = SPLIT_KV && !PA_KV_F16 ? 3 : 0;
 // the whole CTA (offsets from a 1024-aligned base)
 constexpr int SM_Q = 0;
 constexpr int SM_F16 = NG * Q_BLOCK;
-constexpr int SM_V = SM_F16 + F16_STAGES * F16_STAGE;   // the V ring (SPLIT_KV)
-constexpr int SM_I8 = SM_V + V_STAGES * V_STAGE;        // int8 staging (128-key tiles: the K slots)
-constexpr int SM_I8V = SM_I8 + I8K_SLOTS * I8K_SLOT;   // (128-key tiles: the V slots)
-// full[F16_STAGES], empty[F16_STAGES], (SPLIT_KV) vfull[V_STAGES], vempty[V_STAGES], landed[I8_STAGES]
-// (128-key tiles: klanded[I8K_SLOTS], vlanded[I8V_SLOTS]): 8 bytes each
-constexpr int N_LANDED = I8_STAGES + I8K_SLOTS + I8V_SLOTS;
-constexpr int SM_BAR = SM_I8V + I8V_SLOTS * I8V_SLOT + I8_STAGES * I8_STAGE;
-constexpr int SM_BYTES = SM_BAR + 8 * (2 * F16_STAGES + 2 * V_STAGES + N_LANDED);
+constexpr int SM_I8 = SM_F16 + F16_STAGES * F16_STAGE;
+constexpr int SM_BAR = SM_I8 + I8_STAGES * I8_STAGE;   // full[F16_STAGES], empty[F16_STAGES], landed[I8_STAGES]: 8 bytes each
+constexpr int SM_BYTES = SM_BAR + 8 * (2 * F16_STAGES + I8_STAGES);
 // Named barriers: 0 is __syncthreads, 1 + wg a consumer warpgroup's own (Q stored), PP_BAR + wg the
 // pingpong turn of consumer warpgroup wg, PROD_BAR the producer warpgroup's (staging slot read).
 constexpr int PP_BAR = 3;
 [[maybe_unused]] constexpr int PROD_BAR = 5;   // (unused by the fp16 control)
 constexpr int SMEM_ALLOC = SM_BYTES + 1024;             // + slack to align the base to 1024
 static_assert(SM_F16 % 1024 == 0 && F16_STAGE % 1024 == 0 && F16_V % 1024 == 0, "swizzle atoms");
-static_assert(SM_V % 1024 == 0 && V_STAGE % 1024 == 0, "swizzle atoms");
 static_assert(SM_I8 % 16 == 0 && I8_STAGE % 16 == 0 && SM_BAR % 8 == 0, "alignment");
-static_assert(SM_I8V % 16 == 0 && I8K_SLOT % 16 == 0 && I8V_SLOT % 16 == 0, "alignment");
 static_assert(SMEM_ALLOC <= 227 * 1024, "sm_90's shared memory per CTA (227 KB with the opt-in)");
 
 // Every fp16 operand in shared memory is in the canonical 128-byte-swizzle layout: a "row" of 128
@@ -334,19 +282,6 @@ __device__ __forceinline__ void wgmma_rs_n128_tb(float (&d)[64], const u32 (&a)[
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
 
-#if PA_V3_BN == 128
-// D[64 x 128] (+)= A[64 x 16] . B[16 x 128], A and B from shared memory, both K-major: S = Q.K^T
-// of a 128-key tile (N = keys).
-__device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], u64 desc_a, u64 desc_b, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-}
-#endif
-
 
 __device__ __forceinline__ void i8x16_to_f16(uint4 x, uint4& lo, uint4& hi) {
     pa::i8x4_to_f16x2x2(x.x, lo.x, lo.y);   // dims 0-3
@@ -381,7 +316,6 @@ __device__ __forceinline__ Cta cta_of(const pa::Args& a) {
 
 // ---------------------------------------------------------------- the producer warpgroup
 #if !PA_KV_F16
-#if PA_V3_BN == 64
 // Thread 0 starts tile n's bulk copies into staging slot n % I8_STAGES: K and V rows and their
 // scales, one copy of each per run of keys that is contiguous in memory (a page, or the whole tile
 // where a page holds it or the cache is contiguous), only keys below nk (what lies past them in
@@ -481,156 +415,6 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
         }
     }
 }
-#endif  // PA_V3_BN == 64
-#if PA_V3_BN == 128
-// 128-key tiles (SPLIT_KV), int8. Thread 0 starts the bulk copies of half h of the CTA's keys
-// (keys t_begin*BN + 64h ..): K (IS_K: rows and both scale arrays) into K slot h % 4 with
-// klanded[h % 4], or V (rows) into V slot h % 3 with vlanded[h % 3]; one copy per run of keys
-// contiguous in memory, only keys below nk, as issue_tile. A half past the cache copies nothing
-// and only arrives (its slot's stale bytes are finite, and their scales are zeroed).
-template <bool IS_K>
-__device__ __forceinline__ void issue_half(const pa::Args& a, const Cta& c, int h, u32 base) {
-    const int nk = a.ctx + a.n_q;
-    const int j0 = c.t_begin * BN + HB * h, j1 = min(j0 + HB, nk);
-    const u32 bars = base + SM_BAR + 8 * (2 * F16_STAGES + 2 * V_STAGES);
-    const u32 st = IS_K ? base + SM_I8 + (h % I8K_SLOTS) * I8K_SLOT : base + SM_I8V + (h % I8V_SLOTS) * I8V_SLOT;
-    const u32 landed = IS_K ? bars + 8 * (h % I8K_SLOTS) : bars + 8 * (I8K_SLOTS + h % I8V_SLOTS);
-    if (j1 <= j0) {
-        mbar_arrive(landed);
-        return;
-    }
-#if PA_PAGED
-    const int span_log2 = min(6, a.page_shift);   // keys contiguous in memory: a page, at most a half
-#else
-    const int span_log2 = 6;
-#endif
-    const int span = 1 << span_log2;
-    const int runs = (j1 - j0 + span - 1) >> span_log2;
-    const int sc_last = ((j1 - j0 - (runs - 1) * span) + 3) / 4 * 4;    // scales of the last run, 16-byte whole
-    mbar_arrive_expect_tx(landed, (u32)((j1 - j0) * D + (IS_K ? 8 * ((runs - 1) * span + sc_last) : 0)));
-    for (int j = j0; j < j1; j += span) {
-        const int keys = min(span, j1 - j), sc = j + span < j1 ? span : sc_last;
-        const u32 row = pa::kv_row(a, c.hkv, j, pa::page_of(a, j));
-        const u32 r = (u32)(j - j0);
-        if (IS_K) {
-            const u32 sci = pa::scale_index(a, c.hkv, j, row);
-            bulk_g2s(st + r * D, a.k + (u64)row * D, (u32)keys * D, landed);
-            bulk_g2s(st + HB * D + 4 * r, a.k_scale + sci, 4u * sc, landed);
-            bulk_g2s(st + HB * D + HB * 4 + 4 * r, a.v_scale + sci, 4u * sc, landed);
-        } else {
-            bulk_g2s(st + r * D, a.v + (u64)row * D, (u32)keys * D, landed);
-        }
-    }
-}
-
-// A half's plan: rounds i < NI_H of the tile plan (prod_row, prod_chunk) own each 16-byte chunk of
-// its 64 rows once.
-constexpr int NI_H = HB / (4 * RW);
-__host__ __device__ constexpr bool half_plan_ok() {
-    bool seen[HB * CPR] = {};
-    for (int pw = 0; pw < 4; ++pw)
-        for (int lane = 0; lane < 32; ++lane)
-            for (int i = 0; i < NI_H; ++i) {
-                const int r = prod_row(pw, lane, i), c = prod_chunk(lane);
-                if (r < 0 || r >= HB || seen[r * CPR + c]) return false;
-                seen[r * CPR + c] = true;
-            }
-    return true;
-}
-static_assert(half_plan_ok(), "the producer must own every 16-byte chunk of a half tile exactly once");
-
-// This thread's chunks of one staged half (rows at r*D) converted into rows HB*hh.. of the fp16
-// tile at f (rows HB*hh + r keep r's swizzle phase, so the stores stay conflict-free).
-__device__ __forceinline__ void convert_half(const unsigned char* st, unsigned char* f, int hh, int pw, int lane, int ch) {
-    uint4 x[NI_H];
-#pragma unroll
-    for (int i = 0; i < NI_H; ++i) x[i] = *reinterpret_cast<const uint4*>(st + stage_off(prod_row(pw, lane, i), ch));
-#pragma unroll
-    for (int i = 0; i < NI_H; ++i) {
-        const int row = HB * hh + prod_row(pw, lane, i);
-        uint4 lo, hi;
-        i8x16_to_f16(x[i], lo, hi);
-        *reinterpret_cast<uint4*>(f + sw128(row, 2 * ch, KV_BLOCK)) = lo;
-        *reinterpret_cast<uint4*>(f + sw128(row, 2 * ch + 1, KV_BLOCK)) = hi;
-    }
-}
-
-// Per tile n: the wait for empty of K stage n % 2 (n >= 2); for each half hh, the wait for its K
-// slot's klanded, its K converted into the stage and (warp 0) its K and V scales premultiplied
-// into kq and vs (zero past nk); fence, arrive on full; PROD_BAR (every thread has read the two K
-// slots) and thread 0 refills them with halves 2n+4, 2n+5. Then the same for V: vempty of V stage
-// n % 2 (n >= 2), the halves' vlanded, conversion, fence, arrive on vfull, PROD_BAR, and thread 0
-// refills the two V slots with halves 2n+3, 2n+4 (the slots of halves 2n, 2n+1 modulo 3). Half h's
-// klanded phase is h / 4 (parity (h / 4) & 1), its vlanded phase h / 3; a slot is refilled only
-// after every thread has passed its wait, so no phase is skipped. No deadlock with the consumers:
-// at its wait for K(n-2)'s release the producer has arrived on full up to K(n-1) and on vfull up
-// to V(n-1), and step n-2 needs K(n-2) and V(n-3); at its wait for V(n-2)'s release it has arrived
-// up to K(n) and V(n-1), and step n-1 needs K(n-1) and V(n-2). The copies need no consumer.
-__device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsigned char* sm, u32 base) {
-    const int pw = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int ch = prod_chunk(lane);
-    const int nk = a.ctx + a.n_q;
-    const int n_tiles = c.t_end - c.t_begin, n_halves = 2 * n_tiles;
-    const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
-    const u32 bar_vfull = base + SM_BAR + 16 * F16_STAGES, bar_vempty = bar_vfull + 8 * V_STAGES;
-    const u32 bar_klanded = bar_vempty + 8 * V_STAGES, bar_vlanded = bar_klanded + 8 * I8K_SLOTS;
-
-    if (threadIdx.x == 0) {
-        for (int h = 0; h < I8K_SLOTS && h < n_halves; ++h) issue_half<true>(a, c, h, base);
-        for (int h = 0; h < I8V_SLOTS && h < n_halves; ++h) issue_half<false>(a, c, h, base);
-    }
-    for (int n = 0; n < n_tiles; ++n) {
-        const int ks = n % F16_STAGES, vs = n % V_STAGES;
-        if (n >= F16_STAGES) mbar_wait(bar_empty + 8 * ks, ((n / F16_STAGES) & 1) ^ 1);   // K(n-2) released
-        unsigned char* fk = sm + SM_F16 + ks * F16_STAGE;
-#pragma unroll 1
-        for (int hh = 0; hh < 2; ++hh) {
-            const int h = 2 * n + hh, slot = h % I8K_SLOTS;
-            mbar_wait(bar_klanded + 8 * slot, (h / I8K_SLOTS) & 1);
-            const unsigned char* st = sm + SM_I8 + slot * I8K_SLOT;
-            convert_half(st, fk + F16_K, hh, pw, lane, ch);
-            if (pw == 0) {   // the half's scales: lanes 0-15 K (keys 4*lane..), lanes 16-31 V; zero past nk
-                float4 scx = *reinterpret_cast<const float4*>(st + HB * D + (lane >> 4) * HB * 4 + 16 * (lane & 15));
-                const int key0 = (c.t_begin + n) * BN + HB * hh + 4 * (lane & 15);
-                const float mul = lane < 16 ? a.qk_scale_log2 : a.p_scale;
-                scx.x = key0 + 0 < nk ? __fmul_rn(scx.x, mul) : 0.f;
-                scx.y = key0 + 1 < nk ? __fmul_rn(scx.y, mul) : 0.f;
-                scx.z = key0 + 2 < nk ? __fmul_rn(scx.z, mul) : 0.f;
-                scx.w = key0 + 3 < nk ? __fmul_rn(scx.w, mul) : 0.f;
-                *reinterpret_cast<float4*>(fk + F16_KQ + (lane >> 4) * BN * 4 + HB * hh * 4 + 16 * (lane & 15)) = scx;
-            }
-        }
-        fence_proxy_async();                 // the stores above, before wgmma reads them
-        mbar_arrive(bar_full + 8 * ks);
-        if (2 * n + I8K_SLOTS < n_halves) {  // every thread has read the K slots of halves 2n, 2n+1
-            named_barrier_sync(PROD_BAR, 128);
-            if (threadIdx.x == 0) {
-                fence_proxy_async();         // the slots' generic reads above, before the async proxy writes them
-                issue_half<true>(a, c, 2 * n + I8K_SLOTS, base);
-                if (2 * n + 1 + I8K_SLOTS < n_halves) issue_half<true>(a, c, 2 * n + 1 + I8K_SLOTS, base);
-            }
-        }
-        if (n >= V_STAGES) mbar_wait(bar_vempty + 8 * vs, ((n / V_STAGES) & 1) ^ 1);   // V(n-2) released
-        unsigned char* fv = sm + SM_V + vs * V_STAGE;
-#pragma unroll 1
-        for (int hh = 0; hh < 2; ++hh) {
-            const int h = 2 * n + hh, slot = h % I8V_SLOTS;
-            mbar_wait(bar_vlanded + 8 * slot, (h / I8V_SLOTS) & 1);
-            convert_half(sm + SM_I8V + slot * I8V_SLOT, fv, hh, pw, lane, ch);
-        }
-        fence_proxy_async();
-        mbar_arrive(bar_vfull + 8 * vs);
-        if (2 * n + I8V_SLOTS < n_halves) {  // every thread has read the V slots of halves 2n, 2n+1
-            named_barrier_sync(PROD_BAR, 128);
-            if (threadIdx.x == 0) {
-                fence_proxy_async();
-                issue_half<false>(a, c, 2 * n + I8V_SLOTS, base);
-                if (2 * n + 1 + I8V_SLOTS < n_halves) issue_half<false>(a, c, 2 * n + 1 + I8V_SLOTS, base);
-            }
-        }
-    }
-}
-#endif  // PA_V3_BN == 128
 #else
 // The fp16 control's producer: copies only. Why cp.async and not a TMA tensor map: a tensor map
 // with the 128-byte swizzle would land the same bytes with one instruction per 64-dim block, but
@@ -665,7 +449,7 @@ constexpr int F_CPR = D / 8;                    // 16-byte chunks of an fp16 key
 constexpr int F_RSTEP = 128 / F_CPR;            // key rows the producer warpgroup copies per round (8 or 16)
 constexpr int F_NR = BN / F_RSTEP;              // rounds per tile: the rows of K (and of V) per thread
 static_assert(F_RSTEP <= 16 && BN % F_RSTEP == 0, "a round's rows must lie in one page (pages >= 16 keys)");
-static_assert(SPLIT_KV || (F16_STAGES == 4 && 2 * BN * 4 == 32 * 16), "one warp stores one stage's scales, a float4 per lane");
+static_assert(F16_STAGES == 4 && 2 * BN * 4 == 32 * 16, "one warp stores one stage's scales, a float4 per lane");
 __host__ __device__ constexpr bool f16_copies_ok() {
     bool seen[BN * F_CPR] = {};
     for (int tid = 0; tid < 128; ++tid)
@@ -702,7 +486,6 @@ __device__ __forceinline__ void f16_tile_done(u32 bar_full, int n) {
     mbar_arrive(bar_full + 8 * (n % F16_STAGES));
 }
 
-#if PA_V3_BN == 64
 __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsigned char* sm, u32 base) {
     const int tid = threadIdx.x, r0 = tid / F_CPR, ch = tid % F_CPR;
     const int nk = a.ctx + a.n_q;
@@ -764,102 +547,13 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
     cp_async_wait<0>();
     f16_tile_done(bar_full, n_tiles - 1);
 }
-#else
-// 128-key tiles (SPLIT_KV): K and V of a tile go to their own rings, each with its own barriers.
-// Per tile n: the wait for empty of K stage n % 3 (n >= 3), the K copies, commit; the wait for the
-// copies of V(n-1) (wait_group 1: K(n)'s stay in flight), fence, arrive on vfull of V(n-1); the
-// wait for vempty of V stage n % 2 (n >= 2), the V copies, commit; the wait for K(n)'s copies
-// (wait_group 1), fence, arrive on full of K(n). The commit groups are K0, V0, K1, V1, ...: after
-// a commit, wait_group 1 leaves only that group in flight, so the one before it has landed. No
-// deadlock: at its wait for K(n-3)'s release the producer has arrived on full up to K(n-1) and on
-// vfull up to V(n-2), and the consumers' step n-3, which releases it, needs only K(n-3) and
-// V(n-4); at its wait for V(n-2)'s release it has arrived up to K(n-1) and V(n-1), and step n-1,
-// which releases it, needs K(n-1) and V(n-2). The addresses are formed per copy, not held across
-// the waits: the producer runs in PRODUCER_REGS = 24 registers. A tile whose keys lie in runs of
-// 64 contiguous keys (contiguous cache, or pages of 64 keys or more) and below nk takes one
-// page-table entry per 64 keys and immediate offsets; otherwise (pages of 16 or 32 keys, the
-// cache's last tile) an entry per round and a size per row, zero-filled past nk.
-// This thread's copies of one tile's K (or V) rows from g (fp16, [rows][D]) to the stage whose
-// round-0 chunk address is dst.
-__device__ __forceinline__ void f16_copy_tile(const pa::Args& a, const Cta& c, const __half* g, u32 dst, int j0,
-                                              int r0, int ch, int nk, bool runs64) {
-    if (runs64 && j0 + BN <= nk) {
-#pragma unroll
-        for (int h = 0; h < BN / 64; ++h) {
-            const u64 off = (u64)pa::kv_row(a, c.hkv, j0 + 64 * h + r0, pa::page_of(a, j0 + 64 * h)) * D + 8u * ch;
-#pragma unroll
-            for (int i = 0; i < 64 / F_RSTEP; ++i)
-                cp_async_16(dst + (64 * h + F_RSTEP * i) * 128, g + off + F_RSTEP * D * i, 16u);
-        }
-    } else {
-#pragma unroll
-        for (int i = 0; i < F_NR; ++i) {
-            const int jr = j0 + F_RSTEP * i, j = jr + r0;
-            const u32 row = pa::kv_row(a, c.hkv, j, pa::page_of(a, jr));
-            cp_async_16(dst + F_RSTEP * 128 * i, g + (j < nk ? (u64)row * D + 8u * ch : 0ull), j < nk ? 16u : 0u);
-        }
-    }
-}
-
-__device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsigned char* sm, u32 base) {
-    const int tid = threadIdx.x, r0 = tid / F_CPR, ch = tid % F_CPR;
-    const int nk = a.ctx + a.n_q;
-    const int n_tiles = c.t_end - c.t_begin;
-    const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
-    const u32 bar_vfull = base + SM_BAR + 16 * F16_STAGES, bar_vempty = bar_vfull + 8 * V_STAGES;
-    const __half* kg = reinterpret_cast<const __half*>(a.k);   // the host passes fp16 K/V here
-    const __half* vg = reinterpret_cast<const __half*>(a.v);
-    // every K stage's scales (kq[BN], then vs[BN]: 2 * BN / 4 float4), before any arrival on full
-    for (int i = tid; i < F16_STAGES * (2 * BN / 4); i += 128) {
-        const int st = i / (2 * BN / 4), e = i % (2 * BN / 4);
-        const float x = e < BN / 4 ? a.qk_scale_log2 : a.p_scale;
-        *reinterpret_cast<float4*>(sm + SM_F16 + st * F16_STAGE + F16_KQ + 16 * e) = make_float4(x, x, x, x);
-    }
-    const u32 dst0 = sw128(r0, ch, KV_BLOCK);
-#if PA_PAGED
-    const bool runs64 = a.page_shift >= 6;   // every 64 keys from a multiple of 64 are contiguous in memory
-#else
-    const bool runs64 = true;
-#endif
-    for (int n = 0; n < n_tiles; ++n) {
-        const int ks = n % F16_STAGES, vs = n % V_STAGES, j0 = (c.t_begin + n) * BN;
-        if (n >= F16_STAGES) mbar_wait(bar_empty + 8 * ks, ((n / F16_STAGES) & 1) ^ 1);   // K(n-3) released
-        f16_copy_tile(a, c, kg, base + SM_F16 + ks * F16_STAGE + F16_K + dst0, j0, r0, ch, nk, runs64);
-        cp_async_commit();
-        if (n > 0) {
-            cp_async_wait<1>();              // V(n-1) has landed (K(n) may still run)
-            fence_proxy_async();
-            mbar_arrive(bar_vfull + 8 * ((n - 1) % V_STAGES));
-        }
-        if (n >= V_STAGES) mbar_wait(bar_vempty + 8 * vs, ((n / V_STAGES) & 1) ^ 1);   // V(n-2) released
-        f16_copy_tile(a, c, vg, base + SM_V + vs * V_STAGE + dst0, j0, r0, ch, nk, runs64);
-        cp_async_commit();
-        cp_async_wait<1>();                  // K(n) has landed (V(n) may still run)
-        fence_proxy_async();
-        mbar_arrive(bar_full + 8 * ks);
-    }
-    cp_async_wait<0>();
-    fence_proxy_async();
-    mbar_arrive(bar_vfull + 8 * ((n_tiles - 1) % V_STAGES));
-}
-#endif
 #endif
 
 // ---------------------------------------------------------------- the consumer warpgroups
-// S[64 x BN] = Q . K^T of one tile (raw integer-valued K, fp32): KSTEPS wgmma.m64nBNk16, A = Q
+// S[64 x 64] = Q . K^T of one tile (raw integer-valued K, fp32): KSTEPS wgmma.m64n64k16, A = Q
 // from this thread's registers (qf, loaded once), not waited for. K-step kk starts at
 // (kk/4)*KV_BLOCK + (kk%4)*32 bytes: the 32-byte step inside a 128-byte row is how K advances
 // inside a swizzle atom (the hardware swizzles the final address).
-#if PA_V3_BN == 128
-// 128-key tiles: A = Q from shared memory (dq: the warpgroup's rows), advanced as K is.
-__device__ __forceinline__ void issue_s(float (&s)[S_REGS], u64 dq, u64 dk) {
-#pragma unroll
-    for (int kk = 0; kk < KSTEPS; ++kk) {
-        const u32 koff = (kk >> 2) * KV_BLOCK + (kk & 3) * 32, qoff = (kk >> 2) * Q_BLOCK + (kk & 3) * 32;
-        wgmma_ss_n128(s, dq + (qoff >> 4), dk + (koff >> 4), kk > 0);
-    }
-}
-#else
 __device__ __forceinline__ void issue_s(float (&s)[S_REGS], const u32 (&qf)[KSTEPS][4], u64 dk) {
 #pragma unroll
     for (int kk = 0; kk < KSTEPS; ++kk) {
@@ -867,7 +561,6 @@ __device__ __forceinline__ void issue_s(float (&s)[S_REGS], const u32 (&qf)[KSTE
         wgmma_rs_n64<0>(s, qf[kk], dk + (koff >> 4), kk > 0);
     }
 }
-#endif
 
 // O[64 x D] += P . V of one tile (O already rescaled by the tile's alpha): PV_STEPS wgmma.m64nDk16,
 // B = V transposed, not waited for. K-step kk (keys 16kk..16kk+15) starts at kk*16*128 bytes, a
@@ -988,8 +681,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
         }
         *reinterpret_cast<uint4*>(sm + SM_Q + sw128(R, ch, Q_BLOCK)) = v;
     }
-    if constexpr (SPLIT_KV) fence_proxy_async();   // 128-key tiles: S's wgmma reads Q from here
-    named_barrier_sync(1 + wg, 128);         // (64-key tiles: read back below with ordinary loads, no proxy fence)
+    named_barrier_sync(1 + wg, 128);         // (read back below with ordinary loads: no proxy fence)
 
     // ---- this warpgroup's rows: the keys they see
     const bool wg_rows = r0 < rows_used && c.p0 + r0 / c.group < a.n_q;
@@ -1007,11 +699,6 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     // Q's A fragments for all KSTEPS k-steps, from the swizzled rows just stored: lane (g, t) of warp
     // w holds rows 16w+g and 16w+g+8 of this warpgroup, dims 16kk+2t.., 16kk+2t+8.. (PTX ISA, wgmma
     // register fragment of A). 32 registers that stay for the whole loop.
-#if PA_V3_BN == 128
-    // 128-key tiles: S (64 registers) and P (32) leave no room for them, so S's A is Q in shared
-    // memory (the warpgroup's 64 rows from row r0, K-major, the layout of K), by descriptor.
-    const u64 qf = desc_sw128(base + SM_Q + r0 * 128, 16, 1024);
-#else
     u32 qf[KSTEPS][4];
 #pragma unroll
     for (int kk = 0; kk < KSTEPS; ++kk)
@@ -1020,7 +707,6 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
             const int R = r0 + 16 * warp + g + 8 * (e & 1), dim = 16 * kk + 2 * t + 8 * (e >> 1);
             qf[kk][e] = *reinterpret_cast<const u32*>(sm + SM_Q + sw128(R, dim >> 3, Q_BLOCK) + 2 * (dim & 7));
         }
-#endif
 
     float o[O_REGS], s[S_REGS], m[2] = {PA_NEG_INF, PA_NEG_INF}, l[2] = {0.f, 0.f};
     float alpha[2] = {1.f, 1.f};             // the rescale of O that the pending P.V's tile asks for
@@ -1037,31 +723,17 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     // one's softmax overlaps the other's wgmma. Every warpgroup takes n_tiles + 1 turns (issuing
     // nothing past its rows' diagonal), so the barriers stay matched: warpgroup 1's first arrival
     // opens warpgroup 0's first turn, and it skips its last one.
-    [[maybe_unused]] const u32 bar_vfull = bar_empty + 8 * F16_STAGES, bar_vempty = bar_vfull + 8 * V_STAGES;
     auto turn_begin = [&](int n) {
         if (n < n_tiles) mbar_wait(bar_full + 8 * (n % F16_STAGES), (n / F16_STAGES) & 1);
-        if constexpr (SPLIT_KV) {            // and V(n-1), which this step's P.V reads
-            if (n >= 1) mbar_wait(bar_vfull + 8 * ((n - 1) % V_RING), ((n - 1) / V_RING) & 1);
-        }
         named_barrier_sync(PP_BAR + wg, 256);
     };
     auto turn_end = [&](int n) {
         if (wg == 0 || n < n_tiles) named_barrier_arrive(PP_BAR + (wg ^ 1), 256);
     };
-    auto release = [&](int n) {              // tile n-1 (SPLIT_KV: its V stage)
-        if constexpr (SPLIT_KV) mbar_arrive(bar_vempty + 8 * ((n - 1) % V_RING));
-        else mbar_arrive(bar_empty + 8 * ((n - 1) % F16_STAGES));
-    };
-    // SPLIT_KV: tile n's K stage, once S and the loads of its kq and vs are done (64-key tiles: nothing)
-    auto release_k = [&](int n) {
-        if constexpr (SPLIT_KV) mbar_arrive(bar_empty + 8 * (n % F16_STAGES));
-    };
+    auto release = [&](int n) { mbar_arrive(bar_empty + 8 * ((n - 1) % F16_STAGES)); };   // tile n-1
     // descriptors of tile n's K (S's B) and V (P.V's B), formed (and pinned) before a wgmma.fence
     auto desc_k = [&](int n) { return desc_sw128(base + SM_F16 + (n % F16_STAGES) * F16_STAGE + F16_K, 16, 1024); };
-    auto desc_v = [&](int n) {
-        if constexpr (SPLIT_KV) return desc_sw128(base + SM_V + (n % V_RING) * V_STAGE, KV_BLOCK, 1024);
-        else return desc_sw128(base + SM_F16 + (n % F16_STAGES) * F16_STAGE + F16_V, KV_BLOCK, 1024);
-    };
+    auto desc_v = [&](int n) { return desc_sw128(base + SM_F16 + (n % F16_STAGES) * F16_STAGE + F16_V, KV_BLOCK, 1024); };
     auto f16_stage = [&](int n) { return sm + SM_F16 + (n % F16_STAGES) * F16_STAGE; };
     auto softmax = [&](int n, float (&al)[2]) {
         const int tile = c.t_begin + n;
@@ -1092,7 +764,6 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
         pin(s);
         softmax(0, alpha);
         scale_by_vs(f16_stage(0), s);
-        release_k(0);
         p_fragments(s, pf);
         // steps 1 .. n_math-1: S of tile n and P.V of tile n-1
         for (n = 1; n < n_math; ++n) {
@@ -1115,7 +786,6 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
             float alpha_next[2];
             softmax(n, alpha_next);
             scale_by_vs(f16_stage(n), s);
-            release_k(n);
             wgmma_wait<0>();
             pin(o);
             pin(pf);
@@ -1138,33 +808,22 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
         wgmma_wait<0>();
         pin(o);
         release(n);
-        if (n < n_tiles) release_k(n);
         ++n;
     }
     for (; n <= n_tiles; ++n) {              // tiles past these rows' diagonal: turns and releases only
         turn_begin(n);
         turn_end(n);
         if (n >= 1) release(n);
-        if (n < n_tiles) release_k(n);
     }
     if (wg_end <= c.t_begin) return;         // no row of this warpgroup sees a key of this segment
 
     // ---- row sums across the 4 lanes of a row, normalise, store (or the segment's state)
-#if PA_V3_BN == 128
-    // The rows' indices again, from %tid.x read anew (opaque to the compiler): else it keeps
-    // them from before the loop, which with 128-key tiles needs every register, and spills them.
-    u32 tid_again;
-    asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(tid_again));
-    const int row_base = r0 + (int)(tid_again & 127) / 32 * 16 + (int)(tid_again & 31) / 4;
-#else
-    const int row_base = r0 + 16 * warp + g;
-#endif
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
         float lt = l[rr];
         lt = __fadd_rn(lt, __shfl_xor_sync(0xffffffffu, lt, 1));
         lt = __fadd_rn(lt, __shfl_xor_sync(0xffffffffu, lt, 2));
-        const int R = row_base + 8 * rr, pos = c.p0 + R / c.group;
+        const int R = r0 + 16 * warp + g + 8 * rr, pos = c.p0 + R / c.group;
         if (R >= rows_used || pos >= a.n_q) continue;
         const int hq = c.hkv * c.group + R % c.group;
         const u64 row = (u64)hq * a.n_q + pos;
@@ -1210,12 +869,7 @@ extern "C" __global__ void __launch_bounds__(v3::THREADS, 1) pa_v3(PA_KERNEL_PAR
             mbar_init(base + SM_BAR + 8 * (F16_STAGES + s), 128 * NCWG);   // empty: the consumers' threads
         }
 #pragma unroll
-        for (int s = 0; s < V_STAGES; ++s) {
-            mbar_init(base + SM_BAR + 8 * (2 * F16_STAGES + s), 128);                   // vfull: the producer's threads
-            mbar_init(base + SM_BAR + 8 * (2 * F16_STAGES + V_STAGES + s), 128 * NCWG);   // vempty: the consumers' threads
-        }
-#pragma unroll
-        for (int s = 0; s < N_LANDED; ++s) mbar_init(base + SM_BAR + 8 * (2 * F16_STAGES + 2 * V_STAGES + s), 1);   // landed: thread 0 + bytes
+        for (int s = 0; s < I8_STAGES; ++s) mbar_init(base + SM_BAR + 8 * (2 * F16_STAGES + s), 1);   // landed: thread 0 + bytes
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();

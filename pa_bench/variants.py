@@ -59,9 +59,6 @@ class Variant:
                                     # kernel (its host module, "pa_bench.backends.triton_runner")
     geometry: Callable[..., Any] | None = None  # a CUDA kernel outside kernels/: its launch
                                     # geometry (pa_bench.backends.kernels.GEOMETRY's signature)
-    defines: tuple[str, ...] = ()   # a CUDA kernel's own compile defines, after the common ones
-                                    # (a build of another kernel's source: v3-n128's -DPA_V3_BN=128)
-    function: str | None = None     # its __global__ function; None: pa_<name>
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

@@ -2,7 +2,6 @@
 their mix, per loop (a conditional branch back over at least ``--min-body`` instructions).
 
     python scripts/sass_loops.py [--variant v3] [--arch sm_90a] [--head-dim 128] [--min-body 100] [--kv-f16]
-                                 [--tile-keys 128]
 
 It builds the variant with nvcc (pa_bench.backends.kernels.nvcc_cubin) and disassembles it with
 ``cuobjdump -sass``, which needs ``nvdisasm`` on PATH (both ship with the CUDA toolkit, and as the
@@ -108,23 +107,16 @@ def reachable(instructions: list[tuple[int, str]], start: int) -> list[tuple[int
     return [instructions[i] for i in sorted(seen)]
 
 
-_ADDRESS = re.compile(r"\[[^\]]*\]")
-
-
 def registers_used(instructions: list[tuple[int, str]]) -> int:
     """Registers the instructions need, counted from R0: the highest register named plus one, with
-    a 64-bit pair (``R8.64``) two and the data registers of a 128-bit operation four (an upper
-    bound; an address in brackets is one register or a ``.64`` pair whatever the data's width; an
+    a 64-bit pair (``R8.64``) two and a 128-bit operation's registers four (an upper bound; an
     LDGSTS moves no register data, its .128 is the copy's size)."""
     top = -1
     for _, text in instructions:
         op_word = text.split()[1 if text.startswith("@") else 0]
         wide = 4 if ".128" in op_word and opcode(text) != "LDGSTS" else 1
-        for m in _REG.finditer(_ADDRESS.sub(" ", text)):
+        for m in _REG.finditer(text):
             top = max(top, int(m.group(1)) + max(wide, 2 if m.group(2) else 1) - 1)
-        for address in _ADDRESS.findall(text):
-            for m in _REG.finditer(address):
-                top = max(top, int(m.group(1)) + (2 if m.group(2) else 1) - 1)
     return top + 1
 
 
@@ -152,8 +144,6 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--min-body", type=int, default=100)
     ap.add_argument("--top", type=int, default=12, help="opcodes shown per loop")
     ap.add_argument("--kv-f16", action="store_true", help="v3's fp16-K/V control build (-DPA_KV_F16=1)")
-    ap.add_argument("--tile-keys", type=int, default=64, choices=(64, 128),
-                    help="v3's keys per tile (-DPA_V3_BN)")
     args = ap.parse_args(argv)
 
     from pa_bench import variants as registry
@@ -170,14 +160,14 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     arch = args.arch or f"sm_90{entry.arch_suffix}"
-    build = K.KernelBuild(args.variant, head_dim=args.head_dim, kv_f16=args.kv_f16, tile_keys=args.tile_keys)
+    build = K.KernelBuild(args.variant, head_dim=args.head_dim, kv_f16=args.kv_f16)
     cubin = K.nvcc_cubin(build, arch)
     sass = subprocess.run([cuobjdump, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
     ins = function_instructions(sass, build.function)
     if not ins:
         print(f"error: no function {build.function} in the disassembly of {cubin}", file=sys.stderr)
         return 2
-    flavour = (", fp16 K/V" if args.kv_f16 else "") + (f", {args.tile_keys}-key tiles" if args.tile_keys != 64 else "")
+    flavour = ", fp16 K/V" if args.kv_f16 else ""
     print(f"{build.function} ({arch}, D={args.head_dim}{flavour}): {len(ins)} instructions")
     for lp in loops(ins, args.min_body):
         mix = ", ".join(f"{op} {n}" for op, n in lp.mix.most_common(args.top))

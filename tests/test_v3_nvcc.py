@@ -74,12 +74,12 @@ def test_v3_f16_builds_for_sm90a_without_spills(head_dim, paged, out_f16):
     assert not ki.compile_one("v3", "sm_80", head_dim, False, paged, out_f16, kv_f16=True)["compiled"]
 
 
-def _smem_alloc(tmp_path, kv_f16: bool, tile_keys: int = 64) -> int:
+def _smem_alloc(tmp_path, kv_f16: bool) -> int:
     """v3::SMEM_ALLOC of a build, printed by a host program that includes v3.cu (no GPU needed)."""
     probe = tmp_path / "smem_probe.cu"
     probe.write_text('#include "v3.cu"\n#include <cstdio>\nint main() { std::printf("%d\\n", v3::SMEM_ALLOC); }\n')
-    exe = tmp_path / (("probe_f16" if kv_f16 else "probe_i8") + f"_{tile_keys}")
-    build = K.KernelBuild("v3", kv_f16=kv_f16, tile_keys=tile_keys)
+    exe = tmp_path / ("probe_f16" if kv_f16 else "probe_i8")
+    build = K.KernelBuild("v3", kv_f16=kv_f16)
     subprocess.run([ki.nvcc_path(), *build.options(), "-gencode=arch=compute_90a,code=sm_90a", "-o", str(exe),
                     str(probe)], capture_output=True, text=True, check=True)
     return int(subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout)
@@ -106,8 +106,8 @@ def _sass_loops():
     return module
 
 
-def _v3_instructions(sass_loops, kv_f16: bool, tile_keys: int = 64, head_dim: int = 128):
-    cubin = K.nvcc_cubin(K.KernelBuild("v3", head_dim=head_dim, kv_f16=kv_f16, tile_keys=tile_keys), "sm_90a")
+def _v3_instructions(sass_loops, kv_f16: bool):
+    cubin = K.nvcc_cubin(K.KernelBuild("v3", kv_f16=kv_f16), "sm_90a")
     sass = subprocess.run(["cuobjdump", "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
     return sass_loops.function_instructions(sass, "pa_v3")
 
@@ -142,99 +142,3 @@ def test_v3_f16_consumer_loop_is_v3s_instruction_for_instruction():
 
     f16, i8 = step_loop(True), step_loop(False)
     assert len(f16) > 500 and f16 == i8
-
-
-# ---- 128-key tiles (-DPA_V3_BN=128: KernelBuild.tile_keys; the peer v3-f16-n128, the variant v3-n128)
-N128_PRODUCER_REGS, N128_CONSUMER_REGS = 40, 232    # setmaxnreg of the 128-key build in v3.cu
-
-
-def test_v3_n128_register_split_fits_what_the_launch_gives():
-    """setmaxnreg.inc waits until the registers it asks for are free: the producer's decrease must
-    free what the consumers' increase takes, or the kernel hangs."""
-    assert 128 * N128_PRODUCER_REGS + 256 * N128_CONSUMER_REGS <= REG_CAP * V3.threads
-    assert N128_PRODUCER_REGS % 8 == 0 and N128_CONSUMER_REGS % 8 == 0 and N128_CONSUMER_REGS <= 240
-
-
-@pytest.mark.parametrize("head_dim,paged,out_f16", [(128, True, False), (128, False, True), (64, True, False),
-                                                    (64, False, False)])
-def test_v3_f16_n128_builds_for_sm90a_without_spills(head_dim, paged, out_f16):
-    r = ki.compile_one("v3", "sm_90", head_dim, False, paged, out_f16, kv_f16=True, tile_keys=128)
-    assert r["compiled"], r["reason"]
-    assert r["spill_bytes"] == 0 and r["stack_bytes"] == 0
-    assert r["wgmma_serialized"] is None, f"ptxas serialised the 128-key build's wgmma: {r['wgmma_serialized']}"
-    # launched with all 168: setmaxnreg's 40 + 2 x 232 per 128 threads are that many exactly
-    assert r["registers"] == REG_CAP
-    # S is 64 x 128 (m64n128k16, both operands from shared memory); P.V is m64nDk16
-    assert r["mma"] == ("wgmma.m64n128k16,wgmma.m64n64k16" if head_dim == 64 else "wgmma.m64n128k16")
-    assert r["cp_async"] and not r["bulk_copy"]
-
-
-@pytest.mark.parametrize("head_dim,paged,out_f16", [(128, True, False), (128, False, True), (64, True, False)])
-def test_v3_int8_n128_builds_for_sm90a_without_spills(head_dim, paged, out_f16):
-    r = ki.compile_one("v3", "sm_90", head_dim, False, paged, out_f16, kv_f16=False, tile_keys=128)
-    assert r["compiled"], r["reason"]
-    assert r["spill_bytes"] == 0 and r["stack_bytes"] == 0
-    assert r["wgmma_serialized"] is None, f"ptxas serialised the 128-key build's wgmma: {r['wgmma_serialized']}"
-    assert r["registers"] == REG_CAP
-    assert r["mma"] == ("wgmma.m64n128k16,wgmma.m64n64k16" if head_dim == 64 else "wgmma.m64n128k16")
-    assert r["bulk_copy"] and not r["cp_async"]   # the TMA unit's bulk copies of the halves, no LDGSTS
-
-
-def test_v3_n128_shared_memory_fits(tmp_path):
-    """Q, the K stages (K tile, kq, vs: three in the control, two with int8 staging), two V
-    stages, (int8) four K half-slots (K rows, K and V scales) and three V half-slots, the
-    barriers, the alignment slack."""
-    q, k_stage, v_stage = 128 * 128 * 2, 128 * 128 * 2 + 1024, 128 * 128 * 2
-    f16 = _smem_alloc(tmp_path, True, tile_keys=128)
-    assert f16 == q + 3 * k_stage + 2 * v_stage + 8 * (2 * 3 + 2 * 2) + 1024
-    i8 = _smem_alloc(tmp_path, False, tile_keys=128)
-    k_slot, v_slot = 64 * 128 + 2 * 64 * 4, 64 * 128
-    assert i8 == q + 2 * k_stage + 2 * v_stage + 4 * k_slot + 3 * v_slot + 8 * (2 * 2 + 2 * 2 + 4 + 3) + 1024
-    assert f16 <= SMEM_LIMIT and i8 <= SMEM_LIMIT
-
-
-@pytest.mark.skipif(not _SASS_TOOLS, reason="cuobjdump/nvdisasm are not on PATH")
-@pytest.mark.parametrize("head_dim", [128, 64])
-@pytest.mark.parametrize("kv_f16", [True, False], ids=["f16", "int8"])
-def test_v3_n128_setmaxnreg_budgets_hold_in_the_machine_code(head_dim, kv_f16):
-    sass_loops = _sass_loops()
-    regions = {kind: (count, need) for _, kind, count, need in
-               sass_loops.setmaxnreg_regions(_v3_instructions(sass_loops, kv_f16, tile_keys=128, head_dim=head_dim))}
-    assert set(regions) == {"DEALLOC", "TRY_ALLOC"}, regions
-    (dec, dec_need), (inc, inc_need) = regions["DEALLOC"], regions["TRY_ALLOC"]
-    assert (dec, inc) == (N128_PRODUCER_REGS, N128_CONSUMER_REGS)
-    assert 0 < dec_need <= dec and REG_CAP < inc_need <= inc, regions
-    ins = _v3_instructions(sass_loops, kv_f16, tile_keys=128, head_dim=head_dim)
-    assert not any(t.split()[0 if not t.startswith("@") else 1].startswith(("LDL", "STL")) for _, t in ins)
-
-
-@pytest.mark.skipif(not _SASS_TOOLS, reason="cuobjdump/nvdisasm are not on PATH")
-@pytest.mark.parametrize("kv_f16", [True, False], ids=["f16", "int8"])
-def test_v3_n128_step_issues_two_wgmma_chains_of_128_keys(kv_f16):
-    """The consumers' step loop: S as KSTEPS m64n128k16 and P.V as 8 k16 steps (PV_STEPS) of 128 keys."""
-    sass_loops = _sass_loops()
-    ins = _v3_instructions(sass_loops, kv_f16, tile_keys=128)
-    lp = sass_loops.loops(ins, min_body=100)[-1]
-    hgmma = [t for a, t in ins if lp.start <= a <= lp.end and sass_loops.opcode(t) == "HGMMA"]
-    ksteps = 128 // 16                        # D / 16 at D = 128
-    assert len(hgmma) == ksteps + 8 and all("64x128x16" in t for t in hgmma), hgmma
-
-
-@pytest.mark.skipif(not _SASS_TOOLS, reason="cuobjdump/nvdisasm are not on PATH")
-def test_v3_default_tile_is_64_keys():
-    """-DPA_V3_BN=64 spelled out gives the default build's machine code (the build names no define
-    at 64, so the default kernel is compiled as before the option existed)."""
-    sass_loops = _sass_loops()
-    assert K.KernelBuild("v3").defines() == K.KernelBuild("v3", tile_keys=64).defines()
-    assert "-DPA_V3_BN=128" in K.KernelBuild("v3", kv_f16=True, tile_keys=128).defines()
-    cubin = K.nvcc_cubin(K.KernelBuild("v3"), "sm_90a")
-    default = sass_loops.function_instructions(
-        subprocess.run(["cuobjdump", "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout, "pa_v3")
-    src = K.kernel_path("v3")
-    out = cubin.parent / "pa_v3-explicit-bn64.cubin"
-    subprocess.run([ki.nvcc_path(), "-cubin", *K.KernelBuild("v3").options(), "-DPA_V3_BN=64",
-                    "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-o", str(out), str(src)],
-                   capture_output=True, text=True, check=True)
-    explicit = sass_loops.function_instructions(
-        subprocess.run(["cuobjdump", "-sass", str(out)], capture_output=True, text=True, check=True).stdout, "pa_v3")
-    assert explicit == default and len(default) > 2000

@@ -37,11 +37,10 @@ class KernelBuild:
     force_turing: bool = False
     tiles: int = DEFAULT_TILES      # warp_tiles variants only: m16 query tiles per warp
     kv_f16: bool = False            # v3 only: its fp16-K/V control (-DPA_KV_F16=1, the peer v3-f16)
-    tile_keys: int = 64             # v3 only: keys per tile (-DPA_V3_BN; 128: the peer v3-f16-n128)
 
     @property
     def function(self) -> str:
-        return registry.get(self.variant).function or f"pa_{self.variant}"
+        return f"pa_{self.variant}"
 
     def defines(self) -> tuple[str, ...]:
         tiles = (f"-DPA_TILES={self.tiles}",) if registry.get(self.variant).warp_tiles else ()
@@ -50,8 +49,7 @@ class KernelBuild:
             f"-DPA_PAGED={int(self.paged)}",
             f"-DPA_OUT_F16={int(self.out_f16)}",
             f"-DPA_FORCE_TURING={int(self.force_turing)}",
-        ) + tiles + (("-DPA_KV_F16=1",) if self.kv_f16 else ()) + (
-            (f"-DPA_V3_BN={self.tile_keys}",) if self.tile_keys != 64 else ()) + registry.get(self.variant).defines
+        ) + tiles + (("-DPA_KV_F16=1",) if self.kv_f16 else ())
 
     def options(self) -> tuple[str, ...]:
         own = kernel_path(self.variant).parent          # a plug-in kernel's own folder first
@@ -190,9 +188,8 @@ def launch_geometry(variant: str, queries: int, heads_q: int, heads_kv: int, til
     if geometry is None:
         raise ValueError(f"no launch geometry for variant {variant!r} (add it to kernels.GEOMETRY, or "
                          f"give its Variant a geometry)")
-    align = max(SEGMENT_ALIGN, registry.get(variant).tile_keys or 0)   # whole tiles of the kernel
-    if segment_keys < 0 or segment_keys % align:
-        raise ValueError(f"segment_keys must be a non-negative multiple of {align}, not {segment_keys}")
+    if segment_keys < 0 or segment_keys % SEGMENT_ALIGN:
+        raise ValueError(f"segment_keys must be a non-negative multiple of {SEGMENT_ALIGN}, not {segment_keys}")
     if segment_keys and split_keys:
         raise ValueError("split_keys and segment_keys exclude each other (split keys are off with segments)")
     geo = geometry(registry.get(variant).threads, queries, heads_q, heads_kv, tiles, pair_heads, split_keys)

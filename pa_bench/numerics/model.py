@@ -85,8 +85,7 @@ def segment_keys(context: int, variant: str | None = None, queries: int = 0, hea
                  heads_kv: int = 1) -> int:
     """The keys per segment for a chunk of ``queries`` rows after ``context`` keys (0: one
     segment, the whole key range): SEGMENT_KEYS on contexts longer than SEGMENT_KEYS (every
-    variant); else, for a ``variant`` with ``fill_rows``, the fill rule above (a multiple of 64
-    and of the variant's tile_keys)."""
+    variant); else, for a ``variant`` with ``fill_rows``, the fill rule above (a multiple of 64)."""
     ctx = int(context)
     if ctx > SEGMENT_KEYS:
         return SEGMENT_KEYS
@@ -98,8 +97,7 @@ def segment_keys(context: int, variant: str | None = None, queries: int = 0, hea
     ctas = int(heads_kv) * -(-int(queries) // per_cta)
     keys = ctx + int(queries)
     n = min(-(-FILL_CTAS // ctas), keys // FILL_MIN_KEYS)
-    align = max(64, entry.tile_keys or 0)      # whole tiles of the variant (v3-n128: 128 keys)
-    return -(-keys // (align * n)) * align if n >= 2 else 0
+    return -(-keys // (64 * n)) * 64 if n >= 2 else 0
 
 
 def split_point(context: int) -> int:

@@ -15,9 +15,6 @@ with CuPy.
 
 Not registered by default (nothing of it has been measured): load it as a plug-in,
 ``--plugin pa_bench.peers.v3_f16`` or a config's ``plugins: [pa_bench.peers.v3_f16]``.
-
-The class takes its key-tile size from ``tile_keys`` (v3.cu's ``PA_V3_BN``): 64 here; the plug-in
-``pa_bench.peers.v3_f16_n128`` is the same peer at 128-key tiles.
 """
 
 from __future__ import annotations
@@ -37,47 +34,30 @@ _built: dict = {}          # KernelBuild -> (kernel, pa_combine, dynamic shared 
 
 
 def _device() -> tuple[str | None, int | None]:
-    """(why there is no GPU to run on, with ``{name}`` for the peer's name, None) or (None, the
-    current GPU's compute capability)."""
+    """(why there is no GPU to run on, None) or (None, the current GPU's compute capability)."""
     try:
         import cupy as cp
     except Exception:
-        return "{name} needs CuPy (pip install 'pa-bench[cuda13]')", None
+        return f"{NAME} needs CuPy (pip install 'pa-bench[cuda13]')", None
     try:
         if cp.cuda.runtime.getDeviceCount() < 1:
-            return "{name}: CuPy sees no NVIDIA GPU", None
+            return f"{NAME}: CuPy sees no NVIDIA GPU", None
         props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     except Exception as exc:
-        return "{name}: CuPy sees no NVIDIA GPU (" + type(exc).__name__ + ")", None
+        return f"{NAME}: CuPy sees no NVIDIA GPU ({type(exc).__name__})", None
     return None, int(props["major"]) * 10 + int(props["minor"])
 
 
-def _why(name: str, problem) -> str | None:
-    """Why the peer ``name`` cannot run ``problem`` here (no CuPy, no GPU, not sm_90, the shape), or None."""
-    why, cc = _device()
-    return why.format(name=name) if why else _reason(problem, cc, name)
-
-
-def _reason(problem, cc: int, name: str = NAME) -> str | None:
+def _reason(problem, cc: int) -> str | None:
     """Why the control cannot run ``problem`` on a GPU of compute capability ``cc``, or None."""
     if cc != ARCH_CC:
-        return f"{name} needs sm_90a (wgmma, setmaxnreg), not sm_{cc}"
+        return f"{NAME} needs sm_90a (wgmma, setmaxnreg), not sm_{cc}"
     if problem.head_dim not in HEAD_DIMS:
-        return f"{name} has no head_dim {problem.head_dim} (it builds {' and '.join(map(str, HEAD_DIMS))})"
+        return f"{NAME} has no head_dim {problem.head_dim} (it builds {' and '.join(map(str, HEAD_DIMS))})"
     group = problem.heads_q // problem.heads_kv
     if problem.heads_q % problem.heads_kv or group > 128:
-        return f"{name} needs heads_kv to divide heads_q with at most 128 query heads per KV head"
+        return f"{NAME} needs heads_kv to divide heads_q with at most 128 query heads per KV head"
     return None
-
-
-def segment_keys(problem, tile_keys: int) -> int:
-    """v3's key segments on ``problem`` (``pa_bench.numerics.model.segment_keys``: long contexts,
-    and chunks with too few CTAs to fill the GPU), rounded up to whole ``tile_keys``-key tiles:
-    the kernel starts segment z at tile z * segment_keys / tile_keys."""
-    from pa_bench.numerics.model import segment_keys as v3_rule
-
-    seg = v3_rule(problem.context, "v3", problem.queries, problem.heads_q, problem.heads_kv)
-    return -(-seg // tile_keys) * tile_keys
 
 
 def _include_options(cp) -> tuple[str, ...]:
@@ -137,26 +117,28 @@ class V3F16(Peer):
     summary = ("control: v3's consumer loop on fp16 K/V (the peers' values), its producer copying each "
                "tile into the swizzled stages by cp.async: no int8, no conversion")
     backends = ("cuda",)
-    tile_keys = 64            # keys per tile: v3.cu's PA_V3_BN
 
     @classmethod
     def unavailable(cls, problem) -> str | None:
-        return _why(cls.name, problem)
+        why, cc = _device()
+        return why or _reason(problem, cc)
 
     def __init__(self, inputs, device: str = "cuda"):
         super().__init__(inputs, device)
-        why = _why(self.name, inputs.problem)
+        why, cc = _device()
+        why = why or _reason(inputs.problem, cc)
         if why:
             raise CannotRun(why)
         import cupy as cp
 
         from pa_bench.backends import kernels as K
+        from pa_bench.numerics.model import segment_keys
 
         self.cp = cp
         pb = inputs.problem
         self.build = K.KernelBuild("v3", head_dim=pb.head_dim, paged=pb.layout == "paged",
-                                   out_f16=pb.out_dtype == "float16", kv_f16=True, tile_keys=self.tile_keys)
-        fn, combine, smem, self.compiler = _build(cp, self.build, ARCH_CC)
+                                   out_f16=pb.out_dtype == "float16", kv_f16=True)
+        fn, combine, smem, self.compiler = _build(cp, self.build, cc)
         if pb.layout == "paged":
             pk = inputs.paged
             self.k, self.v = _fp16_kv(cp, pk.k_pool, pk.v_pool, pk.k_scale_pool, pk.v_scale_pool)
@@ -167,9 +149,9 @@ class V3F16(Peer):
             table = cp.zeros(1, dtype=cp.int32)
             page_shift = 0
         if self.k.size // pb.head_dim >= 2**32:       # kv_row indexes rows with 32 bits
-            raise CannotRun(f"{self.name}: {self.k.size // pb.head_dim} K/V rows; the kernel indexes at most 2^32")
+            raise CannotRun(f"{NAME}: {self.k.size // pb.head_dim} K/V rows; the kernel indexes at most 2^32")
         q = cp.asarray(np.ascontiguousarray(inputs.q, dtype=np.float16))
-        seg = segment_keys(pb, self.tile_keys)        # v3's own rule, in whole tiles
+        seg = segment_keys(pb.context, "v3", pb.queries, pb.heads_q, pb.heads_kv)   # v3's own rule
         self.geo = geo = K.launch_geometry("v3", pb.queries, pb.heads_q, pb.heads_kv, context=pb.context,
                                            segment_keys=seg)
         self.out = cp.empty(pb.heads_q * pb.queries * pb.head_dim,
@@ -205,12 +187,11 @@ class V3F16(Peer):
         return self.out.astype(self.cp.float32).get().reshape(pb.heads_q, pb.queries, pb.head_dim)
 
     def impl(self) -> str:
-        bn = f" -DPA_V3_BN={self.tile_keys}" if self.tile_keys != 64 else ""
-        return f"v3.cu -DPA_KV_F16=1{bn} ({self.compiler})"
+        return f"v3.cu -DPA_KV_F16=1 ({self.compiler})"
 
     def describe(self) -> dict:
         geo = self.geo
-        return {"variant": self.name, "shape": self.inputs.problem.shape.label, "build": list(self.build.defines()),
+        return {"variant": NAME, "shape": self.inputs.problem.shape.label, "build": list(self.build.defines()),
                 "compiler": self.compiler, "grid": list(geo.grid), "block": geo.block,
                 "segment_keys": geo.segment_keys, "segments": geo.segments,
                 "kv": "fp16 paged pool" if self.build.paged else "fp16 contiguous [Hkv, Nk, D]"}
@@ -224,4 +205,4 @@ def register() -> None:
 
 register()
 
-__all__ = ["V3F16", "NAME", "register", "segment_keys"]
+__all__ = ["V3F16", "NAME", "register"]
