@@ -462,8 +462,8 @@ def candidates(*, head_dim: int, paged: bool, page: int, queries: int, heads_q: 
     ``full`` (scripts/triton_tune.py) adds each structure switch alone at the default's launch
     parameters (so each one's effect is seen by itself), the deeper pipeline alone, the other
     load paths at every launch, and 128-key tiles (which change the arithmetic: they are judged
-    against the numerics model of 128-key tiles) at 64 rows and 4 warps and at 128 rows and 8
-    warps, the latter at both ``deep_stages`` depths with each load the layout allows: ``tile`` on
+    against the numerics model of 128-key tiles) at 64 rows and 4 warps (``deep_stages`` and 3
+    stages, which lets two programs share an SM) and at 128 rows and 8 warps, the latter at both ``deep_stages`` depths with each load the layout allows: ``tile`` on
     pages of at least 64 keys (one entry per 128-key tile on pages of 128 keys or more, two on
     64-key pages, so they compare like for like with the 64-key tiles' ``tile``), ``tma`` on pages
     of a multiple of 128 keys; on smaller pages a table entry per key at either tile size (tiles
@@ -499,6 +499,9 @@ def candidates(*, head_dim: int, paged: bool, page: int, queries: int, heads_q: 
         desc_ok = not paged or page % 128 == 0
         wide_loads = [wide] + (["tma"] if desc_ok and has_tensor_descriptors() else [])
         out += [Config(64, 4, two, "asm", wide, block_n=128)]
+        # ... and at 3 stages (84 KB at D=128, where `two` takes 117 KB): two programs an SM fit in
+        # shared memory, so one's conversion and softmax run under the other's MMAs
+        out += [Config(64, 4, 3, "asm", wide, block_n=128)]
         out += [Config(128, 8, st, "asm", ld, block_n=128) for st in (two, three) for ld in wide_loads]
     unique = []
     for cfg in out:
