@@ -3,7 +3,8 @@
     ncu --clock-control none --set full -k regex:pa_v2$ -c 1 \
         python scripts/profile_target.py --variant v2 --shape 32Kx1024 [--plugin MODULE]
 
-``--plugin`` loads a plug-in first (as ``pa-bench --plugin``), so its variants can be profiled.
+``--plugin`` loads a plug-in first (as ``pa-bench --plugin``), so its variants can be profiled;
+a peer (``v3-f16``, the torch peers) is launched through its prepared ``call()``.
 Defaults are the PR config's (32/8 heads, D=128, paged, page 64, normal data).
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 
 from pa_bench import plugins
+from pa_bench import variants as registry
 from pa_bench.backends.cuda import CudaBackend
 from pa_bench.problem.inputs import make_inputs
 from pa_bench.problem.plan import Problem
@@ -32,7 +34,10 @@ def main() -> None:
     backend.tiles = args.tiles
     pb = Problem(parse_shape(args.shape))
     prep = backend.prepare(make_inputs(pb))
-    launch = backend.launcher(prep, args.variant)
+    if registry.is_peer(args.variant):   # a peer (v3-f16, torch's): its prepared call, as a run times it
+        launch = backend._peer(prep, args.variant).call
+    else:
+        launch = backend.launcher(prep, args.variant)
     for _ in range(args.launches):
         launch()
     backend.cp.cuda.runtime.deviceSynchronize()
