@@ -4,7 +4,7 @@
         python scripts/profile_target.py --variant v2 --shape 32Kx1024 [--plugin MODULE]
 
 ``--plugin`` loads a plug-in first (as ``pa-bench --plugin``), so its variants can be profiled;
-a peer (``v3-f16``, the torch peers) is launched through its prepared ``call()``.
+a peer (``v3-f16``, the torch peers) is launched through the closure its ``call()`` returns.
 Defaults are the PR config's (32/8 heads, D=128, paged, page 64, normal data).
 """
 
@@ -35,7 +35,7 @@ def main() -> None:
     pb = Problem(parse_shape(args.shape))
     prep = backend.prepare(make_inputs(pb))
     if registry.is_peer(args.variant):   # a peer (v3-f16, torch's): its prepared call, as a run times it
-        launch = backend._peer(prep, args.variant).call
+        launch = backend._peer(prep, args.variant).call()   # the closure a run times
     else:
         launch = backend.launcher(prep, args.variant)
     for _ in range(args.launches):
