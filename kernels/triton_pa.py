@@ -463,8 +463,8 @@ def candidates(*, head_dim: int, paged: bool, page: int, queries: int, heads_q: 
     parameters (so each one's effect is seen by itself), the deeper pipeline alone, the other
     load paths at every launch, and 128-key tiles (which change the arithmetic: they are judged
     against the numerics model of 128-key tiles) at 64 rows and 4 warps (``deep_stages`` and 3
-    stages, which lets two programs share an SM) and at 128 rows and 8 warps, the latter at both ``deep_stages`` depths with each load the layout allows: ``tile`` on
-    pages of at least 64 keys (one entry per 128-key tile on pages of 128 keys or more, two on
+    stages, which lets two programs share an SM) and at 128 rows and 8 warps, the latter at both
+    ``deep_stages`` depths with each load the layout allows: ``tile`` on pages of at least 64 keys (one entry per 128-key tile on pages of 128 keys or more, two on
     64-key pages, so they compare like for like with the 64-key tiles' ``tile``), ``tma`` on pages
     of a multiple of 128 keys; on smaller pages a table entry per key at either tile size (tiles
     over four or eight pages of 32 or 16 keys stay a switch, no candidate)."""

@@ -7,9 +7,9 @@ Both layouts (paged with 16-key pages, contiguous), both head dims, paired heads
 row-paired tiles (2/2), the PR's 32/8 heads, one and two tiles per v2/v2t warp, v2/v2t with split keys (forced on
 1023x113, whose context is long enough for a split point) and without; v3 where the GPU has it
 (sm_90a); triton where Triton is installed (its configuration: PA_BENCH_TRITON_CONFIG or the tuned one); no timing, no reference. ``--only NAME[,NAME]`` keeps those variants; ``--small``
-only the small shape. ``--plugin MODULE`` (repeatable) loads a plug-in first; the variants it
-registers are launched too when ``--only`` names them (racecheck on v3's 182 KB (now 215 KB) of shared memory took over 70 s a launch of
-1023x113 on the H200). The small shape has 512 keys, 8 key tiles of 64: v3's four fp16 stages
+only the small shape (racecheck on v3's 215 KB of shared memory took over 70 s a launch of
+1023x113 on the H200). ``--plugin MODULE`` (repeatable) loads a plug-in first; the variants it
+registers are launched too when ``--only`` names them. The small shape has 512 keys, 8 key tiles of 64: v3's four fp16 stages
 and v2's double buffers are each reused, so a missing barrier before a refill shows.
 """
 
