@@ -45,18 +45,14 @@ order. They change how the operands get there:
     tl.cat included where it keeps the order); so 128-key tiles on 64-key pages take ``tile``.
   * K_T: K gathered already transposed ([D, BLOCK_N]), or with DESC transposed before the
     conversion.
-  * KV_SPLIT (pointer loads, K not transposed): how the K and V tiles' pointers are shaped, which
-    decides the registers Triton gives each thread (the same elements reach the same dots). 0: as
-    [BLOCK_N, D]. With D = 128 Triton 3.6 then gives a thread 16 dims of one key and eight threads
-    one key row; converted to fp16, a 16-byte store of eight lanes (one phase of a shared-memory
-    store) puts the row's two 64-dim blocks of the 128-byte-swizzled operand on the same four bank
-    groups: every operand store is a 2-way bank conflict (ncu: 8 wavefronts a store against 4,
-    21 % of the kernel's shared-memory wavefronts). 1 (``dh``): as [BLOCK_N, 2, D/2], the halves
-    apart, so four threads span a half and a phase covers two key rows, whose swizzles differ; but
-    then a phase of the cp.async copies reads two half rows of global memory (ncu: 2 wavefronts
-    where 1 would do). 2 (``d8``): dims whose contiguity Triton sees as 8, so a thread holds 8 dims
-    (8-byte copies and loads, twice as many) and 16 threads a key row: a phase of the copies
-    reads one whole row and a phase of the stores the 8 chunks of one 64-dim block.
+  * DH (pointer loads, K not transposed): each K and V tile loaded as [BLOCK_N, 2, D/2], each key
+    row's two 64-dim halves apart, and reshaped to [BLOCK_N, D] (the same elements in the same
+    order). Loaded as [BLOCK_N, D] with D = 128, Triton 3.6 gives a thread 16 dims of one key and
+    eight threads one key row; converted to fp16, a 16-byte store of eight lanes (one phase of a
+    shared-memory store) then puts the row's two 64-dim blocks of the 128-byte-swizzled operand on
+    the same four bank groups: every operand store is a 2-way bank conflict (ncu: 8 wavefronts a
+    store against 4 ideal, 21 % of the kernel's shared-memory wavefronts). Split in halves, four
+    threads span a half and a phase covers two key rows, whose swizzles differ: 8 bank groups.
   * LOOP_STAGES: when set, the key loops are ``tl.range(num_stages=LOOP_STAGES)`` (Triton then
     pipelines every load of the loop, not only those that feed a dot; Triton 3.6 already pipelines
     all of this loop's loads, the scales and page-table entries too, at the kernel's num_stages);
@@ -147,14 +143,13 @@ def _tiles(acc, l_i, m_i, q, K, V, KS, VS, TABLE, kvh, heads_kv, page_shift, kv_
            nk, limit, lo, hi, qk_scale_log2, p_scale,
            D: tl.constexpr, BLOCK_N: tl.constexpr, PAGED: tl.constexpr, MASKED: tl.constexpr,
            TILE_PAGE: tl.constexpr, DESC: tl.constexpr, K_T: tl.constexpr, CONVERT: tl.constexpr,
-           LOOP_STAGES: tl.constexpr, WS: tl.constexpr, KV_SPLIT: tl.constexpr):
+           LOOP_STAGES: tl.constexpr, WS: tl.constexpr, DH: tl.constexpr):
     """The online softmax over keys [lo, hi) (lo a multiple of BLOCK_N) from state (acc, l_i, m_i)."""
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D)
     HALF: tl.constexpr = D // 2
-    offs_h = tl.arange(0, 2) * HALF     # KV_SPLIT 1: a key row as two halves [2, D/2]
+    offs_h = tl.arange(0, 2) * HALF     # DH: a key row as two halves [2, D/2]
     offs_e = tl.arange(0, HALF)
-    offs_d8 = offs_d // 8 * 8 + offs_d % 8   # KV_SPLIT 2: offs_d, contiguous in runs of 8 to Triton
     page_keys = 1 << page_shift
     for start in tl.range(lo, hi, BLOCK_N, num_stages=LOOP_STAGES, warp_specialize=WS):
         j = start + offs_n
@@ -201,7 +196,7 @@ def _tiles(acc, l_i, m_i, q, K, V, KS, VS, TABLE, kvh, heads_kv, page_shift, kv_
                 kt = _to_f16(tl.load(K + kt_off, mask=in_kv[None, :], other=0), CONVERT)
             else:
                 kt = _to_f16(tl.load(K + kt_off), CONVERT)
-        elif KV_SPLIT == 1:
+        elif DH:
             k_off = row[:, None, None] * D + offs_h[None, :, None] + offs_e[None, None, :]
             if MASKED:
                 k3 = _to_f16(tl.load(K + k_off, mask=in_kv[:, None, None], other=0), CONVERT)
@@ -209,7 +204,7 @@ def _tiles(acc, l_i, m_i, q, K, V, KS, VS, TABLE, kvh, heads_kv, page_shift, kv_
                 k3 = _to_f16(tl.load(K + k_off), CONVERT)
             kt = tl.trans(tl.reshape(k3, [BLOCK_N, D]))
         else:
-            k_off = row[:, None] * D + (offs_d8 if KV_SPLIT == 2 else offs_d)[None, :]
+            k_off = row[:, None] * D + offs_d[None, :]
             if MASKED:
                 kt = tl.trans(_to_f16(tl.load(K + k_off, mask=in_kv[:, None], other=0), CONVERT))
             else:
@@ -233,7 +228,7 @@ def _tiles(acc, l_i, m_i, q, K, V, KS, VS, TABLE, kvh, heads_kv, page_shift, kv_
             vs = tl.load(VS + srow)
         if DESC:
             v = _to_f16(V.load([first.to(tl.int32), 0]), CONVERT)
-        elif KV_SPLIT == 1:
+        elif DH:
             v_off = row[:, None, None] * D + offs_h[None, :, None] + offs_e[None, None, :]
             if MASKED:
                 v3 = _to_f16(tl.load(V + v_off, mask=in_kv[:, None, None], other=0), CONVERT)
@@ -241,7 +236,7 @@ def _tiles(acc, l_i, m_i, q, K, V, KS, VS, TABLE, kvh, heads_kv, page_shift, kv_
                 v3 = _to_f16(tl.load(V + v_off), CONVERT)
             v = tl.reshape(v3, [BLOCK_N, D])
         else:
-            v_off = row[:, None] * D + (offs_d8 if KV_SPLIT == 2 else offs_d)[None, :]
+            v_off = row[:, None] * D + offs_d[None, :]
             if MASKED:
                 v = _to_f16(tl.load(V + v_off, mask=in_kv[:, None], other=0), CONVERT)
             else:
@@ -257,7 +252,7 @@ def _segment(q, K, V, KS, VS, TABLE, kvh, heads_kv, page_shift, kv_stride, scale
              lo, hi, full_end, qk_scale_log2, p_scale,
              D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PAGED: tl.constexpr,
              TILE_PAGE: tl.constexpr, DESC: tl.constexpr, K_T: tl.constexpr, CONVERT: tl.constexpr,
-             LOOP_STAGES: tl.constexpr, WS: tl.constexpr, KV_SPLIT: tl.constexpr):
+             LOOP_STAGES: tl.constexpr, WS: tl.constexpr, DH: tl.constexpr):
     """Keys [lo, hi) from a fresh state: tiles every row sees whole first, then masked ones."""
     acc = tl.full([BLOCK_M, D], 0.0, tl.float32)
     l_i = tl.full([BLOCK_M], 0.0, tl.float32)
@@ -265,10 +260,10 @@ def _segment(q, K, V, KS, VS, TABLE, kvh, heads_kv, page_shift, kv_stride, scale
     mid = tl.minimum(tl.maximum(full_end, lo), hi)
     acc, l_i, m_i = _tiles(acc, l_i, m_i, q, K, V, KS, VS, TABLE, kvh, heads_kv, page_shift, kv_stride,
                            scale_stride, nk, limit, lo, mid, qk_scale_log2, p_scale,
-                           D, BLOCK_N, PAGED, False, TILE_PAGE, DESC, K_T, CONVERT, LOOP_STAGES, WS, KV_SPLIT)
+                           D, BLOCK_N, PAGED, False, TILE_PAGE, DESC, K_T, CONVERT, LOOP_STAGES, WS, DH)
     acc, l_i, m_i = _tiles(acc, l_i, m_i, q, K, V, KS, VS, TABLE, kvh, heads_kv, page_shift, kv_stride,
                            scale_stride, nk, limit, mid, hi, qk_scale_log2, p_scale,
-                           D, BLOCK_N, PAGED, True, TILE_PAGE, DESC, K_T, CONVERT, LOOP_STAGES, WS, KV_SPLIT)
+                           D, BLOCK_N, PAGED, True, TILE_PAGE, DESC, K_T, CONVERT, LOOP_STAGES, WS, DH)
     return acc, l_i, m_i
 
 
@@ -281,7 +276,7 @@ def pa_triton(Q, K, V, KS, VS, TABLE, OUT,
               D: tl.constexpr, GROUP: tl.constexpr, HP: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, PAGED: tl.constexpr, SEGMENTED: tl.constexpr,
               TILE_PAGE: tl.constexpr, DESC: tl.constexpr, K_T: tl.constexpr, CONVERT: tl.constexpr,
-              LOOP_STAGES: tl.constexpr, WS: tl.constexpr, KV_SPLIT: tl.constexpr):
+              LOOP_STAGES: tl.constexpr, WS: tl.constexpr, DH: tl.constexpr):
     ROWS: tl.constexpr = BLOCK_M // HP
     h0 = tl.program_id(0) * HP
     rb = n_row_blocks - 1 - tl.program_id(1)          # longest rows first
@@ -310,7 +305,7 @@ def pa_triton(Q, K, V, KS, VS, TABLE, OUT,
             acc_z, l_z, m_z = _segment(q, K, V, KS, VS, TABLE, kvh, heads_kv, page_shift, kv_stride,
                                        scale_stride, nk, limit, lo, hi, full_end, qk_scale_log2, p_scale,
                                        D, BLOCK_M, BLOCK_N, PAGED, TILE_PAGE, DESC, K_T, CONVERT,
-                                       LOOP_STAGES, WS, KV_SPLIT)
+                                       LOOP_STAGES, WS, DH)
             m_new = tl.maximum(m_i, m_z)
             m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
             a = tl.exp2(m_i - m_use)
@@ -322,7 +317,7 @@ def pa_triton(Q, K, V, KS, VS, TABLE, OUT,
         acc, l_i, m_i = _segment(q, K, V, KS, VS, TABLE, kvh, heads_kv, page_shift, kv_stride,
                                  scale_stride, nk, limit, 0, hi_key, full_end, qk_scale_log2, p_scale,
                                  D, BLOCK_M, BLOCK_N, PAGED, TILE_PAGE, DESC, K_T, CONVERT, LOOP_STAGES, WS,
-                                 KV_SPLIT)
+                                 DH)
 
     inv_l = 1.0 / l_i
     o = acc * inv_l[:, None] * inv_p_scale
@@ -334,8 +329,6 @@ def pa_triton(Q, K, V, KS, VS, TABLE, OUT,
 #: int8 -> fp16 conversions (CONVERT 0, 1, 2) and K/V load paths of ``Config``.
 CONVERTS = ("cast", "bits", "asm")
 LOADS = ("gather", "tile", "tma")
-#: K/V pointer-load shapes of ``Config`` (KV_SPLIT 0, 1, 2; the module docstring).
-KV_SPLITS = ("", "dh", "d8")
 #: The conversions Triton's interpreter can run (it runs no PTX).
 INTERPRETER_CONVERTS = ("cast", "bits")
 
@@ -365,7 +358,7 @@ class Config:
     warp_specialize: bool = False
     block_n: int = BLOCK_N
     maxnreg: int = 0             # registers per thread at most (0: the compiler's choice)
-    kv_split: str = ""           # KV_SPLITS: how K/V pointer loads are shaped ("": as [block_n, D])
+    d_halves: bool = False       # K/V pointer loads as [block_n, 2, D/2] (bank-conflict-free stores)
 
     def __post_init__(self) -> None:
         if self.convert not in CONVERTS:
@@ -376,10 +369,8 @@ class Config:
             value = getattr(self, name)
             if value < 16 or value & (value - 1):
                 raise ValueError(f"{name} must be a power of two >= 16, not {value}")
-        if self.kv_split not in KV_SPLITS:
-            raise ValueError(f"kv_split must be one of {KV_SPLITS}, not {self.kv_split!r}")
-        if self.kv_split and (self.loads == "tma" or self.k_trans):
-            raise ValueError("kv_split shapes the pointer loads of K and V as stored: not with loads 'tma' or k_trans")
+        if self.d_halves and (self.loads == "tma" or self.k_trans):
+            raise ValueError("d_halves splits the pointer loads of K and V as stored: not with loads 'tma' or k_trans")
         if self.num_warps not in (1, 2, 4, 8, 16) or self.num_stages < 1 or self.loop_stages < 0 \
                 or not (self.maxnreg == 0 or 24 <= self.maxnreg <= 255):
             raise ValueError(f"bad launch parameters: {self.num_warps} warps, {self.num_stages} stages, "
@@ -399,8 +390,8 @@ class Config:
             parts.append(f"n{self.block_n}")
         if self.maxnreg:
             parts.append(f"r{self.maxnreg}")
-        if self.kv_split:
-            parts.append(self.kv_split)
+        if self.d_halves:
+            parts.append("dh")
         return "-".join(parts)
 
     @classmethod
@@ -417,8 +408,8 @@ class Config:
                     kw["k_trans"] = True
                 elif flag == "ws":
                     kw["warp_specialize"] = True
-                elif flag in KV_SPLITS[1:]:
-                    kw["kv_split"] = flag
+                elif flag == "dh":
+                    kw["d_halves"] = True
                 elif flag.startswith("ls"):
                     kw["loop_stages"] = int(flag[2:])
                 elif flag.startswith("n"):
@@ -501,7 +492,7 @@ def candidates(*, head_dim: int, paged: bool, page: int, queries: int, heads_q: 
     (``deep_stages``), at 128 rows and 8 warps (one converted tile serves 128 rows) and at 64
     rows and 4 warps (two programs per SM, whose phases overlap; three at D=128 with at most 168
     registers per thread), plus triple buffering at the default's rows, and at D=128 the 64-row
-    pointer loads with ``kv_split`` ``dh`` (operand stores without bank conflicts).
+    pointer loads with ``d_halves`` (operand stores without bank conflicts).
     ``full`` (scripts/triton_tune.py) adds each structure switch alone at the default's launch
     parameters (so each one's effect is seen by itself), the deeper pipeline alone, the other
     load paths at every launch, and 128-key tiles (which change the arithmetic: they are judged
@@ -511,7 +502,7 @@ def candidates(*, head_dim: int, paged: bool, page: int, queries: int, heads_q: 
     64-key pages, so they compare like for like with the 64-key tiles' ``tile``), ``tma`` on pages
     of a multiple of 128 keys; on smaller pages a table entry per key at either tile size (tiles
     over four or eight pages of 32 or 16 keys stay a switch, no candidate); at D=128 also
-    both ``kv_split`` shapes at the default's launch and at the 128-key launches' pointer loads."""
+    ``d_halves`` at the default's launch and at the 128-key launches' pointer loads."""
     group = heads_q // heads_kv
     base = default_config(head_dim, group, queries, heads_q, sm_count)
     tile_ok = not paged or page % BLOCK_N == 0
@@ -525,7 +516,7 @@ def candidates(*, head_dim: int, paged: bool, page: int, queries: int, heads_q: 
         out += [Config(64, 4, two, "asm", loads[-1], maxnreg=168)]
     out += [replace(base, num_stages=three, convert="asm", loads=fast)]
     if head_dim == 128:   # a key row's halves loaded apart: operand stores without bank conflicts
-        out += [Config(64, 4, two, "asm", fast, kv_split="dh")]
+        out += [Config(64, 4, two, "asm", fast, d_halves=True)]
     if full:
         out += [replace(base, convert="bits"), replace(base, convert="asm"), replace(base, convert="asm", k_trans=True)]
         out += [replace(base, convert="asm", loads=ld, k_trans=kt) for ld in loads for kt in (False, True)]
@@ -549,10 +540,10 @@ def candidates(*, head_dim: int, paged: bool, page: int, queries: int, heads_q: 
         # shared memory, so one's conversion and softmax run under the other's MMAs
         out += [Config(64, 4, 3, "asm", wide, block_n=128)]
         out += [Config(128, 8, st, "asm", ld, block_n=128) for st in (two, three) for ld in wide_loads]
-        if head_dim == 128:   # the pointer loads of the 64- and 128-key launches, split
-            out += [replace(base, convert="asm", loads=fast, kv_split=ks) for ks in KV_SPLITS[1:]]
-            out += [Config(64, 4, 3, "asm", wide, block_n=128, kv_split=ks) for ks in KV_SPLITS[1:]]
-            out += [Config(128, 8, two, "asm", wide, block_n=128, kv_split="dh")]
+        if head_dim == 128:   # the pointer loads of the 64- and 128-key launches with d_halves
+            out += [replace(base, convert="asm", loads=fast, d_halves=True),
+                    Config(64, 4, 3, "asm", wide, block_n=128, d_halves=True),
+                    Config(128, 8, two, "asm", wide, block_n=128, d_halves=True)]
     unique = []
     for cfg in out:
         if cfg not in unique and cfg.unsupported(paged=paged, page=page) is None:
@@ -610,7 +601,7 @@ def plan_launch(*, queries: int, context: int, heads_q: int, heads_kv: int, head
                      TILE_PAGE=config.tile_pages(paged=bool(paged), page=page), DESC=config.loads == "tma",
                      K_T=config.k_trans, CONVERT=CONVERTS.index(config.convert),
                      LOOP_STAGES=config.loop_stages or None, WS=config.warp_specialize,
-                     KV_SPLIT=KV_SPLITS.index(config.kv_split))
+                     DH=config.d_halves)
     return Launch((heads_q // hp, n_row_blocks), scalars, constants, config)
 
 

@@ -122,7 +122,7 @@ def switch_representatives(cfgs) -> list:
     for cfg in cfgs:
         keys = {("convert", cfg.convert), ("loads", cfg.loads), ("k_trans", cfg.k_trans),
                 ("loop_stages", bool(cfg.loop_stages)), ("warp_specialize", cfg.warp_specialize),
-                ("block_n", cfg.block_n), ("kv_split", cfg.kv_split)}
+                ("block_n", cfg.block_n), ("d_halves", cfg.d_halves)}
         if keys - seen:
             seen |= keys
             out.append(cfg)

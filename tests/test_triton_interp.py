@@ -159,8 +159,7 @@ SWITCH_CASES = {
 # every switch value the interpreter runs (the asm conversion is replayed below), at m64-w4-s3
 SWITCHES = ["m64-w4-s3-bits-gather", "m64-w4-s3-cast-gather-kt", "m64-w4-s3-bits-gather-ls5-ws",
             "m64-w4-s3-bits-tile", "m64-w4-s3-cast-tile-kt", "m64-w4-s3-bits-tma", "m64-w4-s3-cast-tma-kt",
-            "m64-w4-s5-bits-tile-ws", "m64-w4-s5-bits-tma-r168", "m64-w4-s3-bits-tile-dh", "m64-w4-s3-cast-gather-dh",
-            "m64-w4-s3-bits-tile-d8"]
+            "m64-w4-s5-bits-tile-ws", "m64-w4-s5-bits-tma-r168", "m64-w4-s3-bits-tile-dh", "m64-w4-s3-cast-gather-dh"]
 
 
 def _reference(inputs):
@@ -186,7 +185,7 @@ def test_every_switch_gives_the_default_bits(case):
         out, guards = _run(inputs, config=cfg)
         assert guards and np.array_equal(out.view(np.uint32), base.view(np.uint32)), name
         ran += 1
-    assert ran == (len(SWITCHES) - 3 if page == 16 else len(SWITCHES))
+    assert ran == (8 if page == 16 else len(SWITCHES))
 
 
 def test_switches_with_key_segments():
@@ -327,12 +326,9 @@ def test_config_names_round_trip_and_bad_ones_are_refused():
             mod.Config.parse(bad)
     with pytest.raises(ValueError, match="convert"):
         mod.Config(convert="fast")
-    with pytest.raises(ValueError, match="kv_split"):
-        mod.Config(loads="tma", kv_split="dh")
-    with pytest.raises(ValueError, match="kv_split"):
-        mod.Config(kv_split="d4")
-    assert mod.Config.parse("m64-w4-s3-asm-tile-n128-dh").kv_split == "dh"
-    assert mod.Config.parse("m64-w4-s3-asm-gather-d8").kv_split == "d8"
+    with pytest.raises(ValueError, match="d_halves"):
+        mod.Config(loads="tma", d_halves=True)
+    assert mod.Config.parse("m64-w4-s3-asm-tile-n128-dh").d_halves
     assert "multiple of 64" in mod.Config(loads="tma").unsupported(paged=True, page=16)
     assert "multiple of 128" in mod.Config(loads="tma", block_n=128).unsupported(paged=True, page=64)
     assert mod.Config(loads="tma").unsupported(paged=False, page=16) is None
@@ -372,15 +368,14 @@ def test_candidates_cover_every_switch():
         assert {c.loads for c in wide} == {"tile"} and any(c.block_m == 64 for c in wide)
         assert {c.num_stages for c in small if c.loads != "gather"} >= {mod.deep_stages(True)[0]}
         # at D=128 the split key rows, 64-key tiles in the small set, both tile sizes in the full one
-        assert any(c.kv_split for c in small) and {c.block_n for c in full if c.kv_split} == {64, 128}
-        assert {c.kv_split for c in full} == set(mod.KV_SPLITS)
-        assert all(c.loads != "tma" and not c.k_trans for c in full if c.kv_split)
+        assert any(c.d_halves for c in small) and {c.block_n for c in full if c.d_halves} == {64, 128}
+        assert all(c.loads != "tma" and not c.k_trans for c in full if c.d_halves)
     descs = ["tma"] if mod.has_tensor_descriptors() else []
     for layout, want in ((dict(page=128), [(st, ld) for st in (5, 7) for ld in ["tile"] + descs]),
                          (dict(paged=False), [(st, ld) for st in (3, 4) for ld in ["gather"] + descs])):
         full = mod.candidates(queries=1024, full=True, **(kw | layout))
         wide = [(c.num_stages, c.loads) for c in full
-                if (c.block_m, c.num_warps, c.block_n, c.kv_split) == (128, 8, 128, "")]
+                if (c.block_m, c.num_warps, c.block_n, c.d_halves) == (128, 8, 128, False)]
         assert wide == want and all(c.convert == "asm" for c in full if c.block_n == 128)
     for small in (16, 32):   # tiles over four or eight pages: a switch, no candidate
         assert {c.loads for c in mod.candidates(queries=1024, full=True, **(kw | {"page": small}))} == {"gather"}
