@@ -53,6 +53,8 @@ order. They change how the operands get there:
     the same four bank groups: every operand store is a 2-way bank conflict (ncu: 8 wavefronts a
     store against 4 ideal, 21 % of the kernel's shared-memory wavefronts). Split in halves, four
     threads span a half and a phase covers two key rows, whose swizzles differ: 8 bank groups.
+    The cp.async copies then read two half rows of global memory per phase (2 wavefronts where 1
+    would do); 8-dim runs (8-byte copies, 16 threads a row) avoid that but measured slower.
   * LOOP_STAGES: when set, the key loops are ``tl.range(num_stages=LOOP_STAGES)`` (Triton then
     pipelines every load of the loop, not only those that feed a dot; Triton 3.6 already pipelines
     all of this loop's loads, the scales and page-table entries too, at the kernel's num_stages);

@@ -51,12 +51,12 @@ CONFIG_ENV = "PA_BENCH_TRITON_CONFIG"  # a configuration name used for every sha
 #: ``scripts/triton_tune.py --apply RUN/triton_tune.json`` writes this table; its comments name the run.
 TUNED: dict[str, dict[str, str]] = {
     'NVIDIA H200': {
-        # scripts/triton_tune.py: results/reference/h200/20261202-000304-triton-tune/triton_tune.json (the
-        # long shapes), results/reference/h200/20261201-221557-triton-tune/triton_tune.json (the others)
-        'd128-h32.8-paged64-q1024-k65536': 'm64-w4-s3-asm-tile-n128',  # 32Kx1024: 1.792 ms, 1.96x the default
-        'd128-h32.8-paged64-q2048-k2048': 'm64-w4-s5-asm-tma-r168',  # 1.5K: 0.08813 ms, 1.73x the default
-        'd128-h32.8-paged64-q256-k4096': 'm64-w4-s5-asm-tile-n128',  # 2.1Kx256: 0.05638 ms, 1.96x the default
-        'd128-h32.8-paged64-q512-k131072': 'm64-w4-s3-asm-tile-n128',  # 64Kx512: 1.783 ms, 1.84x the default
+        # scripts/triton_tune.py: results/reference/h200/20261202-011102-triton-tune/triton_tune.json (the
+        # long shapes), results/reference/h200/20261202-011153-triton-tune/triton_tune.json (the others)
+        'd128-h32.8-paged64-q1024-k65536': 'm64-w4-s3-asm-tile-n128-dh',  # 32Kx1024: 1.681 ms, 2.09x the default
+        'd128-h32.8-paged64-q2048-k2048': 'm64-w4-s3-asm-tile-n128-dh',  # 1.5K: 0.08317 ms, 1.84x the default
+        'd128-h32.8-paged64-q256-k4096': 'm64-w4-s5-asm-tile-n128-dh',  # 2.1Kx256: 0.05149 ms, 2.14x the default
+        'd128-h32.8-paged64-q512-k131072': 'm64-w4-s3-asm-tile-n128-dh',  # 64Kx512: 1.66 ms, 1.98x the default
     },
 }
 
