@@ -504,7 +504,8 @@ def candidates(*, head_dim: int, paged: bool, page: int, queries: int, heads_q: 
     64-key pages, so they compare like for like with the 64-key tiles' ``tile``), ``tma`` on pages
     of a multiple of 128 keys; on smaller pages a table entry per key at either tile size (tiles
     over four or eight pages of 32 or 16 keys stay a switch, no candidate); at D=128 also
-    ``d_halves`` at the default's launch and at the 128-key launches' pointer loads."""
+    ``d_halves`` at the default's launch, at three 64-row programs an SM and at the 128-key
+    launches' pointer loads."""
     group = heads_q // heads_kv
     base = default_config(head_dim, group, queries, heads_q, sm_count)
     tile_ok = not paged or page % BLOCK_N == 0
@@ -542,8 +543,10 @@ def candidates(*, head_dim: int, paged: bool, page: int, queries: int, heads_q: 
         # shared memory, so one's conversion and softmax run under the other's MMAs
         out += [Config(64, 4, 3, "asm", wide, block_n=128)]
         out += [Config(128, 8, st, "asm", ld, block_n=128) for st in (two, three) for ld in wide_loads]
-        if head_dim == 128:   # the pointer loads of the 64- and 128-key launches with d_halves
+        if head_dim == 128:   # the pointer loads of the 64- and 128-key launches with d_halves, and
+            # three 64-row programs an SM (168 registers, a single buffer: 50 KB of shared memory)
             out += [replace(base, convert="asm", loads=fast, d_halves=True),
+                    Config(64, 4, 3, "asm", fast, maxnreg=168, d_halves=True),
                     Config(64, 4, 3, "asm", wide, block_n=128, d_halves=True),
                     Config(128, 8, two, "asm", wide, block_n=128, d_halves=True)]
     unique = []

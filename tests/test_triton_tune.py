@@ -44,7 +44,7 @@ def test_candidates_of_the_pr_shapes(capsys):
     for pb in pbs:
         cfgs = T.enumerate_candidates(pb, 132)
         assert cfgs[0] == mod.default_config(128, 4, pb.queries, 32, 132)
-        assert 15 <= len(cfgs) <= 30 and len(set(cfgs)) == len(cfgs)
+        assert 15 <= len(cfgs) <= 32 and len(set(cfgs)) == len(cfgs)
         assert {c.convert for c in cfgs} == {"cast", "bits", "asm"} and {c.loads for c in cfgs} == {"gather", "tile", "tma"}
         changed = [c.name for c in cfgs if T.arithmetic(c) != "same"]
         # 128-key tiles over two of the 64-key pages: `tile`, as the 64-key tiles' fastest loads

@@ -52,9 +52,10 @@ CONFIG_ENV = "PA_BENCH_TRITON_CONFIG"  # a configuration name used for every sha
 TUNED: dict[str, dict[str, str]] = {
     'NVIDIA H200': {
         # scripts/triton_tune.py: results/reference/h200/20261202-011102-triton-tune/triton_tune.json (the
-        # long shapes), results/reference/h200/20261202-011153-triton-tune/triton_tune.json (the others)
+        # long shapes), results/reference/h200/20261202-011153-triton-tune/triton_tune.json (2.1Kx256),
+        # results/reference/h200/20261202-012118-triton-tune/triton_tune.json (the first chunk)
         'd128-h32.8-paged64-q1024-k65536': 'm64-w4-s3-asm-tile-n128-dh',  # 32Kx1024: 1.681 ms, 2.09x the default
-        'd128-h32.8-paged64-q2048-k2048': 'm64-w4-s3-asm-tile-n128-dh',  # 1.5K: 0.08317 ms, 1.84x the default
+        'd128-h32.8-paged64-q2048-k2048': 'm64-w4-s3-asm-tile-r168-dh',  # 1.5K: 0.0766 ms, 1.98x the default
         'd128-h32.8-paged64-q256-k4096': 'm64-w4-s5-asm-tile-n128-dh',  # 2.1Kx256: 0.05149 ms, 2.14x the default
         'd128-h32.8-paged64-q512-k131072': 'm64-w4-s3-asm-tile-n128-dh',  # 64Kx512: 1.66 ms, 1.98x the default
     },
