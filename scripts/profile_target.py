@@ -4,16 +4,17 @@
         python scripts/profile_target.py --variant v2 --shape 32Kx1024 [--plugin MODULE]
 
 ``--plugin`` loads a plug-in first (as ``pa-bench --plugin``), so its variants can be profiled;
-a peer (``v3-f16``, the torch peers) is launched through the closure its ``call()`` returns.
+what is launched is what a run times (``CudaBackend.callables``): a kernel's launcher, or the
+closure a peer's ``call()`` returns (``v3-f16``, the torch peers).
 Defaults are the PR config's (32/8 heads, D=128, paged, page 64, normal data).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from pa_bench import plugins
-from pa_bench import variants as registry
 from pa_bench.backends.cuda import CudaBackend
 from pa_bench.problem.inputs import make_inputs
 from pa_bench.problem.plan import Problem
@@ -34,10 +35,11 @@ def main() -> None:
     backend.tiles = args.tiles
     pb = Problem(parse_shape(args.shape))
     prep = backend.prepare(make_inputs(pb))
-    if registry.is_peer(args.variant):   # a peer (v3-f16, torch's): its prepared call, as a run times it
-        launch = backend._peer(prep, args.variant).call()   # the closure a run times
-    else:
-        launch = backend.launcher(prep, args.variant)
+    # what a run times: a kernel's launcher, or a peer's prepared call (v3-f16, torch's)
+    fns, reasons = backend.callables(prep, [args.variant])
+    if args.variant not in fns:
+        sys.exit(f"profile_target: {args.variant} cannot run {args.shape}: {reasons.get(args.variant)}")
+    launch = fns[args.variant]
     for _ in range(args.launches):
         launch()
     backend.cp.cuda.runtime.deviceSynchronize()
