@@ -141,6 +141,29 @@ def _to_f16(x, CONVERT: tl.constexpr):
 
 
 @triton.jit
+def _rows_f16(P, row, in_kv, D: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, DH: tl.constexpr,
+              CONVERT: tl.constexpr):
+    """Rows ``row`` of K or V ([BLOCK_N, D] int8, zero where masked past the last key) in fp16; with DH
+    loaded as [BLOCK_N, 2, D/2] and reshaped (the module docstring)."""
+    if DH:
+        HALF: tl.constexpr = D // 2
+        off = row[:, None, None] * D + (tl.arange(0, 2) * HALF)[None, :, None] + tl.arange(0, HALF)[None, None, :]
+        if MASKED:
+            x = tl.load(P + off, mask=in_kv[:, None, None], other=0)
+        else:
+            x = tl.load(P + off)
+        y = tl.reshape(_to_f16(x, CONVERT), [BLOCK_N, D])
+    else:
+        off = row[:, None] * D + tl.arange(0, D)[None, :]
+        if MASKED:
+            x = tl.load(P + off, mask=in_kv[:, None], other=0)
+        else:
+            x = tl.load(P + off)
+        y = _to_f16(x, CONVERT)
+    return y
+
+
+@triton.jit
 def _tiles(acc, l_i, m_i, q, K, V, KS, VS, TABLE, kvh, heads_kv, page_shift, kv_stride, scale_stride,
            nk, limit, lo, hi, qk_scale_log2, p_scale,
            D: tl.constexpr, BLOCK_N: tl.constexpr, PAGED: tl.constexpr, MASKED: tl.constexpr,
@@ -149,9 +172,6 @@ def _tiles(acc, l_i, m_i, q, K, V, KS, VS, TABLE, kvh, heads_kv, page_shift, kv_
     """The online softmax over keys [lo, hi) (lo a multiple of BLOCK_N) from state (acc, l_i, m_i)."""
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D)
-    HALF: tl.constexpr = D // 2
-    offs_h = tl.arange(0, 2) * HALF     # DH: a key row as two halves [2, D/2]
-    offs_e = tl.arange(0, HALF)
     page_keys = 1 << page_shift
     for start in tl.range(lo, hi, BLOCK_N, num_stages=LOOP_STAGES, warp_specialize=WS):
         j = start + offs_n
@@ -198,19 +218,8 @@ def _tiles(acc, l_i, m_i, q, K, V, KS, VS, TABLE, kvh, heads_kv, page_shift, kv_
                 kt = _to_f16(tl.load(K + kt_off, mask=in_kv[None, :], other=0), CONVERT)
             else:
                 kt = _to_f16(tl.load(K + kt_off), CONVERT)
-        elif DH:
-            k_off = row[:, None, None] * D + offs_h[None, :, None] + offs_e[None, None, :]
-            if MASKED:
-                k3 = _to_f16(tl.load(K + k_off, mask=in_kv[:, None, None], other=0), CONVERT)
-            else:
-                k3 = _to_f16(tl.load(K + k_off), CONVERT)
-            kt = tl.trans(tl.reshape(k3, [BLOCK_N, D]))
         else:
-            k_off = row[:, None] * D + offs_d[None, :]
-            if MASKED:
-                kt = tl.trans(_to_f16(tl.load(K + k_off, mask=in_kv[:, None], other=0), CONVERT))
-            else:
-                kt = tl.trans(_to_f16(tl.load(K + k_off), CONVERT))
+            kt = tl.trans(_rows_f16(K, row, in_kv, D, BLOCK_N, MASKED, DH, CONVERT))
         if MASKED:
             ks = tl.load(KS + srow, mask=in_kv, other=0.0)
         else:
@@ -230,19 +239,8 @@ def _tiles(acc, l_i, m_i, q, K, V, KS, VS, TABLE, kvh, heads_kv, page_shift, kv_
             vs = tl.load(VS + srow)
         if DESC:
             v = _to_f16(V.load([first.to(tl.int32), 0]), CONVERT)
-        elif DH:
-            v_off = row[:, None, None] * D + offs_h[None, :, None] + offs_e[None, None, :]
-            if MASKED:
-                v3 = _to_f16(tl.load(V + v_off, mask=in_kv[:, None, None], other=0), CONVERT)
-            else:
-                v3 = _to_f16(tl.load(V + v_off), CONVERT)
-            v = tl.reshape(v3, [BLOCK_N, D])
         else:
-            v_off = row[:, None] * D + offs_d[None, :]
-            if MASKED:
-                v = _to_f16(tl.load(V + v_off, mask=in_kv[:, None], other=0), CONVERT)
-            else:
-                v = _to_f16(tl.load(V + v_off), CONVERT)
+            v = _rows_f16(V, row, in_kv, D, BLOCK_N, MASKED, DH, CONVERT)
         p16 = (p * (vs * p_scale)[None, :]).to(tl.float16)
         acc = acc * alpha[:, None] + tl.dot(p16, v)
         m_i = m_new
