@@ -20,10 +20,7 @@ from pa_bench.backends import triton_runner  # noqa: E402
 _reason = triton_runner.unavailable_reason(need_gpu=False)
 if _reason:
     pytest.skip(_reason, allow_module_level=True)
-try:
-    import triton.backends.nvidia  # noqa: F401
-except ImportError:
-    pytest.skip("this Triton has no NVIDIA backend to build with", allow_module_level=True)
+pytest.importorskip("triton.backends.nvidia", reason="this Triton has no NVIDIA backend to build with")
 
 
 @pytest.fixture(autouse=True)
