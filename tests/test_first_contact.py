@@ -136,7 +136,7 @@ def test_variants_of_the_same_arithmetic_run_the_model_once_per_shape(monkeypatc
     from pa_bench.problem.inputs import make_inputs
 
     config = load_config("pr2092")
-    pb = make_plan(config, shapes="1Kx128").problems[0]
+    pb = make_plan(config, shapes="512x128").problems[0]   # too short for v3 to split its keys
     calls = []
     real = model_mod.model_attention
     monkeypatch.setattr(model_mod, "model_attention", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
