@@ -95,7 +95,7 @@ def test_segments_of_the_98k_prompt_give_a_break_at_64k():
 
 
 def test_a_regime_is_per_variant_and_sees_v3s_fill_segments():
-    """Chunks of 64 queries with 32/8 heads give v3 16 CTAs: from 2K keys on its keys run in fill
+    """Chunks of 64 queries with 32/8 heads give v3 16 CTAs: from 1K keys on its keys run in fill
     segments (pa_bench.numerics.model.segment_keys), so the regime changes there for v3 only."""
     from pa_bench.problem.plan import Problem
     from pa_bench.problem.shapes import parse_shape
@@ -106,9 +106,10 @@ def test_a_regime_is_per_variant_and_sees_v3s_fill_segments():
         pb = Problem(shape=parse_shape(f"{ctx}x64"), heads_q=32, heads_kv=8, head_dim=128)
         return P.regime_of(backend, ["v1", "v3", "torch-sdpa"], pb)     # peers have no regime
 
-    assert regime(1024) == ((1, False), (1, False))
+    assert regime(512) == ((1, False), (1, False))
+    assert regime(1024) == ((1, False), (2, False))
     assert regime(4096)[1][0] == -(-(4096 + 64) // backend.segment_keys("v3", Problem(
-        shape=parse_shape("4096x64"), heads_q=32, heads_kv=8, head_dim=128))) == 4
+        shape=parse_shape("4096x64"), heads_q=32, heads_kv=8, head_dim=128))) == 8
     assert regime(4096)[0] == (1, False)                                 # v1: no fill rule
 
 
