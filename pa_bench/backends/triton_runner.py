@@ -74,7 +74,7 @@ TUNED: dict[str, dict[str, str]] = {
         'd128-h32.8-paged64-q256-k4096': 'm64-w4-s5-asm-tile-n128-dh',  # 2.1Kx256: 0.05149 ms, 2.14x the default
         'd128-h32.8-paged64-q256-k65536': 'm64-w4-s5-asm-tile-n128-dh',  # 32Kx256: 0.5883 ms, 2.31x the default
         'd128-h32.8-paged64-q256-k8192': 'm64-w4-s5-asm-tile-n128-dh',  # 4Kx256: 0.08541 ms, 2.24x the default
-        'd128-h32.8-paged64-q512-k131072': 'm64-w4-s3-asm-tile-n128-dh',  # 64Kx512: 1.66 ms, 2.09x the default
+        'd128-h32.8-paged64-q512-k131072': 'm64-w4-s3-asm-tile-n128-dh',  # 64Kx512: 1.66 ms, 1.98x the default
     },
 }
 

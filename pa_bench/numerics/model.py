@@ -76,7 +76,7 @@ SEGMENT_KEYS = 65536
 # CTAs for the H200's 132 SMs), so such a chunk runs its keys in n segments merged by pa_combine,
 # as long contexts do: n = ceil(FILL_CTAS / CTAs), but no segment under FILL_MIN_KEYS keys (at 512,
 # 1Kx256 and 1.5Kx256 split in two as well: 13 % and 21 % faster on the H200 than at 1024, where
-# they ran in one segment on 64 CTAs). The rule depends on the problem only (not on the GPU's SM
+# they ran in one segment on 64 CTAs; results/reference/h200/20261202-022318-fill-b-cuda). The rule depends on the problem only (not on the GPU's SM
 # count), so a row's bits never depend on the GPU.
 FILL_CTAS = 128
 FILL_MIN_KEYS = 512
