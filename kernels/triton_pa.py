@@ -70,6 +70,13 @@ exactly nothing. Without segments (SEGMENTED false) the merge code is not compil
 Launch parameters (``Config`` too): rows per program (BLOCK_M), warps, pipeline stages (paged
 K/V need 5 for two buffers: ``deep_stages``) and an optional register cap (``maxnreg``).
 
+The key loop in Gluon (``Config.gluon``, the ``gl`` flag; kernels/gluon_pa.py): the same problem,
+packing and arithmetic at 64-key tiles, with the waits, buffers and barrier placed by hand, so that
+each program's conversions and softmax run under its own wgmma. One launch: 128 rows and 8 warps,
+two buffers of everything, the ``asm`` conversion, a page-table entry per tile
+(``m128-w8-s2-asm-tile-gl``); paged K/V whose pages hold whole tiles, D = 128, no key segments, an
+sm_90 GPU, and Triton 3.6+ with Gluon.
+
 No atomics and a fixed reduction order: two launches give the same bits. There is no barrier
 in the source; Triton pipelines the K/V loads (num_stages) and, on Hopper, issues wgmma.
 Needs Triton >= 3.0; the descriptor switch needs ``triton.tools.tensor_descriptor`` (3.3+). Every
@@ -342,6 +349,36 @@ def has_tensor_descriptors() -> bool:
     return True
 
 
+def has_gluon() -> bool:
+    """Whether this Triton has the Gluon pieces kernels/gluon_pa.py uses (Triton 3.6+)."""
+    try:
+        from triton.experimental.gluon.language.nvidia.ampere import async_copy  # noqa: F401
+        from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+_gluon_module = None
+
+
+def gluon_module():
+    """kernels/gluon_pa.py as a module (loaded on first use: only ``gl`` launches need it)."""
+    global _gluon_module
+    if _gluon_module is None:
+        import importlib.util
+        import sys
+        from pathlib import Path
+
+        name = f"{__name__}_gluon"
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("gluon_pa.py"))
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod          # Triton reads the kernel's source through its module
+        spec.loader.exec_module(mod)
+        _gluon_module = mod
+    return _gluon_module
+
+
 @dataclass(frozen=True)
 class Config:
     """A launch configuration: launch parameters and the kernel's structure switches (the module
@@ -359,6 +396,7 @@ class Config:
     block_n: int = BLOCK_N
     maxnreg: int = 0             # registers per thread at most (0: the compiler's choice)
     d_halves: bool = False       # K/V pointer loads as [block_n, 2, D/2] (bank-conflict-free stores)
+    gluon: bool = False          # the key loop in Gluon (kernels/gluon_pa.py): GLUON's launch only
 
     def __post_init__(self) -> None:
         if self.convert not in CONVERTS:
@@ -371,6 +409,8 @@ class Config:
                 raise ValueError(f"{name} must be a power of two >= 16, not {value}")
         if self.d_halves and (self.loads == "tma" or self.k_trans):
             raise ValueError("d_halves splits the pointer loads of K and V as stored: not with loads 'tma' or k_trans")
+        if self.gluon and replace(self, gluon=False) != GLUON_BASE:
+            raise ValueError("the Gluon loop has one launch: m128-w8-s2-asm-tile-gl")
         if self.num_warps not in (1, 2, 4, 8, 16) or self.num_stages < 1 or self.loop_stages < 0 \
                 or not (self.maxnreg == 0 or 24 <= self.maxnreg <= 255):
             raise ValueError(f"bad launch parameters: {self.num_warps} warps, {self.num_stages} stages, "
@@ -392,6 +432,8 @@ class Config:
             parts.append(f"r{self.maxnreg}")
         if self.d_halves:
             parts.append("dh")
+        if self.gluon:
+            parts.append("gl")
         return "-".join(parts)
 
     @classmethod
@@ -410,6 +452,8 @@ class Config:
                     kw["warp_specialize"] = True
                 elif flag == "dh":
                     kw["d_halves"] = True
+                elif flag == "gl":
+                    kw["gluon"] = True
                 elif flag.startswith("ls"):
                     kw["loop_stages"] = int(flag[2:])
                 elif flag.startswith("n"):
@@ -441,6 +485,15 @@ class Config:
                     f"of at least {MIN_TILE_PAGE} keys, not {page}")
         if self.loads == "tma" and not has_tensor_descriptors():
             return "loads 'tma' needs triton.tools.tensor_descriptor (Triton 3.3+)"
+        if self.gluon:
+            import os
+
+            if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+                return "the Gluon loop does not run in Triton's interpreter"
+            if not paged or page % self.block_n:
+                return f"the Gluon loop needs paged K/V with pages of a multiple of {self.block_n} keys"
+            if not has_gluon():
+                return "the Gluon loop needs Triton 3.6+ (triton.experimental.gluon)"
         return None
 
     def tile_pages(self, *, paged: bool, page: int) -> int:
@@ -453,6 +506,10 @@ class Config:
     def as_dict(self) -> dict:
         return {"config": self.name, **asdict(self)}
 
+
+#: The Gluon loop's one launch (``Config.gluon``), and that launch without the flag.
+GLUON_BASE = Config(128, 8, 2, "asm", "tile")
+GLUON = replace(GLUON_BASE, gluon=True)
 
 #: The launch parameters scripts/triton_tune.py tries with the default structure.
 CANDIDATES = (
@@ -518,6 +575,8 @@ def candidates(*, head_dim: int, paged: bool, page: int, queries: int, heads_q: 
     out += [replace(base, num_stages=three, convert="asm", loads=fast)]
     if head_dim == 128:   # a key row's halves loaded apart: operand stores without bank conflicts
         out += [Config(64, 4, two, "asm", fast, d_halves=True)]
+    if head_dim == 128 and paged:   # the key loop in Gluon (unsupported() drops it where it cannot run)
+        out += [GLUON]
     if full:
         out += [replace(base, convert="bits"), replace(base, convert="asm"), replace(base, convert="asm", k_trans=True)]
         out += [replace(base, convert="asm", loads=ld, k_trans=kt) for ld in loads for kt in (False, True)]
@@ -571,7 +630,7 @@ class Launch:
 
     def describe(self) -> dict:
         return {"grid": list(self.grid), **self.config.as_dict(), "heads_packed": self.constants["HP"],
-                "segmented": self.constants["SEGMENTED"]}
+                "segmented": bool(self.constants.get("SEGMENTED", False))}
 
 
 def plan_launch(*, queries: int, context: int, heads_q: int, heads_kv: int, head_dim: int, paged: bool,
@@ -596,6 +655,13 @@ def plan_launch(*, queries: int, context: int, heads_q: int, heads_kv: int, head
     rows = config.block_m // hp
     n_row_blocks = -(-queries // rows)
     segmented = bool(seg_keys) and context + queries > seg_keys
+    if config.gluon:
+        if head_dim != 128 or segmented:
+            raise ValueError(f"configuration {config.name}: the Gluon loop needs D 128 and no key segments")
+        scalars = (queries, context, heads_kv, n_row_blocks, float(qk_scale_log2), float(p_scale),
+                   1.0 / float(p_scale))
+        constants = dict(D=head_dim, GROUP=group, HP=hp, PAGE_SHIFT=page.bit_length() - 1)
+        return Launch((heads_q // hp, n_row_blocks), scalars, constants, config)
     scalars = (queries, context, heads_kv, page.bit_length() - 1 if paged else 0, kv_stride, scale_stride,
                seg_keys if segmented else block_n, n_row_blocks, float(qk_scale_log2), float(p_scale),
                1.0 / float(p_scale))
@@ -631,6 +697,8 @@ def launcher(launch: Launch, q, k, v, k_scale, v_scale, table, out):
     grid, consts = launch.grid, launch.constants
     if launch.grid[1] == 0:          # no query rows: nothing to launch
         return lambda: None
+    if launch.config.gluon:
+        return _gluon_launcher(launch, q, k, v, k_scale, v_scale, table, out)
     kd, vd = descriptors(launch, k, v)
     args = (q, kd, vd, k_scale, v_scale, table, out) + launch.scalars
     options = dict(num_warps=launch.config.num_warps, num_stages=launch.config.num_stages)
@@ -639,5 +707,25 @@ def launcher(launch: Launch, q, k, v, k_scale, v_scale, table, out):
 
     def run():
         return pa_triton[grid](*args, **consts, **options)   # the compiled kernel
+
+    return run
+
+
+def _gluon_launcher(launch: Launch, q, k, v, k_scale, v_scale, table, out):
+    """``launcher`` for the Gluon loop (kernels/gluon_pa.py's pa_gluon): its wgmma and cp.async code
+    is sm_90's, so another GPU is an error here rather than at the first launch."""
+    if q.is_cuda:
+        import torch
+
+        cc = torch.cuda.get_device_capability(q.device)
+        if cc != (9, 0):
+            raise RuntimeError(f"configuration {launch.config.name}: the Gluon loop needs sm_90, not sm_{cc[0]}{cc[1]}")
+    kernel = gluon_module().pa_gluon
+    grid, consts = launch.grid, launch.constants
+    args = (q, k, v, k_scale, v_scale, table, out) + launch.scalars
+    num_warps = gluon_module().NUM_WARPS
+
+    def run():
+        return kernel[grid](*args, **consts, num_warps=num_warps)   # the compiled kernel
 
     return run

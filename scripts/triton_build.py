@@ -62,9 +62,14 @@ def _tool(name: str) -> str:
     return str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name)
 
 
+def _kernel(mod, config):
+    """The kernel a configuration launches: pa_triton, or for the Gluon loop gluon_pa's pa_gluon."""
+    return mod.gluon_module().pa_gluon if config.gluon else mod.pa_triton
+
+
 def _signature(mod, launch, out_dtype: str) -> tuple[dict, dict]:
-    """pa_triton's signature and attributes as a launch specialises them."""
-    names = mod.pa_triton.arg_names
+    """The launched kernel's signature and attributes as a launch specialises them."""
+    names = _kernel(mod, launch.config).arg_names
     sig, attrs = {}, {}
     for i, name in enumerate(names):
         if name in launch.constants:
@@ -100,8 +105,15 @@ def build(problem, config, arch: int = 90) -> dict:
                              head_dim=pb.head_dim, paged=pb.layout == "paged", page=pb.page, kv_stride=0,
                              scale_stride=0, seg_keys=0, qk_scale_log2=1.0, p_scale=1.0, config=config)
     sig, attrs = _signature(mod, launch, pb.out_dtype)
-    src = triton.compiler.ASTSource(fn=mod.pa_triton, signature=sig, constexprs=dict(launch.constants), attrs=attrs)
-    options = dict(num_warps=config.num_warps, num_stages=config.num_stages)
+    if config.gluon:
+        from triton.experimental.gluon._runtime import GluonASTSource
+
+        src = GluonASTSource(fn=_kernel(mod, config), signature=sig, constexprs=dict(launch.constants), attrs=attrs)
+        options = dict(num_warps=config.num_warps)
+    else:
+        src = triton.compiler.ASTSource(fn=mod.pa_triton, signature=sig, constexprs=dict(launch.constants),
+                                        attrs=attrs)
+        options = dict(num_warps=config.num_warps, num_stages=config.num_stages)
     if config.maxnreg:
         options["maxnreg"] = config.maxnreg
     suffix = "a" if arch == 90 else ""

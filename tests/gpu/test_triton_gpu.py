@@ -170,10 +170,11 @@ def test_switches_and_tuned_launches_keep_the_bits(backend, shape, key):
         good, why = judge_parity(kern["max_abs_err"], m_err, parity_floor(ref), kern["nan_inf"], ok)
         assert ok and good, f"{name}: {why}"
         cfg = by_name[name]
-        if (cfg.block_m, cfg.num_warps) == (default.block_m, default.num_warps):
+        if (cfg.block_m, cfg.num_warps) == (default.block_m, default.num_warps) and not cfg.gluon:
             assert bool(cp.array_equal(full_out, base)), f"{name} differs from {default.name} bit for bit"
         else:   # other rows per program or warps may sum a tl.dot in another order (seen on the
-                # H200: d64 and contiguous fp16 cases): the tune's own acceptance rule
+                # H200: d64 and contiguous fp16 cases), and the Gluon loop lays its row reductions
+                # out itself: the tune's own acceptance rule
             diff = float(cp.abs(values(full_out) - values(base)).max())
             tol = triton_runner.reorder_tolerance(scale, base.dtype == cp.uint16)
             assert diff <= tol, f"{name} differs from {default.name} by {diff:.3e}"
