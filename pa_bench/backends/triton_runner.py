@@ -51,21 +51,22 @@ CONFIG_ENV = "PA_BENCH_TRITON_CONFIG"  # a configuration name used for every sha
 #: ``scripts/triton_tune.py --apply RUN/triton_tune.json`` writes this table; its comments name the run.
 TUNED: dict[str, dict[str, str]] = {
     'NVIDIA H200': {
-        # scripts/triton_tune.py: results/reference/h200/20261202-011102-triton-tune/triton_tune.json (the
-        # long shapes), results/reference/h200/20261202-011153-triton-tune/triton_tune.json (2.1Kx256),
-        # results/reference/h200/20261202-012118-triton-tune/triton_tune.json (the first chunk);
+        # scripts/triton_tune.py: results/reference/h200/20261202-033559-triton-tune-gl/triton_tune.json (the
+        # PR shapes, with the Gluon loop), results/reference/h200/20261202-011153-triton-tune/triton_tune.json
+        # (2.1Kx256), results/reference/h200/20261202-012118-triton-tune/triton_tune.json (the first chunk);
         # configs/sweep.yaml's classes: results/reference/h200/20261202-021533-triton-tune-sweep256/
-        # triton_tune.json (x256) and results/reference/h200/20261202-021626-triton-tune-sweep2048/
-        # triton_tune.json (x2048)
-        'd128-h32.8-paged64-q1024-k65536': 'm64-w4-s3-asm-tile-n128-dh',  # 32Kx1024: 1.681 ms, 2.09x the default
-        'd128-h32.8-paged64-q2048-k131072': 'm64-w4-s3-asm-tile-n128-dh',  # 64Kx2048: 6.672 ms, 2.09x the default
+        # triton_tune.json (x256), results/reference/h200/20261202-033638-triton-tune-gl-sweep2048/
+        # triton_tune.json (x2048 without key segments, with the Gluon loop) and
+        # results/reference/h200/20261202-021626-triton-tune-sweep2048/triton_tune.json (128Kx2048)
+        'd128-h32.8-paged64-q1024-k65536': 'm128-w8-s2-asm-tile-gl',  # 32Kx1024: 1.633 ms, 2.16x the default
+        'd128-h32.8-paged64-q2048-k131072': 'm128-w8-s2-asm-tile-gl',  # 64Kx2048: 6.472 ms, 2.15x the default
         'd128-h32.8-paged64-q2048-k131072-seg': 'm64-w4-s3-asm-tile-n128-dh',  # 128Kx2048: 13.37 ms, 2.05x the default
-        'd128-h32.8-paged64-q2048-k16384': 'm64-w4-s3-asm-tile-n128-dh',  # 8Kx2048: 0.9452 ms, 2.02x the default
-        'd128-h32.8-paged64-q2048-k2048': 'm64-w4-s3-asm-tile-r168-dh',  # 1.5K: 0.0766 ms, 1.98x the default
-        'd128-h32.8-paged64-q2048-k32768': 'm64-w4-s3-asm-tile-n128-dh',  # 16Kx2048: 1.773 ms, 2.06x the default
-        'd128-h32.8-paged64-q2048-k4096': 'm64-w4-s3-asm-tile-n128-dh',  # 2Kx2048: 0.3347 ms, 1.98x the default
-        'd128-h32.8-paged64-q2048-k65536': 'm64-w4-s3-asm-tile-n128-dh',  # 32Kx2048: 3.403 ms, 2.08x the default
-        'd128-h32.8-paged64-q2048-k8192': 'm64-w4-s3-asm-tile-n128-dh',  # 4Kx2048: 0.5378 ms, 2.00x the default
+        'd128-h32.8-paged64-q2048-k16384': 'm128-w8-s2-asm-tile-gl',  # 8Kx2048: 0.9164 ms, 2.08x the default
+        'd128-h32.8-paged64-q2048-k2048': 'm64-w4-s3-asm-tile-r168-dh',  # 1.5K: 0.0766 ms, 1.99x the default
+        'd128-h32.8-paged64-q2048-k32768': 'm128-w8-s2-asm-tile-gl',  # 16Kx2048: 1.71 ms, 2.12x the default
+        'd128-h32.8-paged64-q2048-k4096': 'm128-w8-s2-asm-tile-gl',  # 2Kx2048: 0.3262 ms, 2.02x the default
+        'd128-h32.8-paged64-q2048-k65536': 'm128-w8-s2-asm-tile-gl',  # 32Kx2048: 3.293 ms, 2.14x the default
+        'd128-h32.8-paged64-q2048-k8192': 'm128-w8-s2-asm-tile-gl',  # 4Kx2048: 0.5214 ms, 2.05x the default
         'd128-h32.8-paged64-q256-k131072': 'm64-w4-s5-asm-tile-n128-dh',  # 64Kx256: 1.164 ms, 2.31x the default
         'd128-h32.8-paged64-q256-k131072-seg': 'm64-w4-s5-asm-tile-n128-dh',  # 128Kx256: 2.501 ms, 2.14x the default
         'd128-h32.8-paged64-q256-k16384': 'm64-w4-s5-asm-tile-n128-dh',  # 8Kx256: 0.1571 ms, 2.30x the default
@@ -74,7 +75,7 @@ TUNED: dict[str, dict[str, str]] = {
         'd128-h32.8-paged64-q256-k4096': 'm64-w4-s5-asm-tile-n128-dh',  # 2.1Kx256: 0.05149 ms, 2.14x the default
         'd128-h32.8-paged64-q256-k65536': 'm64-w4-s5-asm-tile-n128-dh',  # 32Kx256: 0.5883 ms, 2.31x the default
         'd128-h32.8-paged64-q256-k8192': 'm64-w4-s5-asm-tile-n128-dh',  # 4Kx256: 0.08541 ms, 2.24x the default
-        'd128-h32.8-paged64-q512-k131072': 'm64-w4-s3-asm-tile-n128-dh',  # 64Kx512: 1.66 ms, 1.98x the default
+        'd128-h32.8-paged64-q512-k131072': 'm128-w8-s2-asm-tile-gl',  # 64Kx512: 1.612 ms, 2.04x the default
     },
 }
 
