@@ -13,7 +13,8 @@ no key segments. BLOCK_N = 64 keys a tile (the numerics model's tile_keys); S = 
 (k_scale * qk_scale_log2), the causal mask on tiles that cross the program's diagonal, exp2 online
 softmax, P = fp16(p * v_scale * p_scale), O = O * alpha + P.V: the same operands and fp32 steps in
 the same order per row, so the output is pa_triton's at 64-key tiles up to the order of a dot's
-fp32 sums.
+fp32 sums and the compiler's fusing of a multiply and an add into one FMA (the step without the mask
+fuses S's scaling with the max's subtraction).
 
 Buffers (shared memory, 132 KB: one program an SM), every one in two by tile parity: int8 K(t) in
 k8[t % 2], int8 V(t) and tile t's K and V scales in v8/sc[t % 2] (cp.async copies, 16 bytes a
@@ -34,13 +35,22 @@ V(n + 2) loaded.
      tile n + 1;
   5. wait for P.V(n); O *= alpha.
 The one barrier a step is step 1's. The step past the last tile computes an S that the mask
-discards (alpha 1, P 0), and converts tiles past the last, which nothing reads.
+discards (alpha 1, P 0), and converts tiles past the last, which nothing reads. Each step is built
+twice, with the causal mask and without it (``_step`` picks one by whether tile n + 1 crosses the
+diagonal or the last key), so that no branch lies between its two waits.
 
-Two things ptxas does that the code is shaped against (checked in the SASS):
+Three things ptxas does that the code is shaped against (checked in the SASS; measured on the
+H200 in docs/PERF_NOTES.md):
   * P(n+1) is computed through an opaque move (``_pin``): left free, the compiler sinks P's
     packing below the next step's wgmma fence, and ptxas then serialises every wgmma (C7513);
   * the wait for P.V keeps P(n) among its dependencies, so that P(n)'s registers stay P.V's
-    operand until it is done.
+    operand until it is done;
+  * a branch between the wait for S and the wait for P.V (the mask's, when it was inside the
+    softmax) makes ptxas wait for P.V at the first block after it, and splits the step into
+    blocks that ptxas schedules apart. Where the wait for P.V lands within a step without a
+    branch is ptxas's choice: source order does not move it. It ends after the row maximum in
+    the turn's first step and after the softmax in its second, and that was the fastest of the
+    placements measured.
 
 Written against Triton 3.6's Gluon (the H200's); the names Triton 3.9 renamed (the async copy, the
 barrier) go through the aliases below, so the kernel builds with either (tests/test_triton_build.py).
@@ -117,10 +127,12 @@ def _scales(slot, COL_S: gl.constexpr):
 
 
 @gluon.jit
-def _softmax(s, m_i, l_i, ks, vs, start, full_end, nk, limit, qk_scale_log2, p_scale, offs_ns, P_L: gl.constexpr):
+def _softmax(s, m_i, l_i, ks, vs, start, nk, limit, qk_scale_log2, p_scale, offs_ns, P_L: gl.constexpr,
+             MASK: gl.constexpr):
     """The online softmax of the tile at key ``start``: (P in P.V's register layout, new max, new sum,
-    alpha). A tile past the last key is all masked: alpha 1, P 0."""
-    if start >= full_end:       # the tile crosses the diagonal (or the last key): mask
+    alpha). MASK: the tile crosses the diagonal or the last key (a tile past the last key is all
+    masked: alpha 1, P 0)."""
+    if MASK:
         jk = start + offs_ns
         ks = gl.where(jk < nk, ks, 0.0)
         vs = gl.where(jk < nk, vs, 0.0)
@@ -138,11 +150,13 @@ def _softmax(s, m_i, l_i, ks, vs, start, full_end, nk, limit, qk_scale_log2, p_s
 
 
 @gluon.jit
-def _step(n, p16, m_i, l_i, acc, ek, ev, q_smem, k16_next, v16_cur, k16_conv, v16_conv, k8_conv, v8_conv, sc_next,
-          k8_w, v8_w, sc_w, K, V, KS, VS, TABLE, n_tiles, nk, kvh, heads_kv, offs_nkv, offs_dkv, sc_n, sc_kv,
-          full_end, limit, qk_scale_log2, p_scale, offs_ns, s0, KV_L: gl.constexpr, COL_S: gl.constexpr,
-          P_L: gl.constexpr, ROW_O: gl.constexpr, D: gl.constexpr, PAGE_SHIFT: gl.constexpr):
-    """Step n (the module docstring). ``ek``, ``ev``: the page-table entries of K(n + 3), V(n + 2)."""
+def _step_as(n, p16, m_i, l_i, acc, ek, ev, q_smem, k16_next, v16_cur, k16_conv, v16_conv, k8_conv, v8_conv, sc_next,
+             k8_w, v8_w, sc_w, K, V, KS, VS, TABLE, n_tiles, nk, kvh, heads_kv, offs_nkv, offs_dkv, sc_n, sc_kv,
+             limit, qk_scale_log2, p_scale, offs_ns, s0, KV_L: gl.constexpr, COL_S: gl.constexpr,
+             P_L: gl.constexpr, ROW_O: gl.constexpr, D: gl.constexpr, PAGE_SHIFT: gl.constexpr,
+             MASK: gl.constexpr):
+    """Step n (the module docstring), its softmax masked or not. ``ek``, ``ev``: the page-table entries of
+    K(n + 3), V(n + 2)."""
     async_copy.wait_group(0)
     _barrier()
     s = warpgroup_mma(q_smem, k16_next.permute((1, 0)), s0, use_acc=False, is_async=True)
@@ -160,11 +174,31 @@ def _step(n, p16, m_i, l_i, acc, ek, ev, q_smem, k16_next, v16_cur, k16_conv, v1
     fence_async_shared()
     ks, vs = _scales(sc_next, COL_S)
     s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))
-    p_next, m_i, l_i, alpha = _softmax(s, m_i, l_i, ks, vs, (n + 1) * BLOCK_N, full_end, nk, limit, qk_scale_log2,
-                                       p_scale, offs_ns, P_L)
+    p_next, m_i, l_i, alpha = _softmax(s, m_i, l_i, ks, vs, (n + 1) * BLOCK_N, nk, limit, qk_scale_log2, p_scale,
+                                       offs_ns, P_L, MASK)
     acc, p16 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p16))
     acc = acc * gl.convert_layout(alpha, ROW_O)[:, None]
     return p_next, m_i, l_i, acc, ek, ev
+
+
+@gluon.jit
+def _step(n, p16, m_i, l_i, acc, ek, ev, q_smem, k16_next, v16_cur, k16_conv, v16_conv, k8_conv, v8_conv, sc_next,
+          k8_w, v8_w, sc_w, K, V, KS, VS, TABLE, n_tiles, nk, kvh, heads_kv, offs_nkv, offs_dkv, sc_n, sc_kv,
+          full_end, limit, qk_scale_log2, p_scale, offs_ns, s0, KV_L: gl.constexpr, COL_S: gl.constexpr,
+          P_L: gl.constexpr, ROW_O: gl.constexpr, D: gl.constexpr, PAGE_SHIFT: gl.constexpr):
+    """Step n, as a step with the mask where tile n + 1 crosses the diagonal (or the last key), and as one
+    without it elsewhere: either way no branch lies between the step's two waits."""
+    if (n + 1) * BLOCK_N >= full_end:
+        out = _step_as(n, p16, m_i, l_i, acc, ek, ev, q_smem, k16_next, v16_cur, k16_conv, v16_conv, k8_conv, v8_conv,
+                       sc_next, k8_w, v8_w, sc_w, K, V, KS, VS, TABLE, n_tiles, nk, kvh, heads_kv, offs_nkv, offs_dkv,
+                       sc_n, sc_kv, limit, qk_scale_log2, p_scale, offs_ns, s0, KV_L, COL_S, P_L, ROW_O, D,
+                       PAGE_SHIFT, True)
+    else:
+        out = _step_as(n, p16, m_i, l_i, acc, ek, ev, q_smem, k16_next, v16_cur, k16_conv, v16_conv, k8_conv, v8_conv,
+                       sc_next, k8_w, v8_w, sc_w, K, V, KS, VS, TABLE, n_tiles, nk, kvh, heads_kv, offs_nkv, offs_dkv,
+                       sc_n, sc_kv, limit, qk_scale_log2, p_scale, offs_ns, s0, KV_L, COL_S, P_L, ROW_O, D,
+                       PAGE_SHIFT, False)
+    return out
 
 
 @gluon.jit(do_not_specialize=["nq", "ctx", "n_row_blocks"])
@@ -254,7 +288,7 @@ def pa_gluon(Q, K, V, KS, VS, TABLE, OUT, nq, ctx, heads_kv, n_row_blocks, qk_sc
     ks, vs = _scales(sca, COL_S)
     l_i = gl.zeros([BLOCK_M], gl.float32, ROW_S)
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, ROW_S)
-    p16, m_i, l_i, alpha = _softmax(s, m_i, l_i, ks, vs, 0, full_end, nk, limit, qk_scale_log2, p_scale, offs_ns, P_L)
+    p16, m_i, l_i, alpha = _softmax(s, m_i, l_i, ks, vs, 0, nk, limit, qk_scale_log2, p_scale, offs_ns, P_L, True)
     acc = gl.zeros([BLOCK_M, D], gl.float32, O_L)
     ev = e2                                                           # V(2): step 0's copies
 

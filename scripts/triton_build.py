@@ -11,7 +11,9 @@ time for the target, with the argument specialisation a launch gets (16-byte-ali
 shape scalars the kernel leaves unspecialised). Then it reads the cubin: registers, stack bytes
 (spills), shared memory, the programs an SM its registers and its shared memory allow, the wgmma
 forms (A from registers or from shared memory), and counts of shared-memory stores and loads,
-barriers and warpgroup waits in the SASS.
+barriers and warpgroup waits in the SASS; and where S is waited for with P.V still in flight (the
+Gluon loop), what ptxas placed between that wait and P.V's, step by step: the softmax's
+exponentials (``exp2``: 34 a thread at 64-key tiles when all of it runs under P.V) and branches.
 
 With the Triton version a GPU runs, the registers and shared memory are that GPU's (checked on an
 H200 against Triton 3.6's own builds of the table's launches); other versions build other code, and
@@ -94,6 +96,25 @@ def programs_per_sm(arch: int, registers: int, threads: int, smem: int) -> tuple
     return regs // (per_warp * (threads // 32)), shared // (smem + RESERVED_SMEM)
 
 
+def between_waits(sass: str) -> list[dict]:
+    """For each wait that leaves one wgmma group in flight (``WARPGROUP.DEPBAR.LE gsb0, 0x1``: S waited
+    for, P.V still running), what lies before the next full wait: its softmax exponentials (MUFU.EX2),
+    the part of the softmax ptxas left under P.V, and its branches (a branch there makes ptxas wait for
+    P.V at the first block after it)."""
+    steps, cur = [], None
+    for line in sass.splitlines():
+        if "WARPGROUP.DEPBAR.LE gsb0, 0x1" in line:
+            cur = {"exp2": 0, "branches": 0}
+        elif cur is not None and "WARPGROUP.DEPBAR.LE gsb0, 0x0" in line:
+            steps.append(cur)
+            cur = None
+        elif cur is not None and "MUFU.EX2" in line:
+            cur["exp2"] += 1
+        elif cur is not None and re.search(r"\bBRA\b", line):
+            cur["branches"] += 1
+    return steps
+
+
 def build(problem, config, arch: int = 90) -> dict:
     """Compile one configuration for one problem and read its cubin (module docstring)."""
     import triton
@@ -132,12 +153,15 @@ def build(problem, config, arch: int = 90) -> dict:
     forms = sorted({(shape, "rs" if a == "{" else "ss") for shape, a in
                     re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)\.f32\.f16\.f16 \{[^}]*\}, (\{|%rd)", ptx)})
     smem = int(compiled.metadata.shared)
+    waits = between_waits(sass)
     threads = 32 * config.num_warps
     by_regs, by_smem = programs_per_sm(arch, regs, threads, smem)
     return {"shape": pb.shape.label, "config": config.name, "arch": f"sm_{arch}{suffix}", "registers": regs,
             "stack_bytes": stack, "shared_bytes": smem, "programs_by_registers": by_regs,
             "programs_by_shared": by_smem, "wgmma": [f"{s}-{a}" for s, a in forms],
-            **{op.lower().replace(".", "_"): ops.get(op, 0) for op in OPCODES}, "build_s": round(seconds, 1)}
+            **{op.lower().replace(".", "_"): ops.get(op, 0) for op in OPCODES},
+            "exp2_under_pv": [w["exp2"] for w in waits] or None,
+            "branches_under_pv": sum(w["branches"] for w in waits) if waits else None, "build_s": round(seconds, 1)}
 
 
 def configurations(problem, names: str | None) -> list:
@@ -188,6 +212,8 @@ def main(argv=None) -> int:
                 continue
             progs = f"{r['programs_by_registers']}/{r['programs_by_shared']}" if r["programs_by_registers"] else "-"
             counts = ", ".join(f"{op} {r[op.lower().replace('.', '_')]}" for op in OPCODES)
+            if r["exp2_under_pv"] is not None:
+                counts += f"; under P.V: exp2 {'/'.join(map(str, r['exp2_under_pv']))}, branches {r['branches_under_pv']}"
             print(f"  {r['shape']:10} {r['config']:32} {r['registers']:>4} {r['stack_bytes']:>5} "
                   f"{r['shared_bytes'] / 1024:>7.1f} {progs:>5}  {' '.join(r['wgmma'])}; {counts}")
     return 1 if failed else 0

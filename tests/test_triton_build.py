@@ -66,10 +66,11 @@ def test_d_halves_changes_the_loads_not_the_buffers_or_the_stores():
 
 def test_the_gluon_loop_keeps_its_buffers_and_its_wgmma_in_flight():
     """The Gluon launch (kernels/gluon_pa.py): Q, two int8 K and V slots with their scales and two
-    fp16 K and V operands in shared memory, nothing else; one barrier a step; and wgmma not
-    serialised: ptxas waits after every wgmma when it cannot keep one in flight (C7513/C7514),
-    which would give as many warpgroup waits as wgmma instructions. Built with the Triton at hand
-    (CI's 3.9 and the H200's 3.6 both build it)."""
+    fp16 K and V operands in shared memory, nothing else; wgmma not serialised: ptxas waits after
+    every wgmma when it cannot keep one in flight (C7513/C7514), which would give as many warpgroup
+    waits as wgmma instructions; and no branch between a step's wait for S and its wait for P.V
+    (ptxas would wait for P.V at the first block after one). Built with the Triton at hand (CI's 3.9
+    and the H200's 3.6 both build it)."""
     pb = _problems("32Kx1024")["32Kx1024"]
     mod = triton_runner.kernel_module()
     row = B.build(pb, mod.GLUON)
@@ -77,9 +78,21 @@ def test_the_gluon_loop_keeps_its_buffers_and_its_wgmma_in_flight():
     want = m * d * 2 + 4 * n * d + 2 * 2 * n * 4 + 4 * n * d * 2   # Q; int8 K, V slots; scales; fp16 K, V
     assert row["shared_bytes"] == want, row
     assert row["programs_by_shared"] == 1 and row["registers"] <= 255, row
-    assert row["hgmma"] == 32 and row["warpgroup_depbar"] == 5, row    # the prologue's S and 2 waits a step
+    # the prologue's S; four steps (two a turn, each with its mask or without) of S and P.V, two waits each
+    assert row["hgmma"] == 8 + 4 * (8 + 4) and row["warpgroup_depbar"] == 1 + 4 * 2, row
+    assert len(row["exp2_under_pv"]) == 4 and row["branches_under_pv"] == 0, row
     assert row["wgmma"] == ["m64n128k16-rs", "m64n64k16-ss"], row
     assert row["stack_bytes"] == 0, row
+
+
+def test_between_waits_counts_the_softmax_and_the_branches_under_pv():
+    sass = "\n".join([
+        "HGMMA.64x128x16.F32 R24, R120, gdesc[UR4].tnspB, R24, gsb0 ;",
+        "WARPGROUP.DEPBAR.LE gsb0, 0x1 ;", "MUFU.EX2 R1, R1 ;", "@!P0 BRA 0x5b20 ;", "MUFU.EX2 R2, R2 ;",
+        "WARPGROUP.DEPBAR.LE gsb0, 0x0 ;", "MUFU.EX2 R3, R3 ;",
+        "WARPGROUP.DEPBAR.LE gsb0, 0x1 ;", "WARPGROUP.DEPBAR.LE gsb0, 0x0 ;", "MUFU.EX2 R4, R4 ;",
+        "WARPGROUP.DEPBAR.LE gsb0, 0x0 ;"])
+    assert B.between_waits(sass) == [{"exp2": 2, "branches": 1}, {"exp2": 0, "branches": 0}]
 
 
 def test_programs_per_sm_counts_whole_warps_of_registers():
