@@ -45,9 +45,9 @@ H200 in docs/PERF_NOTES.md):
     packing below the next step's wgmma fence, and ptxas then serialises every wgmma (C7513);
   * the wait for P.V keeps P(n) among its dependencies, so that P(n)'s registers stay P.V's
     operand until it is done;
-  * a branch between the wait for S and the wait for P.V (the mask's, when it was inside the
-    softmax) makes ptxas wait for P.V at the first block after it, and splits the step into
-    blocks that ptxas schedules apart. Where the wait for P.V lands within a step without a
+  * a branch between the wait for S and the wait for P.V (the mask's, were it inside the
+    softmax) makes Triton 3.6's ptxas wait for P.V at the first block after it, and splits the
+    step into blocks that ptxas schedules apart. Where the wait for P.V lands within a step without a
     branch is ptxas's choice: source order does not move it. It ends after the row maximum in
     the turn's first step and after the softmax in its second, and that was the fastest of the
     placements measured.

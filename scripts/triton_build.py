@@ -99,8 +99,8 @@ def programs_per_sm(arch: int, registers: int, threads: int, smem: int) -> tuple
 def between_waits(sass: str) -> list[dict]:
     """For each wait that leaves one wgmma group in flight (``WARPGROUP.DEPBAR.LE gsb0, 0x1``: S waited
     for, P.V still running), what lies before the next full wait: its softmax exponentials (MUFU.EX2),
-    the part of the softmax ptxas left under P.V, and its branches (a branch there makes ptxas wait for
-    P.V at the first block after it)."""
+    the part of the softmax ptxas left under P.V, and its branches (Triton 3.6's ptxas waits for P.V
+    at the first block after one)."""
     steps, cur = [], None
     for line in sass.splitlines():
         if "WARPGROUP.DEPBAR.LE gsb0, 0x1" in line:

@@ -69,7 +69,7 @@ def test_the_gluon_loop_keeps_its_buffers_and_its_wgmma_in_flight():
     fp16 K and V operands in shared memory, nothing else; wgmma not serialised: ptxas waits after
     every wgmma when it cannot keep one in flight (C7513/C7514), which would give as many warpgroup
     waits as wgmma instructions; and no branch between a step's wait for S and its wait for P.V
-    (ptxas would wait for P.V at the first block after one). Built with the Triton at hand (CI's 3.9
+    (Triton 3.6's ptxas would wait for P.V at the first block after one). Built with the Triton at hand (CI's 3.9
     and the H200's 3.6 both build it)."""
     pb = _problems("32Kx1024")["32Kx1024"]
     mod = triton_runner.kernel_module()
