@@ -3,6 +3,10 @@ their mix, per loop (a conditional branch back over at least ``--min-body`` inst
 
     python scripts/sass_loops.py [--variant v3] [--arch sm_90a] [--head-dim 128] [--min-body 100] [--kv-f16]
 
+Where a loop waits for one wgmma group with another still in flight (v3: S waited for, P.V
+running), it also counts what ptxas placed between that wait and the full one: the softmax's
+exponentials and the branches (both paths of a branch are counted).
+
 It builds the variant with nvcc (pa_bench.backends.kernels.nvcc_cubin) and disassembles it with
 ``cuobjdump -sass``, which needs ``nvdisasm`` on PATH (both ship with the CUDA toolkit, and as the
 wheels ``nvidia-cuda-cuobjdump`` and ``nvidia-cuda-nvdisasm``). A loop's count is the static
@@ -132,6 +136,25 @@ def setmaxnreg_regions(instructions: list[tuple[int, str]]) -> list[tuple[int, s
     return out
 
 
+def between_waits(lines) -> list[dict]:
+    """In SASS lines (or instruction texts), for each wait that leaves one wgmma group in flight (``WARPGROUP.DEPBAR.LE gsb0, 0x1``: S waited
+    for, P.V still running), what lies before the next full wait: its softmax exponentials (MUFU.EX2),
+    the part of the softmax ptxas left under P.V, and its branches (Triton 3.6's ptxas waits for P.V
+    at the first block after one)."""
+    steps, cur = [], None
+    for line in lines:
+        if "WARPGROUP.DEPBAR.LE gsb0, 0x1" in line:
+            cur = {"exp2": 0, "branches": 0}
+        elif cur is not None and "WARPGROUP.DEPBAR.LE gsb0, 0x0" in line:
+            steps.append(cur)
+            cur = None
+        elif cur is not None and "MUFU.EX2" in line:
+            cur["exp2"] += 1
+        elif cur is not None and re.search(r"\bBRA\b", line):
+            cur["branches"] += 1
+    return steps
+
+
 def _tool(name: str) -> str | None:
     return os.environ.get(name.upper()) or shutil.which(name)
 
@@ -172,6 +195,10 @@ def main(argv: list[str]) -> int:
     for lp in loops(ins, args.min_body):
         mix = ", ".join(f"{op} {n}" for op, n in lp.mix.most_common(args.top))
         print(f"  loop {lp.start:#06x}-{lp.end:#06x}: {lp.length} per iteration: {mix}")
+        waits = between_waits(t for a, t in ins if lp.start <= a <= lp.end)
+        if waits:
+            print("    between the wait for S and the wait for P.V: " + "; ".join(
+                f"exp2 {w['exp2']}, branches {w['branches']}" for w in waits))
     for addr, kind, count, need in setmaxnreg_regions(ins):
         print(f"  setmaxnreg {kind.lower()} {count} at {addr:#06x}: the code after it needs {need} registers")
     return 0

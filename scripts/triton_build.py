@@ -35,6 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # this tree's pa_bench and kernels/
 
+import sass_loops  # noqa: E402  (scripts/sass_loops.py: the SASS's loop and wait structure)
 from pa_bench import fmt  # noqa: E402
 from pa_bench.backends import triton_runner  # noqa: E402
 
@@ -96,25 +97,6 @@ def programs_per_sm(arch: int, registers: int, threads: int, smem: int) -> tuple
     return regs // (per_warp * (threads // 32)), shared // (smem + RESERVED_SMEM)
 
 
-def between_waits(sass: str) -> list[dict]:
-    """For each wait that leaves one wgmma group in flight (``WARPGROUP.DEPBAR.LE gsb0, 0x1``: S waited
-    for, P.V still running), what lies before the next full wait: its softmax exponentials (MUFU.EX2),
-    the part of the softmax ptxas left under P.V, and its branches (Triton 3.6's ptxas waits for P.V
-    at the first block after one)."""
-    steps, cur = [], None
-    for line in sass.splitlines():
-        if "WARPGROUP.DEPBAR.LE gsb0, 0x1" in line:
-            cur = {"exp2": 0, "branches": 0}
-        elif cur is not None and "WARPGROUP.DEPBAR.LE gsb0, 0x0" in line:
-            steps.append(cur)
-            cur = None
-        elif cur is not None and "MUFU.EX2" in line:
-            cur["exp2"] += 1
-        elif cur is not None and re.search(r"\bBRA\b", line):
-            cur["branches"] += 1
-    return steps
-
-
 def build(problem, config, arch: int = 90) -> dict:
     """Compile one configuration for one problem and read its cubin (module docstring)."""
     import triton
@@ -153,7 +135,7 @@ def build(problem, config, arch: int = 90) -> dict:
     forms = sorted({(shape, "rs" if a == "{" else "ss") for shape, a in
                     re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)\.f32\.f16\.f16 \{[^}]*\}, (\{|%rd)", ptx)})
     smem = int(compiled.metadata.shared)
-    waits = between_waits(sass)
+    waits = sass_loops.between_waits(sass.splitlines())
     threads = 32 * config.num_warps
     by_regs, by_smem = programs_per_sm(arch, regs, threads, smem)
     return {"shape": pb.shape.label, "config": config.name, "arch": f"sm_{arch}{suffix}", "registers": regs,

@@ -76,3 +76,13 @@ def test_each_setmaxnreg_region_counts_the_registers_its_reachable_code_names():
     assert [a for a, _ in sass_loops.reachable(ins, 0x20)] == [0x20, 0x30, 0x40, 0x50]
     assert [a for a, _ in sass_loops.reachable(ins, 0x60)] == [0x60, 0x70, 0x80, 0x90, 0xb0, 0xc0]
     assert sass_loops.setmaxnreg_regions(ins) == [(0x20, "DEALLOC", 72, 54), (0x60, "TRY_ALLOC", 216, 200)]
+
+
+def test_between_waits_counts_the_softmax_and_the_branches_under_pv():
+    sass = "\n".join([
+        "HGMMA.64x128x16.F32 R24, R120, gdesc[UR4].tnspB, R24, gsb0 ;",
+        "WARPGROUP.DEPBAR.LE gsb0, 0x1 ;", "MUFU.EX2 R1, R1 ;", "@!P0 BRA 0x5b20 ;", "MUFU.EX2 R2, R2 ;",
+        "WARPGROUP.DEPBAR.LE gsb0, 0x0 ;", "MUFU.EX2 R3, R3 ;",
+        "WARPGROUP.DEPBAR.LE gsb0, 0x1 ;", "WARPGROUP.DEPBAR.LE gsb0, 0x0 ;", "MUFU.EX2 R4, R4 ;",
+        "WARPGROUP.DEPBAR.LE gsb0, 0x0 ;"])
+    assert sass_loops.between_waits(sass.splitlines()) == [{"exp2": 2, "branches": 1}, {"exp2": 0, "branches": 0}]

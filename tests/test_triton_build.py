@@ -85,16 +85,6 @@ def test_the_gluon_loop_keeps_its_buffers_and_its_wgmma_in_flight():
     assert row["stack_bytes"] == 0, row
 
 
-def test_between_waits_counts_the_softmax_and_the_branches_under_pv():
-    sass = "\n".join([
-        "HGMMA.64x128x16.F32 R24, R120, gdesc[UR4].tnspB, R24, gsb0 ;",
-        "WARPGROUP.DEPBAR.LE gsb0, 0x1 ;", "MUFU.EX2 R1, R1 ;", "@!P0 BRA 0x5b20 ;", "MUFU.EX2 R2, R2 ;",
-        "WARPGROUP.DEPBAR.LE gsb0, 0x0 ;", "MUFU.EX2 R3, R3 ;",
-        "WARPGROUP.DEPBAR.LE gsb0, 0x1 ;", "WARPGROUP.DEPBAR.LE gsb0, 0x0 ;", "MUFU.EX2 R4, R4 ;",
-        "WARPGROUP.DEPBAR.LE gsb0, 0x0 ;"])
-    assert B.between_waits(sass) == [{"exp2": 2, "branches": 1}, {"exp2": 0, "branches": 0}]
-
-
 def test_programs_per_sm_counts_whole_warps_of_registers():
     assert B.programs_per_sm(90, 255, 128, 83968) == (2, 2)
     assert B.programs_per_sm(90, 168, 128, 49668) == (3, 4)
