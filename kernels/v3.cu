@@ -670,16 +670,25 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     // ---- Q rows r0 .. r0+63 into shared memory (128B-swizzled, K-major) once, then into each
     // thread's A fragments of all KSTEPS k-steps for the whole loop: S's wgmma reads only K from
     // shared memory, 16 KB per warpgroup and tile less than with Q as a shared-memory operand
-    // (docs/PERF_NOTES.md). Zero for rows without a query.
-    for (int idx = tid; idx < 64 * (D / 8); idx += 128) {
-        const int R = r0 + idx / (D / 8), ch = idx % (D / 8);
+    // (docs/PERF_NOTES.md). Zero for rows without a query. All of a thread's Q_CHUNKS loads are
+    // issued before its first store, so the CTA's start waits for one global-memory latency, not
+    // Q_CHUNKS of them in series (about 4.5 us of every CTA's 7 us of fixed cost: docs/PERF_NOTES.md).
+    constexpr int Q_CHUNKS = 64 * (D / 8) / 128;   // 16-byte chunks of Q per consumer thread
+    uint4 qv[Q_CHUNKS];
+#pragma unroll
+    for (int i = 0; i < Q_CHUNKS; ++i) {
+        const int idx = tid + 128 * i, R = r0 + idx / (D / 8), ch = idx % (D / 8);
         const int pos = c.p0 + R / c.group;
-        uint4 v = make_uint4(0, 0, 0, 0);
+        qv[i] = make_uint4(0, 0, 0, 0);
         if (R < rows_used && pos < a.n_q) {
             const int hq = c.hkv * c.group + R % c.group;
-            v = __ldg(reinterpret_cast<const uint4*>(a.q + ((u64)hq * a.n_q + pos) * D + 8 * ch));
+            qv[i] = __ldg(reinterpret_cast<const uint4*>(a.q + ((u64)hq * a.n_q + pos) * D + 8 * ch));
         }
-        *reinterpret_cast<uint4*>(sm + SM_Q + sw128(R, ch, Q_BLOCK)) = v;
+    }
+#pragma unroll
+    for (int i = 0; i < Q_CHUNKS; ++i) {
+        const int idx = tid + 128 * i;
+        *reinterpret_cast<uint4*>(sm + SM_Q + sw128(r0 + idx / (D / 8), idx % (D / 8), Q_BLOCK)) = qv[i];
     }
     named_barrier_sync(1 + wg, 128);         // (read back below with ordinary loads: no proxy fence)
 
