@@ -651,53 +651,6 @@ __device__ __forceinline__ void p_fragments(const float (&s)[S_REGS], u32 (&pf)[
     }
 }
 
-// O of one warp's 16 rows to global memory (out, or a segment's part), whole rows a store. Written
-// straight from the accumulator fragments, a warp instruction would store 8 bytes to each of 8 rows
-// (8 partial lines, 64 such stores a thread: over 1 us of a CTA's end, docs/PERF_NOTES.md). So the
-// fragments go first into `buf`, 16 rows of D * ES bytes in the fp16 stage that tile n_tiles + wg
-// would use (free: the producer is done, this warpgroup's last P.V has been waited for, and the
-// other warpgroup, at most one turn behind, reads only the stages of the last two tiles); 16-byte
-// chunk c of row r sits at chunk c ^ (r & 7), so the fragment stores take the fewest wavefronts
-// (2 for fp32, 1 for fp16). Then each lane copies 16-byte chunks of whole rows to global memory:
-// a warp instruction stores 32 x 16 contiguous bytes of one or two rows. NORM: O * (1 / l) *
-// inv_p_scale, rounded as before (the output's bits do not change); else O as it is.
-constexpr int O_STAGE_WARP = 16 * D * 4;         // bytes of one warp's staged rows (fp32)
-static_assert(4 * O_STAGE_WARP <= F16_STAGE, "a warpgroup's staged O fits in one fp16 stage");
-template <int ES, bool NORM>
-__device__ __forceinline__ void store_o(const pa::Args& a, const Cta& c, unsigned char* buf, const float (&o)[O_REGS],
-                                        const float (&mul)[2], void* dst, int rows_used, int row0) {
-    constexpr int RB = D * ES, CR = RB / 16;     // bytes and 16-byte chunks of a row
-    static_assert(CR >= 8 && (16 * CR) % 32 == 0, "the swizzle permutes 8 chunks; whole chunks per lane");
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-        const int r = g + 8 * rr;
-#pragma unroll
-        for (int j = 0; j < D / 8; ++j) {
-            float x0 = o[4 * j + 2 * rr], x1 = o[4 * j + 2 * rr + 1];
-            if (NORM) {
-                x0 = __fmul_rn(__fmul_rn(x0, mul[rr]), a.inv_p_scale);
-                x1 = __fmul_rn(__fmul_rn(x1, mul[rr]), a.inv_p_scale);
-            }
-            const int byte = (8 * j + 2 * t) * ES, ch = byte >> 4;
-            unsigned char* q = buf + r * RB + ((ch ^ (r & 7)) << 4) + (byte & 15);
-            if (ES == 4) *reinterpret_cast<float2*>(q) = make_float2(x0, x1);
-            else *reinterpret_cast<__half2*>(q) = __floats2half2_rn(x0, x1);
-        }
-    }
-    __syncwarp();
-#pragma unroll
-    for (int i = 0; i < 16 * CR / 32; ++i) {
-        const int idx = lane + 32 * i, r = idx / CR, ch = idx % CR;
-        const int R = row0 + r, pos = c.p0 + R / c.group;
-        const uint4 v = *reinterpret_cast<const uint4*>(buf + r * RB + ((ch ^ (r & 7)) << 4));
-        if (R < rows_used && pos < a.n_q) {
-            const u64 row = (u64)(c.hkv * c.group + R % c.group) * a.n_q + pos;
-            *reinterpret_cast<uint4*>(static_cast<unsigned char*>(dst) + row * RB + 16 * ch) = v;
-        }
-    }
-}
-
 // A consumer warpgroup runs steps n = 0 .. n_tiles (the loop below): step n issues S of tile n
 // and, behind it, O += P.V of tile n-1 (O first rescaled by tile n-1's alpha), waits for S only
 // (wgmma.wait_group 1), runs tile n's softmax while P.V still runs (and loads the V scales), waits
@@ -873,33 +826,38 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     }
     if (wg_end <= c.t_begin) return;         // no row of this warpgroup sees a key of this segment
 
-    // ---- row sums across the 4 lanes of a row; normalise (or keep the segment's state); O to
-    // global memory through shared memory (store_o), and each row's (m, l) for pa_combine
-    float lt[2], mul[2];
+    // ---- row sums across the 4 lanes of a row, normalise, store (or the segment's state)
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
-        lt[rr] = l[rr];
-        lt[rr] = __fadd_rn(lt[rr], __shfl_xor_sync(0xffffffffu, lt[rr], 1));
-        lt[rr] = __fadd_rn(lt[rr], __shfl_xor_sync(0xffffffffu, lt[rr], 2));
-        mul[rr] = 1.f / lt[rr];
-    }
-    unsigned char* buf = sm + SM_F16 + ((n_tiles + wg) % F16_STAGES) * F16_STAGE + warp * O_STAGE_WARP;
-    if (a.seg_keys) {                        // unnormalised O, and (m, l), for pa_combine
-        store_o<4, false>(a, c, buf, o, mul, a.part + (u64)blockIdx.z * a.heads_q * a.n_q * D, rows_used, r0 + 16 * warp);
+        float lt = l[rr];
+        lt = __fadd_rn(lt, __shfl_xor_sync(0xffffffffu, lt, 1));
+        lt = __fadd_rn(lt, __shfl_xor_sync(0xffffffffu, lt, 2));
+        const int R = r0 + 16 * warp + g + 8 * rr, pos = c.p0 + R / c.group;
+        if (R >= rows_used || pos >= a.n_q) continue;
+        const int hq = c.hkv * c.group + R % c.group;
+        const u64 row = (u64)hq * a.n_q + pos;
+        if (a.seg_keys) {                    // unnormalised O, and (m, l), for pa_combine
+            const u64 prow = (u64)blockIdx.z * a.heads_q * a.n_q + row;
+            float* dst = a.part + prow * D + 2 * t;
 #pragma unroll
-        for (int rr = 0; rr < 2; ++rr) {
-            const int R = r0 + 16 * warp + g + 8 * rr, pos = c.p0 + R / c.group;
-            if (t != 0 || R >= rows_used || pos >= a.n_q) continue;
-            const u64 prow = (u64)blockIdx.z * a.heads_q * a.n_q + (u64)(c.hkv * c.group + R % c.group) * a.n_q + pos;
-            reinterpret_cast<float2*>(a.part + (u64)gridDim.z * a.heads_q * a.n_q * D)[prow] = make_float2(m[rr], lt[rr]);
+            for (int j = 0; j < D / 8; ++j)
+                *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[4 * j + 2 * rr], o[4 * j + 2 * rr + 1]);
+            if (t == 0)
+                reinterpret_cast<float2*>(a.part + (u64)gridDim.z * a.heads_q * a.n_q * D)[prow] = make_float2(m[rr], lt);
+            continue;
         }
-        return;
-    }
+        const float inv = 1.f / lt;
+#pragma unroll
+        for (int j = 0; j < D / 8; ++j) {
+            const float x0 = __fmul_rn(__fmul_rn(o[4 * j + 2 * rr], inv), a.inv_p_scale);
+            const float x1 = __fmul_rn(__fmul_rn(o[4 * j + 2 * rr + 1], inv), a.inv_p_scale);
 #if PA_OUT_F16
-    store_o<2, true>(a, c, buf, o, mul, a.out, rows_used, r0 + 16 * warp);
+            *reinterpret_cast<__half2*>(reinterpret_cast<__half*>(a.out) + row * D + 8 * j + 2 * t) = __floats2half2_rn(x0, x1);
 #else
-    store_o<4, true>(a, c, buf, o, mul, a.out, rows_used, r0 + 16 * warp);
+            *reinterpret_cast<float2*>(reinterpret_cast<float*>(a.out) + row * D + 8 * j + 2 * t) = make_float2(x0, x1);
 #endif
+        }
+    }
 }
 }  // namespace v3
 
