@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""Where a v3 launch's time goes between its CTAs: a per-CTA timeline from stamps in the kernel.
+
+    python3 scripts/v3_timeline.py [--shapes 0x1536,2.1Kx256] [--out DIR]
+
+A copy of kernels/ whose v3.cu records, per CTA, the global timer and the SM's clock at its start,
+when warpgroup 0's Q is in shared memory, when tile 0's copies have landed, when warpgroup 0 has
+its first softmax, begins its last turn and has its last P.V, and when the producer and each
+consumer warpgroup end (``STAMPS``), with the SM and the CTA's tile count. The copy is launched
+through the cuda backend (PA_BENCH_KERNELS points at it) a few times warm, then once more with the
+stamps read back. Per shape it prints the launch's median time between CUDA events, the span of
+its CTAs, the fit "CTA time = fixed + per tile x tiles", the stamps' medians from a CTA's start,
+the gaps between one CTA's end and the next's start on an SM, and the idle tail of the SMs. The
+stamps cost a few instructions per CTA, outside the key loop; the times they give are
+within-run comparisons, not the kernel's figures (``pa-bench run`` gives those).
+
+``--out DIR`` keeps each shape's stamps (``timeline_<shape>.npy``, one row per CTA, columns as in
+``COLUMNS``) and its summary. An edit that no longer matches kernels/v3.cu fails loudly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SLOTS = 24   # u64 slots per CTA: pairs (global timer ns, SM clock) and the two plain fields below
+# slot -> what was stamped there (the pair's first slot; the clock is the next one)
+STAMPS = {
+    "start": 0,         # thread 0, once the CTA has work
+    "producer_end": 4,  # producer thread 0 after its last tile
+    "first_softmax": 6,  # warpgroup 0 thread 0 after tile 0's softmax
+    "wg0_end": 8,       # each consumer warpgroup's thread 0 after its stores
+    "wg1_end": 10,
+    "q_ready": 12,      # warpgroup 0's Q stored in shared memory
+    "landed": 14,       # tile 0's copies have landed (producer thread 0)
+    "last_pv": 16,      # warpgroup 0's last P.V waited for
+    "last_turn": 18,    # warpgroup 0 begins its last turn
+}
+SM_SLOT, TILES_SLOT = 2, 3
+COLUMNS = {**{k: v for k, v in STAMPS.items()}, "smid": SM_SLOT, "tiles": TILES_SLOT}
+
+HEADER = r'''#include "pa_common.cuh"
+// (scripts/v3_timeline.py) per-CTA stamps: global timer and SM clock pairs
+__device__ unsigned long long pa_v3_timeline[8192 * 24];
+__device__ __forceinline__ unsigned long long* pa_tl_row() {
+    return pa_v3_timeline + 24 * (blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
+}
+__device__ __forceinline__ void pa_tl_stamp(int k) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    unsigned long long* row = pa_tl_row();
+    row[k] = t;
+    row[k + 1] = clock64();
+}
+'''
+MAX_CTAS = 8192
+
+# (what the edit finds once in kernels/v3.cu, what replaces it)
+EDITS = [
+    ('#include "pa_common.cuh"\n', HEADER),
+    ("    const Cta c = cta_of(a);\n    if (c.t_begin >= c.t_end) return;",
+     "    const Cta c = cta_of(a);\n    if (c.t_begin >= c.t_end) return;\n"
+     "    if (threadIdx.x == 0) {\n        pa_tl_stamp(0);\n        unsigned smid;\n"
+     "        asm volatile(\"mov.u32 %0, %%smid;\" : \"=r\"(smid));\n"
+     "        pa_tl_row()[2] = smid;\n        pa_tl_row()[3] = c.t_end - c.t_begin;\n    }"),
+    ("        producer(a, c, sm, base);\n", "        producer(a, c, sm, base);\n        if (threadIdx.x == 0) pa_tl_stamp(4);\n"),
+    ("        consumer(a, c, sm, base);\n",
+     "        consumer(a, c, sm, base);\n        if ((threadIdx.x & 127) == 0) pa_tl_stamp(threadIdx.x < 256 ? 8 : 10);\n"),
+    ("        softmax(0, alpha);\n", "        softmax(0, alpha);\n        if (tid == 0 && wg == 0) pa_tl_stamp(6);\n"),
+    ("    named_barrier_sync(1 + wg, 128);         // (read back",
+     "    named_barrier_sync(1 + wg, 128);\n    if (tid == 0 && wg == 0) pa_tl_stamp(12);         // (read back"),
+    ("        mbar_wait(bar_landed + 8 * (n % I8_STAGES), (n / I8_STAGES) & 1);   // tile n's copies have landed\n",
+     "        mbar_wait(bar_landed + 8 * (n % I8_STAGES), (n / I8_STAGES) & 1);   // tile n's copies have landed\n"
+     "        if (n == 0 && threadIdx.x == 0) pa_tl_stamp(14);\n"),
+    ("        // step n_math: P.V of the last tile\n        turn_begin(n);\n",
+     "        // step n_math: P.V of the last tile\n        turn_begin(n);\n        if (tid == 0 && wg == 0) pa_tl_stamp(18);\n"),
+    ("        release(n);\n        ++n;\n", "        release(n);\n        ++n;\n        if (tid == 0 && wg == 0) pa_tl_stamp(16);\n"),
+]
+
+
+def stamped(src: str) -> str:
+    """kernels/v3.cu with the stamps; every edit must match exactly once."""
+    for old, new in EDITS:
+        if src.count(old) != 1:
+            raise SystemExit(f"v3_timeline: an edit no longer matches kernels/v3.cu ({old.strip()[:50]!r}); update the script")
+        src = src.replace(old, new)
+    return src
+
+
+def summarize(t: np.ndarray) -> dict:
+    """The timeline of one launch from its stamps (one row per CTA that ran, SLOTS columns)."""
+    t = t.astype(np.int64)
+    g0 = t[:, STAMPS["start"]].min()
+    ends = np.maximum(t[:, STAMPS["wg0_end"]], t[:, STAMPS["wg1_end"]])
+    start_us = (t[:, STAMPS["start"]] - g0) / 1e3
+    end_us = (ends - g0) / 1e3
+    dur_us = end_us - start_us
+    clk = np.maximum(t[:, STAMPS["wg0_end"] + 1], t[:, STAMPS["wg1_end"] + 1]) - t[:, STAMPS["start"] + 1]
+    mhz = float(np.median(clk / np.maximum(dur_us, 1e-9)))
+    tiles = t[:, TILES_SLOT]
+    if tiles.max() >= 2 * tiles.min():       # lengths far enough apart for a fixed part to show
+        fixed, per_tile = np.linalg.lstsq(np.stack([np.ones_like(dur_us), tiles], 1), dur_us, rcond=None)[0]
+    else:
+        fixed, per_tile = float("nan"), float(np.median(dur_us / tiles))
+
+    def since_start(name):   # us from the CTA's start, by the SM's clock
+        return (t[:, STAMPS[name] + 1] - t[:, STAMPS["start"] + 1]) / mhz
+
+    stages = {}
+    for k in sorted(set(tiles.tolist()) & {1, 2, 4, 8, 12, 16, 24, 32}) or [int(np.median(tiles))]:
+        sel = tiles == k
+        if sel.any():
+            stages[int(k)] = {name: float(np.median(since_start(name)[sel]))
+                              for name in ("q_ready", "landed", "first_softmax", "last_turn", "last_pv", "wg0_end")}
+            stages[int(k)]["n"] = int(sel.sum())
+    span = float(end_us.max())
+    gaps, tail = [], []
+    sms = t[:, SM_SLOT]
+    per_sm = []
+    for s in np.unique(sms):
+        idx = np.where(sms == s)[0]
+        idx = idx[np.argsort(start_us[idx])]
+        per_sm.append(len(idx))
+        gaps += [start_us[j] - end_us[i] for i, j in zip(idx[:-1], idx[1:])]
+        tail.append(span - end_us[idx[-1]])
+    return {
+        "ctas": int(len(t)), "sms": int(len(per_sm)), "ctas_per_sm": (min(per_sm), max(per_sm)),
+        "span_us": span, "mhz": mhz, "fixed_us": float(fixed), "per_tile_us": float(per_tile),
+        "tiles": (int(tiles.min()), int(tiles.max()), int(tiles.sum())),
+        "busy_per_sm_us": float(dur_us.sum() / len(per_sm)),
+        "gap_us": float(np.median(gaps)) if gaps else 0.0,
+        "tail_us": (float(np.median(tail)), float(np.mean(tail))),
+        "producer_lead_us": float(np.median((ends - t[:, STAMPS["producer_end"]]) / 1e3)),
+        "stages": stages,
+    }
+
+
+def report(shape: str, s: dict, event_us: float) -> str:
+    lines = [f"== {shape}: {s['ctas']} CTAs on {s['sms']} SMs ({s['ctas_per_sm'][0]}-{s['ctas_per_sm'][1]} each), "
+             f"launch {event_us:.1f} us between events, CTAs span {s['span_us']:.1f} us, SM clock ~{s['mhz']:.0f} MHz",
+             (f"  CTA time = {s['fixed_us']:.2f} us + {s['per_tile_us']:.3f} us x tiles" if np.isfinite(s["fixed_us"]) else
+              f"  CTA time / tiles = {s['per_tile_us']:.3f} us (lengths too alike to fit a fixed part)") +
+             f" (tiles {s['tiles'][0]}-{s['tiles'][1]}, "
+             f"{s['tiles'][2]} in all); busy per SM {s['busy_per_sm_us']:.1f} us",
+             f"  next CTA on an SM starts {s['gap_us']:.2f} us after one ends; SMs idle at the end {s['tail_us'][0]:.1f} us "
+             f"(median), {s['tail_us'][1]:.1f} (mean); consumers end {s['producer_lead_us']:.2f} us after the producer"]
+    for k, st in s["stages"].items():
+        lines.append(f"  {k:>3} tiles ({st['n']} CTAs), us from start: Q {st['q_ready']:.2f}, tile 0 landed {st['landed']:.2f}, "
+                     f"first softmax {st['first_softmax']:.2f}, last turn {st['last_turn']:.2f}, last P.V {st['last_pv']:.2f}, "
+                     f"end {st['wg0_end']:.2f}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default="0x1536,2.1Kx256,32Kx1024")
+    ap.add_argument("--out", type=Path, help="keep each shape's stamps and summary here")
+    args = ap.parse_args(argv)
+    kd = Path(tempfile.mkdtemp(prefix="pa-v3-timeline-")) / "kernels"
+    shutil.copytree(ROOT / "kernels", kd)
+    (kd / "v3.cu").write_text(stamped((kd / "v3.cu").read_text()))
+    os.environ["PA_BENCH_KERNELS"] = str(kd)
+    sys.path.insert(0, str(ROOT))
+    import cupy as cp
+
+    from pa_bench.backends.cuda import CudaBackend
+    from pa_bench.problem.inputs import make_inputs
+    from pa_bench.problem.plan import Problem
+    from pa_bench.problem.shapes import parse_shape
+
+    be = CudaBackend()
+    if be.cc != 90:
+        print(f"v3 runs on sm_90a only; this GPU is sm_{be.cc}")
+        return 2
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+    for shape in args.shapes.split(","):
+        pb = Problem(parse_shape(shape), heads_q=32, heads_kv=8, head_dim=128, layout="paged", page=64,
+                     data="normal", seed=0, out_dtype="float32")
+        prep = be.prepare(make_inputs(pb))
+        build = be.build("v3", pb)
+        mod, fn = be._module(build)        # this module's kernel, so that its stamps can be read back
+        be._kernels[build] = fn
+        be._combines[build] = mod.get_function("pa_combine")
+        be._smem[build] = be._dynamic_smem(mod, fn, build)
+        launch = be.launcher(prep, "v3")
+        n_cta = int(np.prod(be.geometry("v3", pb).grid))
+        if n_cta > MAX_CTAS:
+            raise SystemExit(f"v3_timeline: {shape} has {n_cta} CTAs, more than the {MAX_CTAS} stamped")
+        stamps = cp.ndarray((MAX_CTAS, SLOTS), dtype=cp.uint64, memptr=mod.get_global("pa_v3_timeline"))
+        for _ in range(20):
+            launch()
+        times = []
+        for _ in range(50):
+            e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+            e0.record()
+            launch()
+            e1.record()
+            e1.synchronize()
+            times.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3)
+        stamps.fill(0)
+        launch()
+        cp.cuda.Device().synchronize()
+        t = cp.asnumpy(stamps[:n_cta]).astype(np.int64)
+        t = t[t[:, 0] > 0]
+        text = report(shape, summarize(t), float(np.median(times)))
+        print(text, flush=True)
+        if args.out:
+            np.save(args.out / f"timeline_{shape}.npy", t)
+            (args.out / f"timeline_{shape}.txt").write_text(text + "\n")
+        be.release(prep)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

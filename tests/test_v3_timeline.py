@@ -1,0 +1,85 @@
+"""scripts/v3_timeline.py: its stamps still fit kernels/v3.cu (and build without spills), and its
+summary reads a timeline right."""
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import v3_timeline as T  # noqa: E402
+
+
+def test_every_stamp_lands_in_the_kernel_once():
+    src = (ROOT / "kernels" / "v3.cu").read_text()
+    out = T.stamped(src)
+    for name, slot in T.STAMPS.items():
+        assert out.count(f"pa_tl_stamp({slot})") == 1 or (name.startswith("wg") and "8 : 10" in out), name
+    assert "pa_tl_row()[2] = smid" in out and "pa_tl_row()[3] = c.t_end - c.t_begin" in out
+    with pytest.raises(SystemExit, match="no longer matches"):
+        T.stamped(src.replace("        softmax(0, alpha);\n", "        softmax(0, alpha );\n"))
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_the_stamped_kernel_builds_for_sm90a_without_spills(tmp_path):
+    (tmp_path / "v3.cu").write_text(T.stamped((ROOT / "kernels" / "v3.cu").read_text()))
+    res = subprocess.run(["nvcc", "-cubin", "-arch=sm_90a", "-std=c++17", "-DPA_HEAD_DIM=128", "-DPA_PAGED=1",
+                          "-DPA_OUT_F16=0", f"-I{ROOT / 'kernels'}", "-Xptxas", "-v", "-o", str(tmp_path / "v3.cubin"),
+                          str(tmp_path / "v3.cu")], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    entry = res.stderr[res.stderr.index("Compiling entry function 'pa_v3' "):]
+    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", entry)
+    regs = re.search(r"Used (\d+) registers", entry)
+    assert spills and spills.groups() == ("0", "0") and regs and int(regs.group(1)) <= 168, entry[:400]
+
+
+def _timeline(mhz=1800.0):
+    """Two SMs: SM 0 runs CTAs of 8 and 2 tiles, SM 1 one of 4 tiles; a CTA takes 3 us + 1 us a tile,
+    the next CTA on an SM starts 0.5 us after one ends."""
+    rows = []
+
+    def cta(sm, start_us, tiles):
+        r = np.zeros(T.SLOTS, dtype=np.int64)
+        dur = 3.0 + tiles
+        end = start_us + dur
+        r[T.SM_SLOT], r[T.TILES_SLOT] = sm, tiles
+        for name, at in (("start", 0.0), ("q_ready", 1.0), ("landed", 0.8), ("first_softmax", 2.0),
+                         ("last_turn", dur - 1.5), ("last_pv", dur - 1.0), ("producer_end", dur - 2.0),
+                         ("wg0_end", dur), ("wg1_end", dur - 0.1)):
+            r[T.STAMPS[name]] = int((start_us + at) * 1e3) + 10**9
+            r[T.STAMPS[name] + 1] = int((start_us + at) * mhz) + 5 * 10**6
+        rows.append(r)
+        return end
+
+    e = cta(0, 0.0, 8)
+    cta(0, e + 0.5, 2)
+    cta(1, 0.0, 4)
+    return np.array(rows)
+
+
+def test_the_summary_recovers_the_fixed_and_per_tile_cost_the_gaps_and_the_tail():
+    s = T.summarize(_timeline())
+    assert s["ctas"] == 3 and s["sms"] == 2 and s["ctas_per_sm"] == (1, 2)
+    assert s["fixed_us"] == pytest.approx(3.0, abs=0.01) and s["per_tile_us"] == pytest.approx(1.0, abs=0.01)
+    assert s["mhz"] == pytest.approx(1800, rel=1e-3)
+    assert s["span_us"] == pytest.approx(11 + 0.5 + 5, abs=0.01)
+    assert s["gap_us"] == pytest.approx(0.5, abs=0.01)
+    assert s["tail_us"][1] == pytest.approx((0 + (16.5 - 7)) / 2, abs=0.01)
+    assert s["producer_lead_us"] == pytest.approx(2.0, abs=0.01)
+    assert s["stages"][2]["q_ready"] == pytest.approx(1.0, abs=0.01)
+    assert s["stages"][8]["last_pv"] == pytest.approx(10.0, abs=0.01)
+    text = T.report("toy", s, 20.0)
+    assert "3.00 us + 1.000 us x tiles" in text and "0.50 us after one ends" in text
+
+
+def test_lengths_too_alike_give_no_fixed_part():
+    t = _timeline()
+    t = t[[0]]                                 # one CTA: no spread of lengths to fit
+    s = T.summarize(t)
+    assert np.isnan(s["fixed_us"]) and s["per_tile_us"] == pytest.approx(11 / 8, abs=0.01)
+    assert "too alike" in T.report("toy", s, 1.0)
