@@ -2,6 +2,7 @@
 """Where a v3 launch's time goes between its CTAs: a per-CTA timeline from stamps in the kernel.
 
     python3 scripts/v3_timeline.py [--shapes 0x1536,2.1Kx256] [--out DIR]
+    python3 scripts/v3_timeline.py --stamps DIR/timeline_0x1536.npy     # a kept timeline again, no GPU
 
 A copy of kernels/ whose v3.cu records, per CTA, the global timer and the SM's clock at its start,
 when warpgroup 0's Q is in shared memory, when tile 0's copies have landed, when warpgroup 0 has
@@ -10,7 +11,10 @@ consumer warpgroup end (``STAMPS``), with the SM and the CTA's tile count. The c
 through the cuda backend (PA_BENCH_KERNELS points at it) a few times warm, then once more with the
 stamps read back. Per shape it prints the launch's median time between CUDA events, the span of
 its CTAs, the fit "CTA time = fixed + per tile x tiles", the stamps' medians from a CTA's start,
-the gaps between one CTA's end and the next's start on an SM, and the idle tail of the SMs. The
+the gaps between one CTA's end and the next's start on an SM, and the idle tail of the SMs; and
+the fit list-scheduled on the SMs in launch order (longest first: how the hardware hands out a grid
+of one CTA an SM), which should give the measured span back, beside the span of a persistent grid
+that pays the fixed cost once an SM and 0, 0.5 or 1 us an item (what such a design can give). The
 stamps cost a few instructions per CTA, outside the key loop; the times they give are
 within-run comparisons, not the kernel's figures (``pa-bench run`` gives those).
 
@@ -26,6 +30,8 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+
+import heapq
 
 import numpy as np
 
@@ -95,6 +101,20 @@ def stamped(src: str) -> str:
     return src
 
 
+def list_schedule(durations, sms: int, gap: float = 0.0) -> float:
+    """The span of CTAs handed out in this order to whichever of ``sms`` SMs frees first (as the
+    hardware hands out a grid, one CTA an SM), each next CTA on an SM ``gap`` us after one ends."""
+    free = [0.0] * sms
+    heapq.heapify(free)
+    span = 0.0
+    for d in durations:
+        f = heapq.heappop(free)
+        e = f + (gap if f > 0 else 0.0) + d
+        span = max(span, e)
+        heapq.heappush(free, e)
+    return span
+
+
 def summarize(t: np.ndarray) -> dict:
     """The timeline of one launch from its stamps (one row per CTA that ran, SLOTS columns)."""
     t = t.astype(np.int64)
@@ -131,6 +151,15 @@ def summarize(t: np.ndarray) -> dict:
         per_sm.append(len(idx))
         gaps += [start_us[j] - end_us[i] for i, j in zip(idx[:-1], idx[1:])]
         tail.append(span - end_us[idx[-1]])
+    # The fitted CTA cost, list-scheduled in launch order (longest first), against the measured span;
+    # and a persistent grid that pays the fixed cost once an SM and `x` us an item.
+    order = np.argsort(-tiles, kind="stable")
+    model = {}
+    if np.isfinite(fixed):
+        model["list_us"] = list_schedule([fixed + per_tile * k for k in tiles[order]], len(per_sm),
+                                         float(np.median(gaps)) if gaps else 0.0)
+        model["persistent_us"] = {x: fixed + list_schedule([x + per_tile * k for k in tiles[order]], len(per_sm))
+                                  for x in (0.0, 0.5, 1.0)}
     return {
         "ctas": int(len(t)), "sms": int(len(per_sm)), "ctas_per_sm": (min(per_sm), max(per_sm)),
         "span_us": span, "mhz": mhz, "fixed_us": float(fixed), "per_tile_us": float(per_tile),
@@ -140,18 +169,25 @@ def summarize(t: np.ndarray) -> dict:
         "tail_us": (float(np.median(tail)), float(np.mean(tail))),
         "producer_lead_us": float(np.median((ends - t[:, STAMPS["producer_end"]]) / 1e3)),
         "stages": stages,
+        "model": model,
     }
 
 
-def report(shape: str, s: dict, event_us: float) -> str:
+def report(shape: str, s: dict, event_us: float | None) -> str:
+    launch = f"launch {event_us:.1f} us between events, " if event_us is not None else ""
     lines = [f"== {shape}: {s['ctas']} CTAs on {s['sms']} SMs ({s['ctas_per_sm'][0]}-{s['ctas_per_sm'][1]} each), "
-             f"launch {event_us:.1f} us between events, CTAs span {s['span_us']:.1f} us, SM clock ~{s['mhz']:.0f} MHz",
+             f"{launch}CTAs span {s['span_us']:.1f} us, SM clock ~{s['mhz']:.0f} MHz",
              (f"  CTA time = {s['fixed_us']:.2f} us + {s['per_tile_us']:.3f} us x tiles" if np.isfinite(s["fixed_us"]) else
               f"  CTA time / tiles = {s['per_tile_us']:.3f} us (lengths too alike to fit a fixed part)") +
              f" (tiles {s['tiles'][0]}-{s['tiles'][1]}, "
              f"{s['tiles'][2]} in all); busy per SM {s['busy_per_sm_us']:.1f} us",
              f"  next CTA on an SM starts {s['gap_us']:.2f} us after one ends; SMs idle at the end {s['tail_us'][0]:.1f} us "
              f"(median), {s['tail_us'][1]:.1f} (mean); consumers end {s['producer_lead_us']:.2f} us after the producer"]
+    if s["model"]:
+        m = s["model"]
+        lines.append(f"  the fit list-scheduled on {s['sms']} SMs: span {m['list_us']:.1f} us (measured {s['span_us']:.1f}); "
+                     "a persistent grid (fixed cost once an SM, x us an item): "
+                     + ", ".join(f"x={x:.1f}: {v:.1f} us" for x, v in m["persistent_us"].items()))
     for k, st in s["stages"].items():
         lines.append(f"  {k:>3} tiles ({st['n']} CTAs), us from start: Q {st['q_ready']:.2f}, tile 0 landed {st['landed']:.2f}, "
                      f"first softmax {st['first_softmax']:.2f}, last turn {st['last_turn']:.2f}, last P.V {st['last_pv']:.2f}, "
@@ -163,7 +199,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="0x1536,2.1Kx256,32Kx1024")
     ap.add_argument("--out", type=Path, help="keep each shape's stamps and summary here")
+    ap.add_argument("--stamps", type=Path, action="append", help="summarise kept stamps (.npy) instead; no GPU")
     args = ap.parse_args(argv)
+    if args.stamps:
+        for f in args.stamps:
+            print(report(f.stem.removeprefix("timeline_"), summarize(np.load(f)), None))
+        return 0
     kd = Path(tempfile.mkdtemp(prefix="pa-v3-timeline-")) / "kernels"
     shutil.copytree(ROOT / "kernels", kd)
     (kd / "v3.cu").write_text(stamped((kd / "v3.cu").read_text()))

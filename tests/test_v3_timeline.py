@@ -83,3 +83,25 @@ def test_lengths_too_alike_give_no_fixed_part():
     s = T.summarize(t)
     assert np.isnan(s["fixed_us"]) and s["per_tile_us"] == pytest.approx(11 / 8, abs=0.01)
     assert "too alike" in T.report("toy", s, 1.0)
+
+
+def test_list_schedule_hands_each_cta_to_the_sm_that_frees_first():
+    assert T.list_schedule([5, 4, 3, 2], sms=2) == 7          # 5+2 on one SM, 4+3 on the other
+    assert T.list_schedule([5, 4, 3, 2], sms=2, gap=0.5) == pytest.approx(7.5)
+    assert T.list_schedule([1, 1, 1], sms=8) == 1
+
+
+def test_the_model_schedules_the_fit_longest_first_and_a_persistent_grid_pays_the_fixed_cost_once():
+    m = T.summarize(_timeline())["model"]
+    # CTAs of 11, 7 and 5 us (3 + tiles) longest first on 2 SMs with 0.5 us between: 7 + 0.5 + 5
+    assert m["list_us"] == pytest.approx(12.5, abs=0.01)
+    # persistent: 3 us once, then 8 | 4 + 2 tiles of 1 us
+    assert m["persistent_us"][0.0] == pytest.approx(11.0, abs=0.01)
+    assert m["persistent_us"][1.0] == pytest.approx(3 + max(9, 5 + 3), abs=0.01)
+
+
+def test_kept_stamps_are_summarised_without_a_gpu(tmp_path, capsys):
+    np.save(tmp_path / "timeline_toy.npy", _timeline())
+    assert T.main(["--stamps", str(tmp_path / "timeline_toy.npy")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("== toy: 3 CTAs on 2 SMs") and "3.00 us + 1.000 us x tiles" in out and "between events" not in out
