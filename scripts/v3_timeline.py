@@ -51,7 +51,7 @@ STAMPS = {
     "last_turn": 18,    # warpgroup 0 begins its last turn
 }
 SM_SLOT, TILES_SLOT = 2, 3
-COLUMNS = {**{k: v for k, v in STAMPS.items()}, "smid": SM_SLOT, "tiles": TILES_SLOT}
+COLUMNS = {**STAMPS, "smid": SM_SLOT, "tiles": TILES_SLOT}
 
 HEADER = r'''#include "pa_common.cuh"
 // (scripts/v3_timeline.py) per-CTA stamps: global timer and SM clock pairs
