@@ -547,3 +547,12 @@ def test_the_cuda_backends_tile_keys_without_a_launch(tmp_path, monkeypatch):
     monkeypatch.setenv(triton_runner.TUNE_ENV, "0")
     assert triton_runner.planned_config(pb, "Fake GPU", 132)[1] == "default"
     assert backend.tile_keys("triton", pb) == 64
+
+
+def test_the_gluon_loop_converts_with_the_same_ptx():
+    """kernels/gluon_pa.py spells the conversion out again (a Gluon constexpr): it must stay the
+    replayed one, constant for constant."""
+    mod = triton_runner.kernel_module()
+    if not mod.has_gluon():
+        pytest.skip("this Triton has no Gluon")
+    assert str(mod.gluon_module().I8_TO_F16_ASM.value) == str(mod.I8_TO_F16_ASM.value)
