@@ -56,6 +56,10 @@ constexpr int PV_STEPS = BN / 16;               // k16 steps of O = P.V
 constexpr int S_REGS = BN / 2;                  // fp32 accumulator registers per thread: S (64 x 64)
 constexpr int O_REGS = D / 2;                   // ... and O (64 x D)
 constexpr int PRODUCER_REGS = 72;
+// The producer thread that starts every tile's bulk copies: lane 0 of producer warp 3, as warp 0
+// also stores each tile's scales (with thread 0 issuing, the long shapes took about 1 % longer:
+// docs/PERF_NOTES.md).
+constexpr int ISSUER = 96;
 constexpr int CONSUMER_REGS = 216;
 // setmaxnreg moves registers within what the CTA was launched with: (65536 / THREADS) per thread,
 // rounded down to a multiple of 8 (168 at 384 threads). Asking the consumers' increase for more
@@ -71,7 +75,7 @@ static_assert(128 * PRODUCER_REGS + 128 * NCWG * CONSUMER_REGS <= LAUNCH_REGS * 
 // Each stage s has an mbarrier pair: full[s] (128 arrivals: every producer thread, after its
 // stores and fence.proxy.async.shared::cta, since wgmma reads shared memory through the async
 // proxy) and empty[s] (256 arrivals: every consumer thread after wgmma.wait_group 0 of the tile's
-// P.V, once the tensor cores have read the stage). Each int8 slot i has landed[i]: thread 0's
+// P.V, once the tensor cores have read the stage). Each int8 slot i has landed[i]: the issuer's
 // arrive.expect_tx with the bytes of the tile's copies, so the phase completes when they have all
 // landed; tile n is in slot n % 3 with parity (n / 3) & 1. Tile n uses stage n % 4 with full phase
 // n / 4 (parity (n / 4) & 1); the producer waits for empty with parity ((n / 4) & 1) ^ 1 before
@@ -316,7 +320,7 @@ __device__ __forceinline__ Cta cta_of(const pa::Args& a) {
 
 // ---------------------------------------------------------------- the producer warpgroup
 #if !PA_KV_F16
-// Thread 0 starts tile n's bulk copies into staging slot n % I8_STAGES: K and V rows and their
+// The issuer starts tile n's bulk copies into staging slot n % I8_STAGES: K and V rows and their
 // scales, one copy of each per run of keys that is contiguous in memory (a page, or the whole tile
 // where a page holds it or the cache is contiguous), only keys below nk (what lies past them in
 // the slot is stale and finite: the converted tile's scales are zeroed there).
@@ -352,7 +356,7 @@ __device__ __forceinline__ void issue_tile(const pa::Args& a, const Cta& c, int 
 // pa_common.cuh) into the swizzled stage. Warp 0 stores the scales premultiplied (k_scale *
 // qk_scale_log2, v_scale * p_scale: the fp32 products the other kernels form), zero for keys past
 // the cache (the copies stop there; the slot's bytes past them are stale). After its arrive on
-// `full` the warpgroup meets on PROD_BAR (every thread has read the slot), and thread 0 refills
+// `full` the warpgroup meets on PROD_BAR (every thread has read the slot), and the issuer refills
 // the slot with the tile I8_STAGES ahead.
 __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsigned char* sm, u32 base) {
     const int pw = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -362,7 +366,7 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
     const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
     const u32 bar_landed = base + SM_BAR + 16 * F16_STAGES;
 
-    if (threadIdx.x == 0)
+    if (threadIdx.x == ISSUER)
         for (int n = 0; n < I8_STAGES && n < n_tiles; ++n) issue_tile(a, c, n, base);
     for (int n = 0; n < n_tiles; ++n) {
         const int s = n % F16_STAGES;
@@ -405,10 +409,10 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
         }
         fence_proxy_async();                 // the stores above, before wgmma reads them
         mbar_arrive(bar_full + 8 * s);
-        // Every producer thread has read tile n's staging slot: thread 0 refills it with tile n + I8_STAGES.
+        // Every producer thread has read tile n's staging slot: the issuer refills it with tile n + I8_STAGES.
         if (n + I8_STAGES < n_tiles) {
             named_barrier_sync(PROD_BAR, 128);
-            if (threadIdx.x == 0) {
+            if (threadIdx.x == ISSUER) {
                 fence_proxy_async();         // the slot's generic reads above, before the async proxy writes it
                 issue_tile(a, c, n + I8_STAGES, base);
             }
@@ -878,7 +882,7 @@ extern "C" __global__ void __launch_bounds__(v3::THREADS, 1) pa_v3(PA_KERNEL_PAR
             mbar_init(base + SM_BAR + 8 * (F16_STAGES + s), 128 * NCWG);   // empty: the consumers' threads
         }
 #pragma unroll
-        for (int s = 0; s < I8_STAGES; ++s) mbar_init(base + SM_BAR + 8 * (2 * F16_STAGES + s), 1);   // landed: thread 0 + bytes
+        for (int s = 0; s < I8_STAGES; ++s) mbar_init(base + SM_BAR + 8 * (2 * F16_STAGES + s), 1);   // landed: the issuer + bytes
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
