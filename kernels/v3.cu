@@ -38,6 +38,12 @@
 #ifndef PA_KV_F16
 #define PA_KV_F16 0   // 1: the fp16 control (K/V fp16 in global memory, a copy-only producer)
 #endif
+#ifndef PA_V3_PAIR
+#define PA_V3_PAIR (!PA_KV_F16)   // 1: clusters of two CTAs, each converting half of every tile for both
+#endif
+#if PA_V3_PAIR && PA_KV_F16
+#error "the fp16 control has no conversion to share: build it with PA_V3_PAIR=0"
+#endif
 
 namespace v3 {
 using pa::u32;
@@ -55,6 +61,8 @@ constexpr int KSTEPS = D / 16;                  // k16 steps of S = Q.K^T
 constexpr int PV_STEPS = BN / 16;               // k16 steps of O = P.V
 constexpr int S_REGS = BN / 2;                  // fp32 accumulator registers per thread: S (64 x 64)
 constexpr int O_REGS = D / 2;                   // ... and O (64 x D)
+constexpr bool PAIR = PA_V3_PAIR;
+constexpr int HALF = BN / 2;                    // keys of a tile one CTA of a pair converts
 constexpr int PRODUCER_REGS = 72;
 constexpr int CONSUMER_REGS = 216;
 // setmaxnreg moves registers within what the CTA was launched with: (65536 / THREADS) per thread,
@@ -107,6 +115,10 @@ constexpr int SM_BYTES = SM_BAR + 8 * (2 * F16_STAGES + I8_STAGES);
 // Named barriers: 0 is __syncthreads, 1 + wg a consumer warpgroup's own (Q stored), PP_BAR + wg the
 // pingpong turn of consumer warpgroup wg, PROD_BAR the producer warpgroup's (staging slot read).
 constexpr int PP_BAR = 3;
+// Arrivals a phase of full and of empty needs: every local producer (consumer) thread, and with
+// pairs also lane 0 of each of the other CTA's 4 producer (8 consumer) warps.
+constexpr int FULL_ARRIVALS = 128 + (PAIR ? 4 : 0);
+constexpr int EMPTY_ARRIVALS = 128 * NCWG + (PAIR ? 4 * NCWG : 0);
 [[maybe_unused]] constexpr int PROD_BAR = 5;   // (unused by the fp16 control)
 constexpr int SMEM_ALLOC = SM_BYTES + 1024;             // + slack to align the base to 1024
 static_assert(SM_F16 % 1024 == 0 && F16_STAGE % 1024 == 0 && F16_V % 1024 == 0, "swizzle atoms");
@@ -137,6 +149,10 @@ __host__ __device__ constexpr int sw128(int r, int ch, int block) {
 constexpr int CPR = D / 16;                     // int8 chunks of a key row
 constexpr int RW = 32 / CPR;                    // key rows a producer warp reads per round
 constexpr int NI = BN / (4 * RW);               // rounds per tile (chunks of K per thread)
+// Round i covers key rows [4*RW*i, 4*RW*(i+1)) of the tile, so with pairs CTA rank r (keys
+// [HALF*r, HALF*(r+1))) runs rounds NI_OWN*r .. NI_OWN*r + NI_OWN-1.
+constexpr int NI_OWN = PAIR ? NI / 2 : NI;
+static_assert(!PAIR || (NI % 2 == 0 && 4 * RW * NI_OWN == HALF), "a pair's halves must be whole rounds");
 __host__ __device__ constexpr int prod_row(int pw, int lane, int i) {
     return pw * RW + 2 * ((lane >> 3) / NG) + ((lane >> 2) & 1) + 4 * RW * i;
 }
@@ -199,7 +215,8 @@ __device__ __forceinline__ void mbar_arrive(u32 bar) {
 __device__ __forceinline__ void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
-// Wait until the phase of parity `parity` of the barrier has completed (acquire, CTA scope).
+// Wait until the phase of parity `parity` of the barrier has completed (acquire, CTA scope; with
+// pairs, cluster scope for the barriers the other CTA arrives on: full and empty).
 __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
     u32 done;
     do {
@@ -208,6 +225,43 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
             : "=r"(done) : "r"(bar), "r"(parity) : "memory");
     } while (!done);
 }
+__device__ __forceinline__ void mbar_wait_cluster(u32 bar, u32 parity) {
+    u32 done;
+    do {
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    } while (!done);
+}
+__device__ __forceinline__ void mbar_wait_pipe(u32 bar, u32 parity) {
+    if (PAIR) mbar_wait_cluster(bar, parity);
+    else mbar_wait(bar, parity);
+}
+// Clusters (pairs). The CTA's rank in its cluster; the address in the cluster's shared window of
+// this CTA's shared-memory address `addr` in CTA `rank`; a 16-byte store there; an arrive (release,
+// cluster scope) on a barrier there; all threads of the cluster meet (release / acquire).
+__device__ __forceinline__ u32 cluster_rank() {
+    u32 r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ u32 cluster_addr(u32 addr, u32 rank) {
+    u32 d;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(d) : "r"(addr), "r"(rank));
+    return d;
+}
+__device__ __forceinline__ void st_cluster(u32 addr, uint4 v) {
+    asm volatile("st.shared::cluster.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_cluster(u32 addr) {
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(addr) : "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+// Ordinary stores to the other CTA's shared memory before this are visible to its later
+// async-proxy (wgmma) reads.
+__device__ __forceinline__ void fence_proxy_async_cluster() { asm volatile("fence.proxy.async.shared::cluster;\n" ::: "memory"); }
 // Ordinary shared-memory stores before this are visible to later async-proxy (wgmma) reads.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
@@ -306,7 +360,10 @@ __device__ __forceinline__ Cta cta_of(const pa::Args& a) {
     c.p0 = (gridDim.y - 1 - blockIdx.y) * c.ppc;           // longest first
     c.p_end = min(c.p0 + c.ppc, a.n_q);
     c.t_begin = 0;
-    c.t_end = (a.ctx + c.p_end + BN - 1) / BN;            // keys the CTA's last position sees
+    // keys the CTA's last position sees; with pairs, the pair's: its even CTA (the later rows)
+    // sets both CTAs' tiles, as both convert and wait for every tile of the pair
+    const int p_last = PAIR ? min((int)(gridDim.y - (blockIdx.y & ~1u)) * c.ppc, a.n_q) : c.p_end;
+    c.t_end = (a.ctx + p_last + BN - 1) / BN;
     if (a.seg_keys) {
         c.t_begin = blockIdx.z * (a.seg_keys / BN);
         c.t_end = min(c.t_end, c.t_begin + a.seg_keys / BN);
@@ -319,10 +376,13 @@ __device__ __forceinline__ Cta cta_of(const pa::Args& a) {
 // Thread 0 starts tile n's bulk copies into staging slot n % I8_STAGES: K and V rows and their
 // scales, one copy of each per run of keys that is contiguous in memory (a page, or the whole tile
 // where a page holds it or the cache is contiguous), only keys below nk (what lies past them in
-// the slot is stale and finite: the converted tile's scales are zeroed there).
-__device__ __forceinline__ void issue_tile(const pa::Args& a, const Cta& c, int n, u32 base) {
+// the slot is stale and finite: the converted tile's scales are zeroed there). With pairs, the K
+// and V rows of keys [h0, h1), this CTA's half, and the scales of the whole tile (each CTA stores
+// all of a tile's scales into its own stage).
+__device__ __forceinline__ void issue_tile(const pa::Args& a, const Cta& c, int n, u32 base, u32 rank) {
     const int nk = a.ctx + a.n_q;
     const int j0 = (c.t_begin + n) * BN, j1 = min(j0 + BN, nk);
+    const int h0 = PAIR ? min(j0 + HALF * (int)rank, j1) : j0, h1 = PAIR ? min(h0 + HALF, j1) : j1;
     const int slot = n % I8_STAGES;
     const u32 st = base + SM_I8 + slot * I8_STAGE, bar = base + SM_BAR + 8 * (2 * F16_STAGES + slot);
 #if PA_PAGED
@@ -333,14 +393,19 @@ __device__ __forceinline__ void issue_tile(const pa::Args& a, const Cta& c, int 
     const int span = 1 << span_log2;
     const int runs = (j1 - j0 + span - 1) >> span_log2;
     const int sc_last = ((j1 - j0 - (runs - 1) * span) + 3) / 4 * 4;    // scales of the last run, 16-byte whole
-    mbar_arrive_expect_tx(bar, (u32)(2 * (j1 - j0) * D + 8 * ((runs - 1) * span + sc_last)));
+    mbar_arrive_expect_tx(bar, (u32)(2 * (h1 - h0) * D + 8 * ((runs - 1) * span + sc_last)));
     for (int j = j0; j < j1; j += span) {
         const int keys = min(span, j1 - j), sc = j + span < j1 ? span : sc_last;
         const u32 row = pa::kv_row(a, c.hkv, j, pa::page_of(a, j));
         const u32 sci = pa::scale_index(a, c.hkv, j, row);
         const u32 r = (u32)(j - j0);
-        bulk_g2s(st + I8_K + r * D, a.k + (u64)row * D, (u32)keys * D, bar);
-        bulk_g2s(st + I8_V + r * D, a.v + (u64)row * D, (u32)keys * D, bar);
+        const int k0 = max(j, h0), k1 = min(j + keys, h1);   // this CTA's rows of the run (consecutive in memory)
+        if (k0 < k1) {
+            const u32 rk = (u32)(k0 - j0);
+            const u64 src = (u64)(row + (u32)(k0 - j)) * D;
+            bulk_g2s(st + I8_K + rk * D, a.k + src, (u32)(k1 - k0) * D, bar);
+            bulk_g2s(st + I8_V + rk * D, a.v + src, (u32)(k1 - k0) * D, bar);
+        }
         bulk_g2s(st + I8_SC + 4 * r, a.k_scale + sci, 4u * sc, bar);
         bulk_g2s(st + I8_SC + BN * 4 + 4 * r, a.v_scale + sci, 4u * sc, bar);
     }
@@ -354,6 +419,12 @@ __device__ __forceinline__ void issue_tile(const pa::Args& a, const Cta& c, int 
 // the cache (the copies stop there; the slot's bytes past them are stale). After its arrive on
 // `full` the warpgroup meets on PROD_BAR (every thread has read the slot), and thread 0 refills
 // the slot with the tile I8_STAGES ahead.
+// With pairs, each CTA converts the key rows of its half (rounds NI_OWN*rank ..) and stores every
+// fp16 chunk twice, into its own stage and into the same place of the other CTA's (a 16-byte
+// st.shared::cluster); after its fence lane 0 of each warp also arrives on the other CTA's full
+// (cluster scope), so full completes when both halves have landed in both CTAs. The stage the
+// producer writes must be free in both CTAs: the consumers of the other CTA arrive on this CTA's
+// empty as well.
 __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsigned char* sm, u32 base) {
     const int pw = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int ch = prod_chunk(lane);
@@ -361,9 +432,12 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
     const int n_tiles = c.t_end - c.t_begin;
     const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
     const u32 bar_landed = base + SM_BAR + 16 * F16_STAGES;
+    const u32 rank = PAIR ? cluster_rank() : 0u;
+    const u32 peer = PAIR ? cluster_addr(base, rank ^ 1u) : 0u;   // the other CTA's base
+    const int i0 = NI_OWN * (int)rank;                           // this CTA's first round
 
     if (threadIdx.x == 0)
-        for (int n = 0; n < I8_STAGES && n < n_tiles; ++n) issue_tile(a, c, n, base);
+        for (int n = 0; n < I8_STAGES && n < n_tiles; ++n) issue_tile(a, c, n, base, rank);
     for (int n = 0; n < n_tiles; ++n) {
         const int s = n % F16_STAGES;
         mbar_wait(bar_landed + 8 * (n % I8_STAGES), (n / I8_STAGES) & 1);   // tile n's copies have landed
@@ -373,26 +447,38 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
         // fp16 stage, then convert and store: the loads' latency passes during the wait, and no
         // conversion waits on its own load (interleaved with the stores, the compiler cannot move
         // the loads above them).
-        uint4 kx[NI], vx[NI];
+        uint4 kx[NI_OWN], vx[NI_OWN];
 #pragma unroll
-        for (int i = 0; i < NI; ++i) {
-            const int r = prod_row(pw, lane, i);
+        for (int i = 0; i < NI_OWN; ++i) {
+            const int r = prod_row(pw, lane, i0 + i);
             kx[i] = *reinterpret_cast<const uint4*>(st + I8_K + stage_off(r, ch));
             vx[i] = *reinterpret_cast<const uint4*>(st + I8_V + stage_off(r, ch));
         }
         float4 scx;
         if (pw == 0) scx = *reinterpret_cast<const float4*>(st + I8_SC + (lane >> 4) * BN * 4 + 16 * (lane & 15));
-        if (n >= F16_STAGES) mbar_wait(bar_empty + 8 * s, ((n / F16_STAGES) & 1) ^ 1);   // tile n-F16_STAGES released stage s
+        if (n >= F16_STAGES) mbar_wait_pipe(bar_empty + 8 * s, ((n / F16_STAGES) & 1) ^ 1);   // tile n-F16_STAGES released stage s
 #pragma unroll
-        for (int i = 0; i < NI; ++i) {
-            const int r = prod_row(pw, lane, i);
+        for (int i = 0; i < NI_OWN; ++i) {
+            const int r = prod_row(pw, lane, i0 + i);
+            const int k_lo = F16_K + sw128(r, 2 * ch, KV_BLOCK), k_hi = F16_K + sw128(r, 2 * ch + 1, KV_BLOCK);
+            const int v_lo = F16_V + sw128(r, 2 * ch, KV_BLOCK), v_hi = F16_V + sw128(r, 2 * ch + 1, KV_BLOCK);
             uint4 lo, hi;
             i8x16_to_f16(kx[i], lo, hi);
-            *reinterpret_cast<uint4*>(f + F16_K + sw128(r, 2 * ch, KV_BLOCK)) = lo;
-            *reinterpret_cast<uint4*>(f + F16_K + sw128(r, 2 * ch + 1, KV_BLOCK)) = hi;
+            *reinterpret_cast<uint4*>(f + k_lo) = lo;
+            *reinterpret_cast<uint4*>(f + k_hi) = hi;
+            if (PAIR) {
+                const u32 fp = peer + SM_F16 + s * F16_STAGE;
+                st_cluster(fp + k_lo, lo);
+                st_cluster(fp + k_hi, hi);
+            }
             i8x16_to_f16(vx[i], lo, hi);
-            *reinterpret_cast<uint4*>(f + F16_V + sw128(r, 2 * ch, KV_BLOCK)) = lo;
-            *reinterpret_cast<uint4*>(f + F16_V + sw128(r, 2 * ch + 1, KV_BLOCK)) = hi;
+            *reinterpret_cast<uint4*>(f + v_lo) = lo;
+            *reinterpret_cast<uint4*>(f + v_hi) = hi;
+            if (PAIR) {
+                const u32 fp = peer + SM_F16 + s * F16_STAGE;
+                st_cluster(fp + v_lo, lo);
+                st_cluster(fp + v_hi, hi);
+            }
         }
         if (pw == 0) {   // lanes 0-15: K scales of keys 4*lane.., lanes 16-31: V scales; zero past nk
             const int key0 = (c.t_begin + n) * BN + 4 * (lane & 15);
@@ -404,13 +490,18 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
             *reinterpret_cast<float4*>(f + F16_KQ + (lane >> 4) * BN * 4 + 16 * (lane & 15)) = scx;   // F16_VS = F16_KQ + BN*4
         }
         fence_proxy_async();                 // the stores above, before wgmma reads them
+        if (PAIR) fence_proxy_async_cluster();   // ... and those into the other CTA
         mbar_arrive(bar_full + 8 * s);
+        if (PAIR) {
+            __syncwarp();
+            if (lane == 0) mbar_arrive_cluster(peer + SM_BAR + 8 * s);
+        }
         // Every producer thread has read tile n's staging slot: thread 0 refills it with tile n + I8_STAGES.
         if (n + I8_STAGES < n_tiles) {
             named_barrier_sync(PROD_BAR, 128);
             if (threadIdx.x == 0) {
                 fence_proxy_async();         // the slot's generic reads above, before the async proxy writes it
-                issue_tile(a, c, n + I8_STAGES, base);
+                issue_tile(a, c, n + I8_STAGES, base, rank);
             }
         }
     }
@@ -665,7 +756,8 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int rows_used = c.ppc * c.group;   // rows of the CTA that hold a query (at most M_CTA)
     const int r0 = 64 * wg;                  // this warpgroup's first row
-    const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
+    const u32 bar_full = base + SM_BAR;
+    const u32 peer = PAIR ? cluster_addr(base, cluster_rank() ^ 1u) : 0u;   // the other CTA's base (pairs)
 
     // ---- Q rows r0 .. r0+63 into shared memory (128B-swizzled, K-major) once, then into each
     // thread's A fragments of all KSTEPS k-steps for the whole loop: S's wgmma reads only K from
@@ -733,13 +825,22 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     // nothing past its rows' diagonal), so the barriers stay matched: warpgroup 1's first arrival
     // opens warpgroup 0's first turn, and it skips its last one.
     auto turn_begin = [&](int n) {
-        if (n < n_tiles) mbar_wait(bar_full + 8 * (n % F16_STAGES), (n / F16_STAGES) & 1);
+        if (n < n_tiles) mbar_wait_pipe(bar_full + 8 * (n % F16_STAGES), (n / F16_STAGES) & 1);
         named_barrier_sync(PP_BAR + wg, 256);
     };
     auto turn_end = [&](int n) {
         if (wg == 0 || n < n_tiles) named_barrier_arrive(PP_BAR + (wg ^ 1), 256);
     };
-    auto release = [&](int n) { mbar_arrive(bar_empty + 8 * ((n - 1) % F16_STAGES)); };   // tile n-1
+    // tile n-1's stage is free: every thread arrives on this CTA's empty, and with pairs lane 0 of
+    // each warp (after the warp's wgmma.wait_group) on the other CTA's, whose producer writes here too
+    auto release = [&](int n) {
+        const u32 off = SM_BAR + 8 * (F16_STAGES + (n - 1) % F16_STAGES);
+        mbar_arrive(base + off);
+        if (PAIR) {
+            __syncwarp();
+            if (lane == 0) mbar_arrive_cluster(peer + off);
+        }
+    };
     // descriptors of tile n's K (S's B) and V (P.V's B), formed (and pinned) before a wgmma.fence
     auto desc_k = [&](int n) { return desc_sw128(base + SM_F16 + (n % F16_STAGES) * F16_STAGE + F16_K, 16, 1024); };
     auto desc_v = [&](int n) { return desc_sw128(base + SM_F16 + (n % F16_STAGES) * F16_STAGE + F16_V, KV_BLOCK, 1024); };
@@ -862,7 +963,15 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
 }  // namespace v3
 
 // Dynamic shared memory: v3::SMEM_ALLOC bytes (the backend raises the limit; pa_v3_smem_bytes says how many).
-extern "C" __global__ void __launch_bounds__(v3::THREADS, 1) pa_v3(PA_KERNEL_PARAMS) {
+// With pairs: clusters of two CTAs along y (two row blocks of one KV head and key segment; the
+// backend gives the grid an even number of row blocks), and the same shared-memory layout in both,
+// so an offset from base names the same stage or barrier in either CTA.
+#if PA_V3_PAIR
+#define PA_V3_CLUSTER __cluster_dims__(1, 2, 1)
+#else
+#define PA_V3_CLUSTER
+#endif
+extern "C" __global__ void __launch_bounds__(v3::THREADS, 1) PA_V3_CLUSTER pa_v3(PA_KERNEL_PARAMS) {
     using namespace v3;
     PA_MAKE_ARGS(a);
     extern __shared__ __align__(16) unsigned char smem_raw[];   // aligned below, not assumed
@@ -870,18 +979,20 @@ extern "C" __global__ void __launch_bounds__(v3::THREADS, 1) pa_v3(PA_KERNEL_PAR
     const u32 base = (raw + 1023u) & ~1023u;                 // 128B-swizzle atoms need 1024-byte alignment
     unsigned char* sm = smem_raw + (base - raw);
     const Cta c = cta_of(a);
-    if (c.t_begin >= c.t_end) return;                        // no key of this segment for these rows
+    if (c.t_begin >= c.t_end) return;                        // no key of this segment for these rows (the same for both CTAs of a pair)
+    if (!PAIR && c.p0 >= a.n_q) return;                      // a row block past the chunk (an even grid's last)
     if (threadIdx.x == 0) {
 #pragma unroll
         for (int s = 0; s < F16_STAGES; ++s) {
-            mbar_init(base + SM_BAR + 8 * s, 128);                   // full: the producer's threads
-            mbar_init(base + SM_BAR + 8 * (F16_STAGES + s), 128 * NCWG);   // empty: the consumers' threads
+            mbar_init(base + SM_BAR + 8 * s, FULL_ARRIVALS);                     // full: the producers' threads
+            mbar_init(base + SM_BAR + 8 * (F16_STAGES + s), EMPTY_ARRIVALS);     // empty: the consumers' threads
         }
 #pragma unroll
         for (int s = 0; s < I8_STAGES; ++s) mbar_init(base + SM_BAR + 8 * (2 * F16_STAGES + s), 1);   // landed: thread 0 + bytes
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    __syncthreads();
+    if (PAIR) cluster_sync();                                // both CTAs' barriers are initialised
+    else __syncthreads();
     if (threadIdx.x < 128) {
         set_max_regs_dec<PRODUCER_REGS>();
         producer(a, c, sm, base);
@@ -889,6 +1000,7 @@ extern "C" __global__ void __launch_bounds__(v3::THREADS, 1) pa_v3(PA_KERNEL_PAR
         set_max_regs_inc<CONSUMER_REGS>();
         consumer(a, c, sm, base);
     }
+    if (PAIR) cluster_sync();                                // no CTA leaves while the other may still arrive on its barriers
 }
 
 // The dynamic shared memory pa_v3 needs (a kernel the backend may query; launched with one thread).

@@ -240,14 +240,17 @@ def _kv_group_rows(threads: int, queries: int, heads_q: int, heads_kv: int, tile
                    split_keys: int) -> LaunchGeometry:
     """v3: a CTA holds one KV head and 64 rows per consumer warpgroup (``threads // 128 - 1`` of
     them), the query heads of the KV group packed into the rows (row R: position R // G of head
-    R % G, G = heads_q // heads_kv); grid (heads_kv, row blocks), row blocks longest-first."""
+    R % G, G = heads_q // heads_kv); grid (heads_kv, row blocks), row blocks longest-first. The
+    row blocks are even in number: v3 runs its CTAs in clusters of two along y (an odd count's
+    last block holds no rows; it converts its half of the tiles for the other CTA)."""
     if split_keys:
         raise ValueError("this variant does not split keys")
     rows = 64 * (threads // 128 - 1)
     group = heads_q // heads_kv
     if group > rows:
         raise ValueError(f"{heads_q}/{heads_kv} heads: a KV group of {group} query heads does not fit in {rows} rows")
-    return LaunchGeometry((heads_kv, -(-queries // (rows // group))), threads, False)
+    blocks = -(-queries // (rows // group))
+    return LaunchGeometry((heads_kv, blocks + blocks % 2), threads, False)
 
 
 #: Each CUDA kernel variant's launch geometry: (threads, queries, heads_q, heads_kv, tiles,
