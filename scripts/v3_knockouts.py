@@ -21,6 +21,9 @@ timing the real kernel under a wrong name.
 - ``half-alu``: as no-alu for V only (K is converted): what halving that arithmetic would give;
 - ``no-load``: the producer converts and stores values made from its indices instead of loading
   its int8 chunks from staging (the copies still land): what the staging loads alone cost;
+- ``half-convert``: the producer loads, converts and stores only the rows of the first half of its
+  rounds (half of every tile; the copies still land whole): what a producer with half the
+  conversion work per CTA would give (docs/PERF_NOTES.md: it put v3 at the fp16 control's time);
 - ``no-store``: the producer converts but stores no fp16 tile (the results are folded into one
   register and stored only if it takes an impossible value: what the stores alone cost);
 - ``no-pingpong``: the consumers' turns removed (no named barrier orders the two warpgroups'
@@ -48,6 +51,7 @@ _CONVERT_K = re.compile(r"i8x16_to_f16\(kx\[i\], lo, hi\);")
 _CONVERT_V = re.compile(r"i8x16_to_f16\(vx\[i\], lo, hi\);")
 _LOAD = re.compile(r"(\n            )([kv])x\[i\] = \*reinterpret_cast<const uint4\*>\(st \+ I8_[KV] \+ stage_off\(r, ch\)\);")
 _STORE = re.compile(r"(\n            )\*reinterpret_cast<uint4\*>\(f \+ F16_([KV]) \+ sw128\(r, 2 \* ch( \+ 1)?, KV_BLOCK\)\) = (lo|hi);")
+_ROUNDS = re.compile(r"(\n#pragma unroll\n        for \(int i = 0; i < )NI(; \+\+i\) \{\n            const int r = prod_row\(pw, lane, i\);)")
 _STORES_DONE = re.compile(r"(\n        if \(pw == 0\) \{   // lanes 0-15: K scales)")
 _TURN_SYNC = re.compile(r"\n        named_barrier_sync\(PP_BAR \+ wg, 256\);")
 _TURN_ARRIVE = re.compile(r"\n        if \(wg == 0 \|\| n < n_tiles\) named_barrier_arrive\(PP_BAR \+ \(wg \^ 1\), 256\);")
@@ -82,6 +86,10 @@ def no_load(src: str) -> str:
     return _sub(_LOAD, r"\1\2x[i] = make_uint4(r, ch, n, i);   // knock-out: not loaded", src, "no-load", count=2)
 
 
+def half_convert(src: str) -> str:
+    return _sub(_ROUNDS, r"\1NI / 2\2", src, "half-convert", count=2)
+
+
 def no_store(src: str) -> str:
     out = _sub(_STORE, r"\1fold ^= \4.x ^ \4.y ^ \4.z ^ \4.w;   // knock-out: not stored", src, "no-store", count=4)
     out = _sub(re.compile(r"(\n        uint4 kx\[NI\], vx\[NI\];)"), r"\1\n        u32 fold = 0;", out, "no-store (fold)")
@@ -108,6 +116,7 @@ KNOCKOUTS = {
     "no-alu": [no_alu_k, no_alu_v],
     "half-alu": [no_alu_v],
     "no-load": [no_load],
+    "half-convert": [half_convert],
     "no-store": [no_store],
     "no-pingpong": [no_pingpong],
 }

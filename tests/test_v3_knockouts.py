@@ -36,6 +36,10 @@ def test_each_knockout_edits_the_kernel(name):
     if name == "no-store":
         assert out.count("knock-out: not stored") == 4 and "sw128(r, 2 * ch, KV_BLOCK)) = lo" not in out
         assert "i8x16_to_f16(kx[i]" in out and "i8x16_to_f16(vx[i]" in out
+    if name == "half-convert":   # the load loop and the convert-and-store loop, and nothing else
+        assert out.count("for (int i = 0; i < NI / 2; ++i)") == 2
+        assert out.count("for (int i = 0; i < NI; ++i)") == SRC.count("for (int i = 0; i < NI; ++i)") - 2
+        assert "i8x16_to_f16(kx[i]" in out and "i8x16_to_f16(vx[i]" in out
     if name == "no-pingpong":
         assert "PP_BAR" in SRC and "named_barrier_sync(PP_BAR" not in out
         assert "named_barrier_arrive(PP_BAR" not in out
