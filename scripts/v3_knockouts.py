@@ -11,7 +11,7 @@ free could give. A knock-out whose edit no longer matches the source fails loudl
 timing the real kernel under a wrong name.
 
 - ``no-convert``: the producer copies int8 K/V but neither converts nor stores the fp16 tiles;
-- ``no-copy``: the producer starts no bulk copies (thread 0 only arrives on the slot's barrier;
+- ``no-copy``: the producer starts no bulk copies (the issuer thread only arrives on the slot's barrier;
   the producer converts stale staging bytes);
 - ``no-producer``: both (the producer only waits and arrives: the consumers alone);
 - ``no-softmax``: the consumers skip the online softmax (P is packed from raw S; no rescale);
