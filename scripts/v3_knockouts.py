@@ -26,6 +26,11 @@ timing the real kernel under a wrong name.
   conversion work per CTA would give (docs/PERF_NOTES.md: it put v3 at the fp16 control's time);
 - ``no-store``: the producer converts but stores no fp16 tile (the results are folded into one
   register and stored only if it takes an impossible value: what the stores alone cost);
+- ``no-scales``: the consumers apply neither per-key scale: S is not multiplied by the key scales
+  (k_scale * qk_scale_log2) before the softmax, nor p by the V scales (v_scale * p_scale) before
+  it is packed into P, and neither array is loaded from the stage (what the two scale multiplies
+  and their loads cost the consumer step; docs/PERF_NOTES.md). ``no-k-scales`` and
+  ``no-v-scales`` remove one of the two;
 - ``no-pingpong``: the consumers' turns removed (no named barrier orders the two warpgroups'
   wgmma issue). Unlike the others this one still computes the right output: the turns order
   only when each warpgroup issues, so it answers "do the turns still pay?".
@@ -56,6 +61,11 @@ _STORES_DONE = re.compile(r"(\n        if \(pw == 0\) \{   // lanes 0-15: K scal
 _TURN_SYNC = re.compile(r"\n        named_barrier_sync\(PP_BAR \+ wg, 256\);")
 _TURN_ARRIVE = re.compile(r"\n        if \(wg == 0 \|\| n < n_tiles\) named_barrier_arrive\(PP_BAR \+ \(wg \^ 1\), 256\);")
 _TURN_OPEN = re.compile(r"\n    if \(wg == 1\) named_barrier_arrive\(PP_BAR, 256\);")
+_K_SCALE = re.compile(r"        const float2 k2 = \*reinterpret_cast<const float2\*>\(kq \+ 8 \* j \+ 2 \* t\);\n"
+                      r"(#pragma unroll\n        for \(int e = 0; e < 4; \+\+e\) \{\n)"
+                      r"            float v = __fmul_rn\(s\[4 \* j \+ e\], \(e & 1\) \? k2\.y : k2\.x\);\n")
+_V_SCALE = re.compile(r"        const float2 v2 = \*reinterpret_cast<const float2\*>\(vs \+ 8 \* j \+ 2 \* t\);\n"
+                      r"(?:        s\[4 \* j( \+ \d)?\] = __fmul_rn\(s\[4 \* j( \+ \d)?\], v2\.[xy]\);\n){4}")
 _SOFTMAX = re.compile(r"(    auto softmax = \[&\]\(int n, float \(&al\)\[2\]\) \{\n).*?(\n    \};\n)", re.S)
 
 
@@ -101,6 +111,18 @@ def no_softmax(src: str) -> str:
     return _sub(_SOFTMAX, r"\1        (void)n; al[0] = al[1] = 1.f;\2", src, "no-softmax")
 
 
+def no_k_scales(src: str) -> str:
+    src = _sub(_K_SCALE, r"\1            float v = s[4 * j + e];   // knock-out: no key-scale multiply\n", src, "no-k-scales")
+    return src.replace("    const float* kq = reinterpret_cast<const float*>(f_ptr + F16_KQ);\n",
+                       "    [[maybe_unused]] const float* kq = reinterpret_cast<const float*>(f_ptr + F16_KQ);\n", 1)
+
+
+def no_v_scales(src: str) -> str:
+    src = _sub(_V_SCALE, "        (void)j, (void)t;   // knock-out: no V-scale multiply\n", src, "no-v-scales")
+    return src.replace("    const float* vs = reinterpret_cast<const float*>(f_ptr + F16_VS);\n",
+                       "    [[maybe_unused]] const float* vs = reinterpret_cast<const float*>(f_ptr + F16_VS);\n", 1)
+
+
 def no_pingpong(src: str) -> str:
     src = _sub(_TURN_SYNC, "", src, "no-pingpong (turn sync)")
     src = _sub(_TURN_ARRIVE, "", src, "no-pingpong (turn arrive)")
@@ -119,6 +141,9 @@ KNOCKOUTS = {
     "half-convert": [half_convert],
     "no-store": [no_store],
     "no-pingpong": [no_pingpong],
+    "no-scales": [no_k_scales, no_v_scales],
+    "no-k-scales": [no_k_scales],
+    "no-v-scales": [no_v_scales],
 }
 
 

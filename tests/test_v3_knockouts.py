@@ -40,6 +40,15 @@ def test_each_knockout_edits_the_kernel(name):
         assert out.count("for (int i = 0; i < NI / 2; ++i)") == 2
         assert out.count("for (int i = 0; i < NI; ++i)") == SRC.count("for (int i = 0; i < NI; ++i)") - 2
         assert "i8x16_to_f16(kx[i]" in out and "i8x16_to_f16(vx[i]" in out
+    if name in ("no-scales", "no-k-scales"):
+        assert "__fmul_rn(s[4 * j + e], (e & 1) ? k2.y : k2.x)" in SRC and "k2.y" not in out
+        assert "knock-out: no key-scale multiply" in out
+    if name in ("no-scales", "no-v-scales"):
+        assert "__fmul_rn(s[4 * j], v2.x)" in SRC and "v2.x" not in out and "knock-out: no V-scale multiply" in out
+    if name == "no-k-scales":
+        assert "v2.x" in out
+    if name == "no-v-scales":
+        assert "k2.y" in out
     if name == "no-pingpong":
         assert "PP_BAR" in SRC and "named_barrier_sync(PP_BAR" not in out
         assert "named_barrier_arrive(PP_BAR" not in out

@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""Where one v3 step's time goes: SM-clock stamps at each wait of a window of steps of one CTA.
+
+    python3 scripts/v3_steps.py [--shapes 32Kx1024] [--window 64:192] [--kernels DIR] [--out DIR]
+    python3 scripts/v3_steps.py --stamps DIR/steps_32Kx1024.npy     # a kept record again, no GPU
+
+A copy of kernels/ (or of ``--kernels DIR``) whose v3.cu records clock64() in the first CTA of the
+grid (KV head 0, the longest row block, key segment 0) at every wait of steps [a, b) of the window:
+lane 0 of warp 0 of each consumer warpgroup at the top of its step, after the full barrier, after
+its turn (the pingpong barrier), after wgmma.fence, after issuing S, after issuing P.V, after the
+wait for S, after the softmax, and after the wait for P.V; producer thread 0 at the top of its tile, after the tile's copies
+have landed, after the wait for a free stage, after its stores, after its arrive on full, and
+after the producer's barrier (``EVENTS``). It is launched through the cuda backend a few times warm
+and once with the stamps read back.
+
+It prints, per role, the median cycles of each stretch of a step and of a whole step (the step's
+period), and for the consumers how long a warpgroup waited for the other's turn and for its own S
+(S queues behind the other warpgroup's wgmma in the tensor pipe). With both warpgroups issuing
+back to back, a step's period is about max(the tensor pipe's time for both warpgroups' tiles,
+S's latency + the softmax + the wait for P.V + the next issue): this says which one it is. The
+stamps cost a few instructions per step in one CTA; the cycles are within-run comparisons.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+MAX_STEPS = 1024                       # stamped steps at most (the window's length)
+ROLES = ("wg0", "wg1", "producer")
+# role -> its events, in the order they happen in a step (the slot is the index)
+EVENTS = {
+    "wg0": ("top", "full", "turn", "fenced", "s_issued", "issued", "s_done", "softmax", "pv_done"),
+    "wg1": ("top", "full", "turn", "fenced", "s_issued", "issued", "s_done", "softmax", "pv_done"),
+    "producer": ("top", "landed", "empty", "stored", "arrived", "barrier"),
+}
+SLOTS = 10                             # u64 slots per (role, step)
+
+HEADER = r'''#include "pa_common.cuh"
+// (scripts/v3_steps.py) clock64 stamps of a window of steps of the grid's first CTA
+__device__ unsigned long long pa_v3_steps[3 * 1024 * 10];
+__device__ __forceinline__ bool pa_st_cta() { return blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0; }
+__device__ __forceinline__ void pa_st(int role, int n, int k) {
+    const int i = n - PA_ST_FIRST;
+    if (i >= 0 && i < PA_ST_COUNT) pa_v3_steps[(role * 1024 + i) * 10 + k] = clock64();
+}
+'''
+
+# (what the edit finds once in v3.cu, what replaces it). Consumer stamps: lane 0 of warp 0 of the
+# warpgroup (tid == 0), role = wg; producer stamps: thread 0, role 2.
+C = "if (pa_st_on) pa_st(wg, n, {k});"
+P = "if (pa_st_on) pa_st(2, n, {k});"
+EDITS = [
+    ('#include "pa_common.cuh"\n', HEADER),
+    # consumer: a predicate once, then the stamps in the turn and in the main loop's step
+    ("    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;\n",
+     "    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;\n"
+     "    const bool pa_st_on = pa_st_cta() && tid == 0;\n"),
+    ("    auto turn_begin = [&](int n) {\n        if (n < n_tiles) mbar_wait(bar_full + 8 * (n % F16_STAGES), (n / F16_STAGES) & 1);\n"
+     "        named_barrier_sync(PP_BAR + wg, 256);\n    };\n",
+     "    auto turn_begin = [&](int n) {\n        " + C.format(k=0) + "\n"
+     "        if (n < n_tiles) mbar_wait(bar_full + 8 * (n % F16_STAGES), (n / F16_STAGES) & 1);\n"
+     "        " + C.format(k=1) + "\n"
+     "        named_barrier_sync(PP_BAR + wg, 256);\n        " + C.format(k=2) + "\n    };\n"),
+    ("            wgmma_fence();\n            issue_s(s, qf, dk);\n            wgmma_commit();\n            issue_pv(o, pf, dv);\n",
+     "            wgmma_fence();\n            " + C.format(k=3) + "\n            issue_s(s, qf, dk);\n            wgmma_commit();\n"
+     "            " + C.format(k=4) + "\n            issue_pv(o, pf, dv);\n"),
+    ("            turn_end(n);\n            wgmma_wait<1>();                 // S of tile n (P.V of tile n-1 may still run)\n"
+     "            pin(s);\n",
+     "            turn_end(n);\n            " + C.format(k=5) + "\n"
+     "            wgmma_wait<1>();                 // S of tile n (P.V of tile n-1 may still run)\n"
+     "            pin(s);\n            " + C.format(k=6) + "\n"),
+    ("            scale_by_vs(f16_stage(n), s);\n            wgmma_wait<0>();\n            pin(o);\n            pin(pf);\n",
+     "            scale_by_vs(f16_stage(n), s);\n            " + C.format(k=7) + "\n"
+     "            wgmma_wait<0>();\n            pin(o);\n            pin(pf);\n            " + C.format(k=8) + "\n"),
+    # producer (the int8 path)
+    ("    const u32 bar_landed = base + SM_BAR + 16 * F16_STAGES;\n",
+     "    const u32 bar_landed = base + SM_BAR + 16 * F16_STAGES;\n"
+     "    const bool pa_st_on = pa_st_cta() && threadIdx.x == 0;\n"),
+    ("        const int s = n % F16_STAGES;\n        mbar_wait(bar_landed + 8 * (n % I8_STAGES), (n / I8_STAGES) & 1);   // tile n's copies have landed\n",
+     "        const int s = n % F16_STAGES;\n        " + P.format(k=0) + "\n"
+     "        mbar_wait(bar_landed + 8 * (n % I8_STAGES), (n / I8_STAGES) & 1);   // tile n's copies have landed\n"
+     "        " + P.format(k=1) + "\n"),
+    ("        if (n >= F16_STAGES) mbar_wait(bar_empty + 8 * s, ((n / F16_STAGES) & 1) ^ 1);   // tile n-F16_STAGES released stage s\n",
+     "        if (n >= F16_STAGES) mbar_wait(bar_empty + 8 * s, ((n / F16_STAGES) & 1) ^ 1);   // tile n-F16_STAGES released stage s\n"
+     "        " + P.format(k=2) + "\n"),
+    ("        fence_proxy_async();                 // the stores above, before wgmma reads them\n        mbar_arrive(bar_full + 8 * s);\n",
+     "        " + P.format(k=3) + "\n"
+     "        fence_proxy_async();                 // the stores above, before wgmma reads them\n        mbar_arrive(bar_full + 8 * s);\n"
+     "        " + P.format(k=4) + "\n"),
+    ("                issue_tile(a, c, n + I8_STAGES, base);\n            }\n        }\n",
+     "                issue_tile(a, c, n + I8_STAGES, base);\n            }\n        }\n        " + P.format(k=5) + "\n"),
+]
+
+
+def stamped(src: str, first: int, count: int) -> str:
+    """v3.cu with the stamps of steps [first, first + count); every edit must match exactly once."""
+    for old, new in EDITS:
+        if src.count(old) != 1:
+            raise SystemExit(f"v3_steps: an edit no longer matches v3.cu ({old.strip()[:60]!r}); update the script")
+        src = src.replace(old, new)
+    return f"#define PA_ST_FIRST {first}\n#define PA_ST_COUNT {count}\n" + src
+
+
+def summarize(t: np.ndarray) -> dict:
+    """Median cycles of each stretch, per role, from stamps shaped (3 roles, steps, SLOTS); steps
+    whose stamps are missing (0) are left out."""
+    t = t.astype(np.int64)
+    out = {}
+    for r, role in enumerate(ROLES):
+        ev = EVENTS[role]
+        x = t[r, :, :len(ev)]
+        ok = (x > 0).all(axis=1)
+        ok[:-1] &= ok[1:]                      # a step's period needs the next step's top
+        ok[-1] = False
+        idx = np.where(ok)[0]
+        if not len(idx):
+            continue
+        stretches = {f"{a}->{b}": float(np.median(x[idx, j + 1] - x[idx, j])) for j, (a, b) in enumerate(zip(ev, ev[1:]))}
+        stretches[f"{ev[-1]}->next top"] = float(np.median(x[idx + 1, 0] - x[idx, -1]))
+        out[role] = {"steps": int(len(idx)), "period": float(np.median(x[idx + 1, 0] - x[idx, 0])), "stretches": stretches}
+    # the turn: warpgroup w's turn begins after the other's issue of the step before (wg1) or of
+    # the same step (wg0 -> wg1)
+    if "wg0" in out and "wg1" in out:
+        e = EVENTS["wg0"]
+        i_iss, i_turn, i_s = e.index("issued"), e.index("turn"), e.index("s_done")
+        w0, w1 = t[0], t[1]
+        n = min(len(w0), len(w1))
+        sel = np.where((w0[:n, :len(e)] > 0).all(1) & (w1[:n, :len(e)] > 0).all(1))[0]
+        if len(sel):
+            out["turns"] = {
+                "wg1 turn after wg0 issued": float(np.median(w1[sel, i_turn] - w0[sel, i_iss])),
+                "wg0 issue to wg1 issue": float(np.median(w1[sel, i_iss] - w0[sel, i_iss])),
+                "wg1 S done after wg0 S done": float(np.median(w1[sel, i_s] - w0[sel, i_s])),
+            }
+    return out
+
+
+def report(shape: str, s: dict, event_us: float | None = None, tiles: int | None = None) -> str:
+    head = f"== {shape}" + (f": launch {event_us:.1f} us between events" if event_us is not None else "")
+    if tiles:
+        head += f", {tiles} tiles in the stamped CTA"
+    lines = [head]
+    for role in ROLES:
+        if role not in s:
+            continue
+        r = s[role]
+        lines.append(f"  {role}: {r['steps']} steps, a step {r['period']:.0f} cycles (median); "
+                     + ", ".join(f"{k} {v:.0f}" for k, v in r["stretches"].items()))
+    if "turns" in s:
+        lines.append("  turns: " + ", ".join(f"{k} {v:.0f}" for k, v in s["turns"].items()))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default="32Kx1024")
+    ap.add_argument("--window", default="64:192", help="steps a:b of the stamped CTA (b - a <= %d)" % MAX_STEPS)
+    ap.add_argument("--kernels", type=Path, default=ROOT / "kernels", help="the kernels directory to stamp a copy of")
+    ap.add_argument("--out", type=Path, help="keep each shape's stamps and summary here")
+    ap.add_argument("--stamps", type=Path, action="append", help="summarise kept stamps (.npy) instead; no GPU")
+    args = ap.parse_args(argv)
+    if args.stamps:
+        for f in args.stamps:
+            print(report(f.stem.removeprefix("steps_"), summarize(np.load(f))))
+        return 0
+    a, b = (int(x) for x in args.window.split(":"))
+    if not 0 <= a < b or b - a > MAX_STEPS:
+        raise SystemExit(f"v3_steps: --window {args.window}: need 0 <= a < b and b - a <= {MAX_STEPS}")
+    kd = Path(tempfile.mkdtemp(prefix="pa-v3-steps-")) / "kernels"
+    shutil.copytree(args.kernels, kd)
+    (kd / "v3.cu").write_text(stamped((kd / "v3.cu").read_text(), a, b - a))
+    os.environ["PA_BENCH_KERNELS"] = str(kd)
+    sys.path.insert(0, str(ROOT))
+    import cupy as cp
+
+    from pa_bench.backends.cuda import CudaBackend
+    from pa_bench.problem.inputs import make_inputs
+    from pa_bench.problem.plan import Problem
+    from pa_bench.problem.shapes import parse_shape
+
+    be = CudaBackend()
+    if be.cc != 90:
+        print(f"v3 runs on sm_90a only; this GPU is sm_{be.cc}")
+        return 2
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+    for shape in args.shapes.split(","):
+        pb = Problem(parse_shape(shape), heads_q=32, heads_kv=8, head_dim=128, layout="paged", page=64,
+                     data="normal", seed=0, out_dtype="float32")
+        prep = be.prepare(make_inputs(pb))
+        build = be.build("v3", pb)
+        mod, fn = be._module(build)        # this module's kernel, so that its stamps can be read back
+        be._kernels[build] = fn
+        be._combines[build] = mod.get_function("pa_combine")
+        be._smem[build] = be._dynamic_smem(mod, fn, build)
+        launch = be.launcher(prep, "v3")
+        geo = be.geometry("v3", pb)
+        stamps = cp.ndarray((3, MAX_STEPS, SLOTS), dtype=cp.uint64, memptr=mod.get_global("pa_v3_steps"))
+        for _ in range(20):
+            launch()
+        times = []
+        for _ in range(30):
+            e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+            e0.record()
+            launch()
+            e1.record()
+            e1.synchronize()
+            times.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3)
+        stamps.fill(0)
+        launch()
+        cp.cuda.Device().synchronize()
+        t = cp.asnumpy(stamps[:, : b - a]).astype(np.int64)
+        text = report(shape, summarize(t), float(np.median(times)), getattr(geo, "tiles", None))
+        print(text, flush=True)
+        if args.out:
+            np.save(args.out / f"steps_{shape}.npy", t)
+            (args.out / f"steps_{shape}.txt").write_text(text + "\n")
+        be.release(prep)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
