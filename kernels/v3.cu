@@ -55,12 +55,14 @@ constexpr int KSTEPS = D / 16;                  // k16 steps of S = Q.K^T
 constexpr int PV_STEPS = BN / 16;               // k16 steps of O = P.V
 constexpr int S_REGS = BN / 2;                  // fp32 accumulator registers per thread: S (64 x 64)
 constexpr int O_REGS = D / 2;                   // ... and O (64 x D)
-constexpr int PRODUCER_REGS = 72;
+// Two S register sets take the consumers to 224 registers; the producer, at 56, spills three
+// or four registers in its loop. Measured: no faster than one S set (docs/PERF_NOTES.md).
+constexpr int PRODUCER_REGS = 56;
 // The producer thread that starts every tile's bulk copies: lane 0 of producer warp 3, as warp 0
 // also stores each tile's scales (with thread 0 issuing, the long shapes took about 1 % longer:
 // docs/PERF_NOTES.md).
 constexpr int ISSUER = 96;
-constexpr int CONSUMER_REGS = 216;
+constexpr int CONSUMER_REGS = 224;
 // setmaxnreg moves registers within what the CTA was launched with: (65536 / THREADS) per thread,
 // rounded down to a multiple of 8 (168 at 384 threads). Asking the consumers' increase for more
 // than the producer's decrease frees makes setmaxnreg.inc wait forever: the kernel hangs.
@@ -655,6 +657,8 @@ __device__ __forceinline__ void p_fragments(const float (&s)[S_REGS], u32 (&pf)[
     }
 }
 
+template <bool B> struct NextTile { static constexpr bool value = B; };
+
 // A consumer warpgroup runs steps n = 0 .. n_tiles (the loop below): step n issues S of tile n
 // and, behind it, O += P.V of tile n-1 (O first rescaled by tile n-1's alpha), waits for S only
 // (wgmma.wait_group 1), runs tile n's softmax while P.V still runs (and loads the V scales), waits
@@ -721,7 +725,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
             qf[kk][e] = *reinterpret_cast<const u32*>(sm + SM_Q + sw128(R, dim >> 3, Q_BLOCK) + 2 * (dim & 7));
         }
 
-    float o[O_REGS], s[S_REGS], m[2] = {PA_NEG_INF, PA_NEG_INF}, l[2] = {0.f, 0.f};
+    float o[O_REGS], s0[S_REGS], s1[S_REGS], m[2] = {PA_NEG_INF, PA_NEG_INF}, l[2] = {0.f, 0.f};
     float alpha[2] = {1.f, 1.f};             // the rescale of O that the pending P.V's tile asks for
     u32 pf[PV_STEPS][4];                     // the pending P.V's A fragments
 #pragma unroll
@@ -729,26 +733,21 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     const int n_tiles = c.t_end - c.t_begin;
     const int n_math = wg_end - c.t_begin;   // this warpgroup computes tiles [0, n_math) of the CTA
 
-    // Step n (0 <= n <= n_tiles): O = O*alpha of tile n-1; issue S of tile n and P.V of tile n-1
-    // (into O) back to back; run tile n's softmax while that P.V runs; release tile n-1 once it is
-    // done. Each step's issue phase is a turn: named barriers PP_BAR + w give the two warpgroups
+    // (This build: two S register sets, below. A consumer holds three stages, K of tile n+1, the
+    // scales of tile n and V of tile n-1, so the producer converts one tile ahead.) Each step's
+    // issue phase is a turn: named barriers PP_BAR + w give the two warpgroups
     // turns 0, 1, 0, 1, ... (warpgroup w syncs on its own, then arrives on the other's), so that
     // one's softmax overlaps the other's wgmma. Every warpgroup takes n_tiles + 1 turns (issuing
     // nothing past its rows' diagonal), so the barriers stay matched: warpgroup 1's first arrival
     // opens warpgroup 0's first turn, and it skips its last one.
-    auto turn_begin = [&](int n) {
-        if (n < n_tiles) mbar_wait(bar_full + 8 * (n % F16_STAGES), (n / F16_STAGES) & 1);
-        named_barrier_sync(PP_BAR + wg, 256);
-    };
     auto turn_end = [&](int n) {
         if (wg == 0 || n < n_tiles) named_barrier_arrive(PP_BAR + (wg ^ 1), 256);
     };
-    auto release = [&](int n) { mbar_arrive(bar_empty + 8 * ((n - 1) % F16_STAGES)); };   // tile n-1
     // descriptors of tile n's K (S's B) and V (P.V's B), formed (and pinned) before a wgmma.fence
     auto desc_k = [&](int n) { return desc_sw128(base + SM_F16 + (n % F16_STAGES) * F16_STAGE + F16_K, 16, 1024); };
     auto desc_v = [&](int n) { return desc_sw128(base + SM_F16 + (n % F16_STAGES) * F16_STAGE + F16_V, KV_BLOCK, 1024); };
     auto f16_stage = [&](int n) { return sm + SM_F16 + (n % F16_STAGES) * F16_STAGE; };
-    auto softmax = [&](int n, float (&al)[2]) {
+    auto softmax = [&](int n, float (&s)[S_REGS], float (&al)[2]) {
         const int tile = c.t_begin + n;
         if (tile < first_masked) softmax_tile<false>(f16_stage(n), tile * BN, lim, s, m, l, al);
         else softmax_tile<true>(f16_stage(n), tile * BN, lim, s, m, l, al);
@@ -761,55 +760,91 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
         for (int i = 0; i < O_REGS; ++i) o[i] = __fmul_rn(o[i], alpha[(i >> 1) & 1]);
     };
 
+    // Two S register sets: S of tile n+1 is issued (behind P.V of tile n-1) before tile n's
+    // softmax, so that its wgmma runs under the softmax. Turn k issues P.V(k-1) and S(k+1); turn 0
+    // issues S(0) and S(1). Every tile's full barrier is waited for once, in order, and released
+    // once, after its P.V (or at once past these rows' diagonal).
+    auto wait_full = [&](int i) { mbar_wait(bar_full + 8 * (i % F16_STAGES), (i / F16_STAGES) & 1); };
+    auto turn_sync = [&]() { named_barrier_sync(PP_BAR + wg, 256); };
+    auto rel = [&](int i) { mbar_arrive(bar_empty + 8 * (i % F16_STAGES)); };
     if (wg == 1) named_barrier_arrive(PP_BAR, 256);
-    int n = 0;
+    int k = 0;
     if (n_math > 0) {
-        // the first step: S of tile 0
-        turn_begin(0);
-        u64 dk0 = desc_k(0);
-        pin(dk0);
-        pin(s);
-        wgmma_fence();
-        issue_s(s, qf, dk0);
-        wgmma_commit();
+        const bool two = n_math > 1;
+        wait_full(0);
+        if (two) wait_full(1);
+        turn_sync();
+        {
+            u64 dk0 = desc_k(0), dk1 = desc_k(1);
+            pin(dk0);
+            pin(dk1);
+            pin(s0);
+            pin(s1);
+            wgmma_fence();
+            issue_s(s0, qf, dk0);
+            wgmma_commit();
+            if (two) {
+                issue_s(s1, qf, dk1);
+                wgmma_commit();
+            }
+        }
         turn_end(0);
         wgmma_wait<0>();
-        pin(s);
-        softmax(0, alpha);
-        scale_by_vs(f16_stage(0), s);
-        p_fragments(s, pf);
-        // steps 1 .. n_math-1: S of tile n and P.V of tile n-1
-        for (n = 1; n < n_math; ++n) {
-            turn_begin(n);
-            u64 dk = desc_k(n), dv = desc_v(n - 1);
+        pin(s0);
+        pin(s1);
+        softmax(0, s0, alpha);
+        scale_by_vs(f16_stage(0), s0);
+        p_fragments(s0, pf);
+        // turn k (1 <= k < n_math): P.V(k-1), S(k+1); softmax(k) on s[k % 2]
+        auto step = [&](int k, float (&sc)[S_REGS], float (&sn)[S_REGS], auto next_c) {
+            constexpr bool next = decltype(next_c)::value;   // a next tile: S(k+1) is issued
+            if constexpr (next) wait_full(k + 1);
+            turn_sync();
+            u64 dk = desc_k(k + 1), dv = desc_v(k - 1);
             pin(dk);
             pin(dv);
             rescale();
-            pin(s);
+            pin(sn);
             pin(pf);
             pin(o);
             wgmma_fence();
-            issue_s(s, qf, dk);
-            wgmma_commit();
             issue_pv(o, pf, dv);
             wgmma_commit();
-            turn_end(n);
-            wgmma_wait<1>();                 // S of tile n (P.V of tile n-1 may still run)
-            pin(s);
+            if constexpr (next) {
+                issue_s(sn, qf, dk);
+                wgmma_commit();
+            }
+            turn_end(k);
+            pin(sc);                         // S(k): waited for at the end of the step before
             float alpha_next[2];
-            softmax(n, alpha_next);
-            scale_by_vs(f16_stage(n), s);
-            wgmma_wait<0>();
+            softmax(k, sc, alpha_next);
+            scale_by_vs(f16_stage(k), sc);
+            wgmma_wait<0>();                 // P.V(k-1) and S(k+1)
+            pin(sn);
             pin(o);
             pin(pf);
-            release(n);
-            p_fragments(s, pf);              // (after the wait: the P.V just done read pf)
+            rel(k - 1);
+            p_fragments(sc, pf);
             alpha[0] = alpha_next[0];
             alpha[1] = alpha_next[1];
+        };
+        using yes = NextTile<true>;
+        using no = NextTile<false>;
+        for (k = 1; k + 2 < n_math; k += 2) {
+            step(k, s1, s0, yes{});
+            step(k + 1, s0, s1, yes{});
         }
-        // step n_math: P.V of the last tile
-        turn_begin(n);
-        u64 dv = desc_v(n - 1);
+        if (k + 1 < n_math) {                // one more with a next tile: then the last is on s0
+            step(k, s1, s0, yes{});
+            step(k + 1, s0, s1, no{});
+            k += 2;
+        } else if (k < n_math) {
+            step(k, s1, s0, no{});
+            ++k;
+        }
+        // turn n_math: P.V of the last tile
+        turn_sync();
+        u64 dv = desc_v(k - 1);
         pin(dv);
         rescale();
         pin(pf);
@@ -817,16 +852,26 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
         wgmma_fence();
         issue_pv(o, pf, dv);
         wgmma_commit();
-        turn_end(n);
+        turn_end(k);
         wgmma_wait<0>();
         pin(o);
-        release(n);
-        ++n;
-    }
-    for (; n <= n_tiles; ++n) {              // tiles past these rows' diagonal: turns and releases only
-        turn_begin(n);
-        turn_end(n);
-        if (n >= 1) release(n);
+        pin(s0);
+        pin(s1);
+        rel(k - 1);
+        ++k;
+        for (; k <= n_tiles; ++k) {          // tiles past these rows' diagonal: their waits, turns and releases
+            wait_full(k - 1);
+            turn_sync();
+            turn_end(k);
+            rel(k - 1);
+        }
+    } else {
+        for (; k <= n_tiles; ++k) {          // no row of this warpgroup sees these keys
+            if (k < n_tiles) wait_full(k);
+            turn_sync();
+            turn_end(k);
+            if (k >= 1) rel(k - 1);
+        }
     }
     if (wg_end <= c.t_begin) return;         // no row of this warpgroup sees a key of this segment
 
