@@ -7,7 +7,8 @@ Each knock-out is a copy of kernels/ whose v3.cu has one block of work removed b
 (``KNOCKOUTS``); the copy is timed with ``pa-bench time --variant v3`` (PA_BENCH_KERNELS points at
 it), the real v3 first. The outputs of a knock-out are wrong by design: only its time means
 anything, and only as "how much faster without this", an upper bound on what making that part
-free could give. A knock-out whose edit no longer matches the source fails loudly rather than
+free could give; one that changes the values the tensor cores see can also move the GPU's clock.
+A knock-out whose edit no longer matches the source fails loudly rather than
 timing the real kernel under a wrong name.
 
 - ``no-convert``: the producer copies int8 K/V but neither converts nor stores the fp16 tiles;
@@ -28,9 +29,10 @@ timing the real kernel under a wrong name.
   register and stored only if it takes an impossible value: what the stores alone cost);
 - ``no-scales``: the consumers apply neither per-key scale: S is not multiplied by the key scales
   (k_scale * qk_scale_log2) before the softmax, nor p by the V scales (v_scale * p_scale) before
-  it is packed into P, and neither array is loaded from the stage (what the two scale multiplies
-  and their loads cost the consumer step; docs/PERF_NOTES.md). ``no-k-scales`` and
-  ``no-v-scales`` remove one of the two;
+  it is packed into P, and neither array is loaded from the stage. ``no-k-scales`` and
+  ``no-v-scales`` remove one of the two. Without the K scales S keeps its raw integer spread and P
+  is nearly one-hot, so these also change what the tensor cores multiply, and with it the GPU's
+  power and clock: their gain is not the scales' cost alone (docs/PERF_NOTES.md);
 - ``no-pingpong``: the consumers' turns removed (no named barrier orders the two warpgroups'
   wgmma issue). Unlike the others this one still computes the right output: the turns order
   only when each warpgroup issues, so it answers "do the turns still pay?".
