@@ -33,6 +33,10 @@ timing the real kernel under a wrong name.
   ``no-v-scales`` remove one of the two. Without the K scales S keeps its raw integer spread and P
   is nearly one-hot, so these also change what the tensor cores multiply, and with it the GPU's
   power and clock: their gain is not the scales' cost alone (docs/PERF_NOTES.md);
+- ``kscale-in-q``: as ``no-k-scales``, but a typical key scale (qk_scale_log2 x 0.021, the K scale
+  of normal data; qk_scale_log2 alone for the fp16 control) is folded into Q's fragments once per
+  CTA, so S keeps about its real spread: no per-element multiply and no key-scale loads, with the
+  values the tensor cores see kept close to v3's (what separates the two readings of ``no-k-scales``);
 - ``no-pingpong``: the consumers' turns removed (no named barrier orders the two warpgroups'
   wgmma issue). Unlike the others this one still computes the right output: the turns order
   only when each warpgroup issues, so it answers "do the turns still pay?".
@@ -119,6 +123,19 @@ def no_k_scales(src: str) -> str:
                        "    [[maybe_unused]] const float* kq = reinterpret_cast<const float*>(f_ptr + F16_KQ);\n", 1)
 
 
+_Q_FRAGMENTS = re.compile(r"(\n            qf\[kk\]\[e\] = \*reinterpret_cast<const u32\*>\(sm \+ SM_Q \+ sw128\(R, dim >> 3, Q_BLOCK\) \+ 2 \* \(dim & 7\)\);\n        \}\n)")
+
+
+def kscale_in_q(src: str) -> str:
+    src = no_k_scales(src)
+    fold = ("    {   // knock-out: a typical key scale folded into Q once (no per-element K-scale multiply)\n"
+            "        const __half2 c2 = __float2half2_rn(PA_KV_F16 ? a.qk_scale_log2 : a.qk_scale_log2 * 0.021f);\n"
+            "#pragma unroll\n        for (int kk = 0; kk < KSTEPS; ++kk)\n#pragma unroll\n"
+            "            for (int e = 0; e < 4; ++e) qf[kk][e] = pa::half2_as_u32(__hmul2(pa::u32_as_half2(qf[kk][e]), c2));\n"
+            "    }\n")
+    return _sub(_Q_FRAGMENTS, lambda m: m.group(1) + fold, src, "kscale-in-q")
+
+
 def no_v_scales(src: str) -> str:
     src = _sub(_V_SCALE, "        (void)j, (void)t;   // knock-out: no V-scale multiply\n", src, "no-v-scales")
     return src.replace("    const float* vs = reinterpret_cast<const float*>(f_ptr + F16_VS);\n",
@@ -146,6 +163,7 @@ KNOCKOUTS = {
     "no-scales": [no_k_scales, no_v_scales],
     "no-k-scales": [no_k_scales],
     "no-v-scales": [no_v_scales],
+    "kscale-in-q": [kscale_in_q],
 }
 
 

@@ -49,6 +49,10 @@ def test_each_knockout_edits_the_kernel(name):
         assert "v2.x" in out
     if name == "no-v-scales":
         assert "k2.y" in out
+    if name == "kscale-in-q":
+        assert "k2.y" not in out and "v2.x" in out
+        assert out.count("knock-out: a typical key scale folded into Q once") == 1
+        assert out.index("qf[kk][e] = pa::half2_as_u32(__hmul2(") > out.index("u32 qf[KSTEPS][4];")
     if name == "no-pingpong":
         assert "PP_BAR" in SRC and "named_barrier_sync(PP_BAR" not in out
         assert "named_barrier_arrive(PP_BAR" not in out
