@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -144,11 +142,8 @@ def summarize(t: np.ndarray) -> dict:
     return out
 
 
-def report(shape: str, s: dict, event_us: float | None = None, tiles: int | None = None) -> str:
-    head = f"== {shape}" + (f": launch {event_us:.1f} us between events" if event_us is not None else "")
-    if tiles:
-        head += f", {tiles} tiles in the stamped CTA"
-    lines = [head]
+def report(shape: str, s: dict, event_us: float | None = None) -> str:
+    lines = [f"== {shape}" + (f": launch {event_us:.1f} us between events" if event_us is not None else "")]
     for role in ROLES:
         if role not in s:
             continue
@@ -175,17 +170,14 @@ def main(argv=None) -> int:
     a, b = (int(x) for x in args.window.split(":"))
     if not 0 <= a < b or b - a > MAX_STEPS:
         raise SystemExit(f"v3_steps: --window {args.window}: need 0 <= a < b and b - a <= {MAX_STEPS}")
-    kd = Path(tempfile.mkdtemp(prefix="pa-v3-steps-")) / "kernels"
-    shutil.copytree(args.kernels, kd)
-    (kd / "v3.cu").write_text(stamped((kd / "v3.cu").read_text(), a, b - a))
-    os.environ["PA_BENCH_KERNELS"] = str(kd)
     sys.path.insert(0, str(ROOT))
+    import v3_stamping as V
+
+    kd = V.edited_kernels(args.kernels, "pa-v3-steps-", lambda src: stamped(src, a, b - a))
+    os.environ["PA_BENCH_KERNELS"] = str(kd)
     import cupy as cp
 
     from pa_bench.backends.cuda import CudaBackend
-    from pa_bench.problem.inputs import make_inputs
-    from pa_bench.problem.plan import Problem
-    from pa_bench.problem.shapes import parse_shape
 
     be = CudaBackend()
     if be.cc != 90:
@@ -194,32 +186,14 @@ def main(argv=None) -> int:
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
     for shape in args.shapes.split(","):
-        pb = Problem(parse_shape(shape), heads_q=32, heads_kv=8, head_dim=128, layout="paged", page=64,
-                     data="normal", seed=0, out_dtype="float32")
-        prep = be.prepare(make_inputs(pb))
-        build = be.build("v3", pb)
-        mod, fn = be._module(build)        # this module's kernel, so that its stamps can be read back
-        be._kernels[build] = fn
-        be._combines[build] = mod.get_function("pa_combine")
-        be._smem[build] = be._dynamic_smem(mod, fn, build)
-        launch = be.launcher(prep, "v3")
-        geo = be.geometry("v3", pb)
+        prep, mod, launch = V.module_launch(be, V.problem(shape))
         stamps = cp.ndarray((3, MAX_STEPS, SLOTS), dtype=cp.uint64, memptr=mod.get_global("pa_v3_steps"))
-        for _ in range(20):
-            launch()
-        times = []
-        for _ in range(30):
-            e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-            e0.record()
-            launch()
-            e1.record()
-            e1.synchronize()
-            times.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3)
+        times = V.event_times_us(cp, launch, warm=20, n=30)
         stamps.fill(0)
         launch()
         cp.cuda.Device().synchronize()
         t = cp.asnumpy(stamps[:, : b - a]).astype(np.int64)
-        text = report(shape, summarize(t), float(np.median(times)), getattr(geo, "tiles", None))
+        text = report(shape, summarize(t), float(np.median(times)))
         print(text, flush=True)
         if args.out:
             np.save(args.out / f"steps_{shape}.npy", t)

@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import heapq
@@ -205,17 +203,13 @@ def main(argv=None) -> int:
         for f in args.stamps:
             print(report(f.stem.removeprefix("timeline_"), summarize(np.load(f)), None))
         return 0
-    kd = Path(tempfile.mkdtemp(prefix="pa-v3-timeline-")) / "kernels"
-    shutil.copytree(ROOT / "kernels", kd)
-    (kd / "v3.cu").write_text(stamped((kd / "v3.cu").read_text()))
-    os.environ["PA_BENCH_KERNELS"] = str(kd)
     sys.path.insert(0, str(ROOT))
+    import v3_stamping as V
+
+    os.environ["PA_BENCH_KERNELS"] = str(V.edited_kernels(ROOT / "kernels", "pa-v3-timeline-", stamped))
     import cupy as cp
 
     from pa_bench.backends.cuda import CudaBackend
-    from pa_bench.problem.inputs import make_inputs
-    from pa_bench.problem.plan import Problem
-    from pa_bench.problem.shapes import parse_shape
 
     be = CudaBackend()
     if be.cc != 90:
@@ -224,29 +218,13 @@ def main(argv=None) -> int:
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
     for shape in args.shapes.split(","):
-        pb = Problem(parse_shape(shape), heads_q=32, heads_kv=8, head_dim=128, layout="paged", page=64,
-                     data="normal", seed=0, out_dtype="float32")
-        prep = be.prepare(make_inputs(pb))
-        build = be.build("v3", pb)
-        mod, fn = be._module(build)        # this module's kernel, so that its stamps can be read back
-        be._kernels[build] = fn
-        be._combines[build] = mod.get_function("pa_combine")
-        be._smem[build] = be._dynamic_smem(mod, fn, build)
-        launch = be.launcher(prep, "v3")
+        pb = V.problem(shape)
+        prep, mod, launch = V.module_launch(be, pb)
         n_cta = int(np.prod(be.geometry("v3", pb).grid))
         if n_cta > MAX_CTAS:
             raise SystemExit(f"v3_timeline: {shape} has {n_cta} CTAs, more than the {MAX_CTAS} stamped")
         stamps = cp.ndarray((MAX_CTAS, SLOTS), dtype=cp.uint64, memptr=mod.get_global("pa_v3_timeline"))
-        for _ in range(20):
-            launch()
-        times = []
-        for _ in range(50):
-            e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-            e0.record()
-            launch()
-            e1.record()
-            e1.synchronize()
-            times.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3)
+        times = V.event_times_us(cp, launch, warm=20, n=50)
         stamps.fill(0)
         launch()
         cp.cuda.Device().synchronize()

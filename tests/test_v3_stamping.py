@@ -1,0 +1,90 @@
+"""scripts/v3_stamping.py: what the stamping scripts share, checked without a GPU (a stand-in
+backend and event API record what is called)."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import v3_stamping as V  # noqa: E402
+
+
+def test_the_copy_holds_every_kernel_file_and_the_edited_v3(tmp_path):
+    kd = V.edited_kernels(ROOT / "kernels", "pa-test-", lambda s: "// edited\n" + s)
+    assert sorted(p.name for p in kd.iterdir()) == sorted(p.name for p in (ROOT / "kernels").iterdir())
+    assert (kd / "v3.cu").read_text() == "// edited\n" + (ROOT / "kernels" / "v3.cu").read_text()
+    assert (kd / "pa_common.cuh").read_text() == (ROOT / "kernels" / "pa_common.cuh").read_text()
+
+
+def test_the_problem_is_the_pr_one():
+    pb = V.problem("2.1Kx256")
+    assert (pb.heads_q, pb.heads_kv, pb.head_dim, pb.layout, pb.page) == (32, 8, 128, "paged", 64)
+    assert pb.shape.label == "2.1Kx256"
+
+
+class _Module:
+    def get_function(self, name):
+        return f"fn:{name}"
+
+
+class _Backend:
+    def __init__(self):
+        self._kernels, self._combines, self._smem, self.calls = {}, {}, {}, []
+
+    def prepare(self, inputs):
+        self.calls.append("prepare")
+        return "prep"
+
+    def build(self, variant, pb):
+        self.calls.append(f"build {variant}")
+        return "B"
+
+    def _module(self, build):
+        self.calls.append("module")
+        return _Module(), "kernel"
+
+    def _dynamic_smem(self, mod, fn, build):
+        return 1234
+
+    def launcher(self, prep, variant):
+        self.calls.append(f"launcher {variant}")
+        assert self._kernels == {"B": "kernel"} and self._combines == {"B": "fn:pa_combine"}
+        return "launch"
+
+
+def test_v3_runs_from_the_module_whose_stamps_are_read(monkeypatch):
+    import pa_bench.problem.inputs as inputs
+
+    monkeypatch.setattr(inputs, "make_inputs", lambda pb: "inputs")
+    be = _Backend()
+    prep, mod, launch = V.module_launch(be, V.problem("0x64"))
+    assert (prep, launch) == ("prep", "launch") and isinstance(mod, _Module)
+    assert be.calls == ["prepare", "build v3", "module", "launcher v3"] and be._smem == {"B": 1234}
+
+
+def test_event_times_warm_first_then_time_each_launch():
+    log = []
+
+    class _Event:
+        def record(self):
+            log.append("record")
+
+        def synchronize(self):
+            log.append("sync")
+
+    class _Cuda:
+        Event = _Event
+
+        @staticmethod
+        def get_elapsed_time(a, b):
+            return 0.5                                  # ms
+
+    class _Cp:
+        cuda = _Cuda
+
+    times = V.event_times_us(_Cp, lambda: log.append("launch"), warm=2, n=3)
+    assert times == pytest.approx([500.0] * 3)
+    assert log[:2] == ["launch", "launch"] and log[2:6] == ["record", "launch", "record", "sync"]
+    assert log.count("launch") == 5
