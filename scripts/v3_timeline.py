@@ -3,6 +3,7 @@
 
     python3 scripts/v3_timeline.py [--shapes 0x1536,2.1Kx256] [--out DIR]
     python3 scripts/v3_timeline.py --stamps DIR/timeline_0x1536.npy     # a kept timeline again, no GPU
+    python3 scripts/v3_timeline.py --shapes 32Kx1024 --knockout no-k-scales   # a knock-out's SM clock
 
 A copy of kernels/ whose v3.cu records, per CTA, the global timer and the SM's clock at its start,
 when warpgroup 0's Q is in shared memory, when tile 0's copies have landed, when warpgroup 0 has
@@ -17,6 +18,11 @@ of one CTA an SM), which should give the measured span back, beside the span of 
 that pays the fixed cost once an SM and 0, 0.5 or 1 us an item (what such a design can give). The
 stamps cost a few instructions per CTA, outside the key loop; the times they give are
 within-run comparisons, not the kernel's figures (``pa-bench run`` gives those).
+
+``--knockout NAMES`` stamps v3 with knock-outs of ``scripts/v3_knockouts.py`` applied: a knock-out
+that changes the values the tensor cores see can change the GPU's power and so its clock during the
+launch, which pa-bench's clock (read between samples) does not see; the SM clock printed here is
+measured across the launch (the CTAs' clock64 against the global timer).
 
 ``--out DIR`` keeps each shape's stamps (``timeline_<shape>.npy``, one row per CTA, columns as in
 ``COLUMNS``) and its summary. An edit that no longer matches kernels/v3.cu fails loudly.
@@ -97,6 +103,20 @@ def stamped(src: str) -> str:
             raise SystemExit(f"v3_timeline: an edit no longer matches kernels/v3.cu ({old.strip()[:50]!r}); update the script")
         src = src.replace(old, new)
     return src
+
+
+def knocked_out(names: str | None):
+    """An edit of v3.cu: the named knock-outs of scripts/v3_knockouts.py (comma list), then the stamps."""
+    import v3_knockouts as K
+
+    edits = [e for n in (names.split(",") if names else []) for e in K.KNOCKOUTS[n]]
+
+    def edit(src: str) -> str:
+        for e in edits:
+            src = e(src)
+        return stamped(src)
+
+    return edit
 
 
 def list_schedule(durations, sms: int, gap: float = 0.0) -> float:
@@ -198,6 +218,9 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", default="0x1536,2.1Kx256,32Kx1024")
     ap.add_argument("--out", type=Path, help="keep each shape's stamps and summary here")
     ap.add_argument("--stamps", type=Path, action="append", help="summarise kept stamps (.npy) instead; no GPU")
+    ap.add_argument("--knockout", default=None,
+                    help="stamp v3 with these scripts/v3_knockouts.py knock-outs applied (comma list): the SM clock "
+                         "during a knock-out's launch beside the real kernel's")
     args = ap.parse_args(argv)
     if args.stamps:
         for f in args.stamps:
@@ -206,7 +229,7 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(ROOT))
     import v3_stamping as V
 
-    os.environ["PA_BENCH_KERNELS"] = str(V.edited_kernels(ROOT / "kernels", "pa-v3-timeline-", stamped))
+    os.environ["PA_BENCH_KERNELS"] = str(V.edited_kernels(ROOT / "kernels", "pa-v3-timeline-", knocked_out(args.knockout)))
     import cupy as cp
 
     from pa_bench.backends.cuda import CudaBackend

@@ -105,3 +105,20 @@ def test_kept_stamps_are_summarised_without_a_gpu(tmp_path, capsys):
     assert T.main(["--stamps", str(tmp_path / "timeline_toy.npy")]) == 0
     out = capsys.readouterr().out
     assert out.startswith("== toy: 3 CTAs on 2 SMs") and "3.00 us + 1.000 us x tiles" in out and "between events" not in out
+
+
+@pytest.mark.parametrize("names", ["no-scales", "no-k-scales", "kscale-in-q", "no-softmax,no-copy"])
+def test_knockouts_compose_with_the_stamps(names):
+    src = (ROOT / "kernels" / "v3.cu").read_text()
+    out = T.knocked_out(names)(src)
+    assert out.count("pa_tl_stamp(6)") == 1 and "knock-out" in out
+    assert T.knocked_out(None)(src) == T.stamped(src)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_a_stamped_knockout_builds_for_sm90a(tmp_path):
+    (tmp_path / "v3.cu").write_text(T.knocked_out("kscale-in-q")((ROOT / "kernels" / "v3.cu").read_text()))
+    res = subprocess.run(["nvcc", "-cubin", "-arch=sm_90a", "-std=c++17", "-DPA_HEAD_DIM=128", "-DPA_PAGED=1",
+                          "-DPA_OUT_F16=0", f"-I{ROOT / 'kernels'}", "-o", str(tmp_path / "v3.cubin"),
+                          str(tmp_path / "v3.cu")], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
