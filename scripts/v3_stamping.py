@@ -54,3 +54,24 @@ def event_times_us(cp, launch, warm: int = 20, n: int = 50) -> list[float]:
         e1.synchronize()
         times.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3)
     return times
+
+
+def stamped_launch(cp, stamps, launch):
+    """The stamps of one more launch: ``stamps`` (the module's array) zeroed, ``launch()`` once,
+    read back as int64."""
+    import numpy as np
+
+    stamps.fill(0)
+    launch()
+    cp.cuda.Device().synchronize()
+    return cp.asnumpy(stamps).astype(np.int64)
+
+
+def keep(out: Path | None, stem: str, t, text: str) -> None:
+    """``stem``.npy (the stamps) and ``stem``.txt (their summary) in ``out``, where given."""
+    if out is None:
+        return
+    import numpy as np
+
+    np.save(out / f"{stem}.npy", t)
+    (out / f"{stem}.txt").write_text(text + "\n")

@@ -189,15 +189,10 @@ def main(argv=None) -> int:
         prep, mod, launch = V.module_launch(be, V.problem(shape))
         stamps = cp.ndarray((3, MAX_STEPS, SLOTS), dtype=cp.uint64, memptr=mod.get_global("pa_v3_steps"))
         times = V.event_times_us(cp, launch, warm=20, n=30)
-        stamps.fill(0)
-        launch()
-        cp.cuda.Device().synchronize()
-        t = cp.asnumpy(stamps[:, : b - a]).astype(np.int64)
+        t = V.stamped_launch(cp, stamps, launch)[:, : b - a]
         text = report(shape, summarize(t), float(np.median(times)))
         print(text, flush=True)
-        if args.out:
-            np.save(args.out / f"steps_{shape}.npy", t)
-            (args.out / f"steps_{shape}.txt").write_text(text + "\n")
+        V.keep(args.out, f"steps_{shape}", t, text)
         be.release(prep)
     return 0
 

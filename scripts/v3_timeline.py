@@ -248,16 +248,11 @@ def main(argv=None) -> int:
             raise SystemExit(f"v3_timeline: {shape} has {n_cta} CTAs, more than the {MAX_CTAS} stamped")
         stamps = cp.ndarray((MAX_CTAS, SLOTS), dtype=cp.uint64, memptr=mod.get_global("pa_v3_timeline"))
         times = V.event_times_us(cp, launch, warm=20, n=50)
-        stamps.fill(0)
-        launch()
-        cp.cuda.Device().synchronize()
-        t = cp.asnumpy(stamps[:n_cta]).astype(np.int64)
+        t = V.stamped_launch(cp, stamps, launch)[:n_cta]
         t = t[t[:, 0] > 0]
         text = report(shape, summarize(t), float(np.median(times)))
         print(text, flush=True)
-        if args.out:
-            np.save(args.out / f"timeline_{shape}.npy", t)
-            (args.out / f"timeline_{shape}.txt").write_text(text + "\n")
+        V.keep(args.out, f"timeline_{shape}", t, text)
         be.release(prep)
     return 0
 

@@ -88,3 +88,44 @@ def test_event_times_warm_first_then_time_each_launch():
     assert times == pytest.approx([500.0] * 3)
     assert log[:2] == ["launch", "launch"] and log[2:6] == ["record", "launch", "record", "sync"]
     assert log.count("launch") == 5
+
+
+def test_one_stamped_launch_zeroes_launches_and_reads_back(tmp_path):
+    import numpy as np
+
+    log = []
+
+    class _Stamps:
+        def __init__(self):
+            self.a = np.full((2, 3), 7, dtype=np.uint64)
+
+        def fill(self, x):
+            log.append("fill")
+            self.a[:] = x
+
+    stamps = _Stamps()
+
+    class _Device:
+        def synchronize(self):
+            log.append("sync")
+
+    class _Cuda:
+        Device = _Device
+
+    class _Cp:
+        cuda = _Cuda
+
+        @staticmethod
+        def asnumpy(s):
+            return s.a.copy()
+
+    def launch():
+        log.append("launch")
+        stamps.a[0, 1] = 5
+
+    t = V.stamped_launch(_Cp, stamps, launch)
+    assert log == ["fill", "launch", "sync"] and t.dtype == np.int64 and t.tolist() == [[0, 5, 0], [0, 0, 0]]
+    V.keep(tmp_path, "steps_toy", t, "summary")
+    assert np.load(tmp_path / "steps_toy.npy").tolist() == t.tolist()
+    assert (tmp_path / "steps_toy.txt").read_text() == "summary\n"
+    V.keep(None, "nothing", t, "x")                        # no directory: nothing kept
