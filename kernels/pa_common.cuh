@@ -120,10 +120,13 @@ struct Args {
     int split_keys;               // v2/v2t: 0, or the key (a multiple of 16, at most ctx) at which the
                                   // keys of a CTA's one warp task are split between its two warps
     float* part;                  // with segments: the workspace, [n_seg][Hq][Nq][D] unnormalised O,
-                                  // then [n_seg][Hq][Nq] float2 (m, l); n_seg = gridDim.z
+                                  // then [n_seg][Hq][Nq] float2 (m, l); n_seg = gridDim.z (v3: its items')
     int seg_keys;                 // 0 (no segments: gridDim.z == 1), or the keys per segment (a multiple
                                   // of 64); the CTAs of blockIdx.z = z see keys [z*S, (z+1)*S) only.
                                   // Never together with split_keys.
+    const int* sched;             // v3: its work items' schedule: CTA b runs items sched[P+1+k], k in
+                                  // [sched[b], sched[b+1]), in that order (P = gridDim.x); built by
+                                  // pa_bench.backends.kernels.persistent_schedule. Others: null.
 };
 
 // v2/v2t: the query head and first row of each tile warp `warp` of this CTA owns; false if the
@@ -834,11 +837,11 @@ __device__ __forceinline__ void pipelined_warp_end(const Args& a, int warp, int 
     const __half *q, const signed char *k, const signed char *v, const float *k_scale,       \
         const float *v_scale, const int *page_table, void *out, int n_q, int ctx, int heads_q, \
         int heads_kv, int page_shift, float qk_scale_log2, float p_scale, float inv_p_scale, \
-        int scale_stride, int pair_heads, int split_keys, float *part, int seg_keys
+        int scale_stride, int pair_heads, int split_keys, float *part, int seg_keys, const int *sched
 #define PA_MAKE_ARGS(a)                                                                       \
     pa::Args a = {q, k, v, k_scale, v_scale, page_table, out, n_q, ctx, heads_q, heads_kv, \
                   page_shift, qk_scale_log2, p_scale, inv_p_scale, scale_stride, pair_heads, \
-                  split_keys, part, seg_keys}
+                  split_keys, part, seg_keys, sched}
 
 // ---------------------------------------------------------------- the segment combine
 // pa_combine merges the key segments of every row (launched after the main kernel when it ran with

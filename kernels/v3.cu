@@ -189,7 +189,6 @@ __host__ __device__ constexpr bool producer_staging_conflict_free() {
     return true;
 }
 static_assert(producer_staging_conflict_free(), "producer staging reads must be bank-conflict free");
-
 // ---------------------------------------------------------------- PTX wrappers (no CUDA C++ intrinsics exist)
 __device__ __forceinline__ u32 smem_u32(const void* p) { return static_cast<u32>(__cvta_generic_to_shared(p)); }
 
@@ -294,40 +293,81 @@ __device__ __forceinline__ void i8x16_to_f16(uint4 x, uint4& lo, uint4& hi) {
     pa::i8x4_to_f16x2x2(x.w, hi.z, hi.w);   // dims 12-15
 }
 
-// What a CTA covers: KV head, query positions [p0, p_end), key tiles [t_begin, t_end). With key
-// segments (Args::seg_keys) the CTAs of blockIdx.z = z see only keys [z*S, (z+1)*S) and write
-// their unnormalised (O, m, l) for pa_combine. Besides long contexts, v3 gets segments where its
-// grid would have fewer than 128 CTAs (2.1Kx256 with 32/8 heads: 64), to fill the GPU
-// (pa_bench.numerics.model.segment_keys, the registry's fill_rows = M_CTA).
+// Work items. An item is what one CTA of the logical grid (heads_kv, ceil(n_q / ppc), n_seg)
+// covers: KV head x, row block y (longest first), key segment z; item = x + heads_kv*(y + rbs*z).
+// With key segments (Args::seg_keys) the items of segment z see only keys [z*S, (z+1)*S) and
+// write their unnormalised (O, m, l) for pa_combine. Besides long contexts, v3 gets segments where
+// its logical grid would have fewer than 128 CTAs (2.1Kx256 with 32/8 heads: 64), to fill the GPU
+// (pa_bench.numerics.model.segment_keys, the registry's fill_rows = M_CTA). The grid is
+// persistent (grid.x = one CTA an SM at most, grid.y = grid.z = 1) and CTA b runs its list of items
+// (Args::sched) in turn, the host's longest-first assignment
+// (pa_bench.backends.kernels.persistent_schedule; one item a CTA is the logical grid): the producer runs on into the next item's tiles
+// while the consumers finish one, and a consumer loads the next item's Q while its last P.V runs,
+// so a CTA's start (Q, the first copies, the pipeline's fill) is paid once an SM, not once an item.
+// Every role walks the same list, and the stages, slots and barrier phases count the CTA's tiles
+// across its items.
 struct Cta {
-    int group, ppc, hkv, p0, p_end, t_begin, t_end;
+    int group, ppc, hkv, seg, p0, p_end, t_begin, t_end;
 };
-__device__ __forceinline__ Cta cta_of(const pa::Args& a) {
+__device__ __forceinline__ int row_blocks(const pa::Args& a, int ppc) { return (a.n_q + ppc - 1) / ppc; }
+__device__ __forceinline__ int n_segments(const pa::Args& a) {
+    return a.seg_keys ? (a.ctx + a.n_q + a.seg_keys - 1) / a.seg_keys : 1;
+}
+__device__ __forceinline__ Cta cta_of(const pa::Args& a, int item) {
     Cta c;
     c.group = a.heads_q / a.heads_kv;
     c.ppc = M_CTA / c.group;
-    c.hkv = blockIdx.x;
-    c.p0 = (gridDim.y - 1 - blockIdx.y) * c.ppc;           // longest first
+    const int rbs = row_blocks(a, c.ppc), yz = item / a.heads_kv, y = yz % rbs;
+    c.hkv = item - yz * a.heads_kv;
+    c.seg = yz / rbs;
+    c.p0 = (rbs - 1 - y) * c.ppc;                          // longest first
     c.p_end = min(c.p0 + c.ppc, a.n_q);
     c.t_begin = 0;
     c.t_end = (a.ctx + c.p_end + BN - 1) / BN;            // keys the CTA's last position sees
     if (a.seg_keys) {
-        c.t_begin = blockIdx.z * (a.seg_keys / BN);
+        c.t_begin = c.seg * (a.seg_keys / BN);
         c.t_end = min(c.t_end, c.t_begin + a.seg_keys / BN);
     }
     return c;
 }
+// A walk over this CTA's items and their key tiles: tile n of item c, at schedule position k of
+// [k, end). Items without a key tile (segments past their rows) are skipped.
+struct Cursor {
+    int k, end, n;
+    Cta c;
+};
+__device__ __forceinline__ void seek(const pa::Args& a, Cursor& u) {
+    for (; u.k < u.end; ++u.k) {
+        u.c = cta_of(a, a.sched[gridDim.x + 1 + u.k]);
+        if (u.c.t_begin < u.c.t_end) break;
+    }
+    u.n = 0;
+}
+__device__ __forceinline__ Cursor first_item(const pa::Args& a) {
+    Cursor u;
+    u.k = a.sched[blockIdx.x];
+    u.end = a.sched[blockIdx.x + 1];
+    seek(a, u);
+    return u;
+}
+__device__ __forceinline__ bool more(const Cursor& u) { return u.k < u.end; }
+__device__ __forceinline__ void next_item(const pa::Args& a, Cursor& u) {
+    ++u.k;
+    seek(a, u);
+}
+__device__ __forceinline__ void next_tile(const pa::Args& a, Cursor& u) {
+    if (++u.n == u.c.t_end - u.c.t_begin) next_item(a, u);
+}
 
 // ---------------------------------------------------------------- the producer warpgroup
 #if !PA_KV_F16
-// The issuer starts tile n's bulk copies into staging slot n % I8_STAGES: K and V rows and their
+// The issuer starts the bulk copies of tile n of item c into staging slot `slot`: K and V rows and their
 // scales, one copy of each per run of keys that is contiguous in memory (a page, or the whole tile
 // where a page holds it or the cache is contiguous), only keys below nk (what lies past them in
 // the slot is stale and finite: the converted tile's scales are zeroed there).
-__device__ __forceinline__ void issue_tile(const pa::Args& a, const Cta& c, int n, u32 base) {
+__device__ __forceinline__ void issue_tile(const pa::Args& a, const Cta& c, int n, int slot, u32 base) {
     const int nk = a.ctx + a.n_q;
     const int j0 = (c.t_begin + n) * BN, j1 = min(j0 + BN, nk);
-    const int slot = n % I8_STAGES;
     const u32 st = base + SM_I8 + slot * I8_STAGE, bar = base + SM_BAR + 8 * (2 * F16_STAGES + slot);
 #if PA_PAGED
     const int span_log2 = min(BN_LOG2, a.page_shift);   // keys contiguous in memory: a page, at most a tile
@@ -357,18 +397,20 @@ __device__ __forceinline__ void issue_tile(const pa::Args& a, const Cta& c, int 
 // qk_scale_log2, v_scale * p_scale: the fp32 products the other kernels form), zero for keys past
 // the cache (the copies stop there; the slot's bytes past them are stale). After its arrive on
 // `full` the warpgroup meets on PROD_BAR (every thread has read the slot), and the issuer refills
-// the slot with the tile I8_STAGES ahead.
-__device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsigned char* sm, u32 base) {
+// the slot with the tile I8_STAGES ahead. The tiles run on across the CTA's items: n counts the
+// CTA's tiles (stage, slot and phases), `cur` is the item and tile being converted, `iss` the
+// next to be issued (every thread keeps it, as all meet on PROD_BAR while one is left).
+__device__ __forceinline__ void producer(const pa::Args& a, unsigned char* sm, u32 base) {
     const int pw = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int ch = prod_chunk(lane);
     const int nk = a.ctx + a.n_q;
-    const int n_tiles = c.t_end - c.t_begin;
     const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
     const u32 bar_landed = base + SM_BAR + 16 * F16_STAGES;
 
-    if (threadIdx.x == ISSUER)
-        for (int n = 0; n < I8_STAGES && n < n_tiles; ++n) issue_tile(a, c, n, base);
-    for (int n = 0; n < n_tiles; ++n) {
+    Cursor cur = first_item(a), iss = cur;
+    for (int n = 0; n < I8_STAGES && more(iss); ++n, next_tile(a, iss))
+        if (threadIdx.x == ISSUER) issue_tile(a, iss.c, iss.n, n, base);
+    for (int n = 0; more(cur); ++n, next_tile(a, cur)) {
         const int s = n % F16_STAGES;
         mbar_wait(bar_landed + 8 * (n % I8_STAGES), (n / I8_STAGES) & 1);   // tile n's copies have landed
         const unsigned char* st = sm + SM_I8 + (n % I8_STAGES) * I8_STAGE;
@@ -399,7 +441,7 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
             *reinterpret_cast<uint4*>(f + F16_V + sw128(r, 2 * ch + 1, KV_BLOCK)) = hi;
         }
         if (pw == 0) {   // lanes 0-15: K scales of keys 4*lane.., lanes 16-31: V scales; zero past nk
-            const int key0 = (c.t_begin + n) * BN + 4 * (lane & 15);
+            const int key0 = (cur.c.t_begin + cur.n) * BN + 4 * (lane & 15);
             const float mul = lane < 16 ? a.qk_scale_log2 : a.p_scale;
             scx.x = key0 + 0 < nk ? __fmul_rn(scx.x, mul) : 0.f;
             scx.y = key0 + 1 < nk ? __fmul_rn(scx.y, mul) : 0.f;
@@ -410,12 +452,13 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
         fence_proxy_async();                 // the stores above, before wgmma reads them
         mbar_arrive(bar_full + 8 * s);
         // Every producer thread has read tile n's staging slot: the issuer refills it with tile n + I8_STAGES.
-        if (n + I8_STAGES < n_tiles) {
+        if (more(iss)) {
             named_barrier_sync(PROD_BAR, 128);
             if (threadIdx.x == ISSUER) {
                 fence_proxy_async();         // the slot's generic reads above, before the async proxy writes it
-                issue_tile(a, c, n + I8_STAGES, base);
+                issue_tile(a, iss.c, iss.n, n % I8_STAGES, base);
             }
+            next_tile(a, iss);
         }
     }
 }
@@ -490,10 +533,9 @@ __device__ __forceinline__ void f16_tile_done(u32 bar_full, int n) {
     mbar_arrive(bar_full + 8 * (n % F16_STAGES));
 }
 
-__device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsigned char* sm, u32 base) {
+__device__ __forceinline__ void producer(const pa::Args& a, unsigned char* sm, u32 base) {
     const int tid = threadIdx.x, r0 = tid / F_CPR, ch = tid % F_CPR;
     const int nk = a.ctx + a.n_q;
-    const int n_tiles = c.t_end - c.t_begin;
     const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
     const __half* kg = reinterpret_cast<const __half*>(a.k);   // the host passes fp16 K/V here
     const __half* vg = reinterpret_cast<const __half*>(a.v);
@@ -508,8 +550,11 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
 #else
     const bool one_run = true;
 #endif
-    for (int n = 0; n < n_tiles; ++n) {
-        const int s = n % F16_STAGES, j0 = (c.t_begin + n) * BN;
+    // n counts the CTA's tiles across its items (stages and phases); cur is the item and its tile
+    int n = 0;
+    for (Cursor cur = first_item(a); more(cur); ++n, next_tile(a, cur)) {
+        const Cta& c = cur.c;
+        const int s = n % F16_STAGES, j0 = (c.t_begin + cur.n) * BN;
         const u32 dst = dst0 + s * F16_STAGE;
         // The common tile, its 64 keys contiguous in memory and below nk: one page-table entry, and
         // every source an immediate offset from one address. Otherwise (pages of 16 or 32 keys, the
@@ -549,7 +594,7 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
         }
     }
     cp_async_wait<0>();
-    f16_tile_done(bar_full, n_tiles - 1);
+    if (n > 0) f16_tile_done(bar_full, n - 1);
 }
 #endif
 
@@ -661,24 +706,16 @@ __device__ __forceinline__ void p_fragments(const float (&s)[S_REGS], u32 (&pf)[
 // for P.V, then multiplies p by the V scales and packs tile n's P into the A fragments. Step 0 has
 // no P.V and step n_tiles no S. No register that feeds a wgmma is written while one is in flight
 // (ptxas would serialise the wgmma: C7513), and the descriptors are formed before wgmma.fence.
-__device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsigned char* sm, u32 base) {
-    // The warpgroup index, made warp-uniform for ptxas (a shuffle from lane 0, as CUTLASS's
-    // canonical_warp_group_idx does): then the wgmma descriptors are provably uniform and live in
-    // uniform registers (else an R2UR per descriptor half and wgmma: 70 more instructions a step).
-    const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7) - 1, 0), tid = threadIdx.x & 127;
-    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    const int rows_used = c.ppc * c.group;   // rows of the CTA that hold a query (at most M_CTA)
-    const int r0 = 64 * wg;                  // this warpgroup's first row
-    const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
-
-    // ---- Q rows r0 .. r0+63 into shared memory (128B-swizzled, K-major) once, then into each
-    // thread's A fragments of all KSTEPS k-steps for the whole loop: S's wgmma reads only K from
-    // shared memory, 16 KB per warpgroup and tile less than with Q as a shared-memory operand
-    // (docs/PERF_NOTES.md). Zero for rows without a query. All of a thread's Q_CHUNKS loads are
-    // issued before its first store, so the CTA's start waits for one global-memory latency, not
-    // Q_CHUNKS of them in series (about 4.5 us of every CTA's 7 us of fixed cost: docs/PERF_NOTES.md).
-    constexpr int Q_CHUNKS = 64 * (D / 8) / 128;   // 16-byte chunks of Q per consumer thread
-    uint4 qv[Q_CHUNKS];
+// ---- Q rows r0 .. r0+63 of an item into shared memory (128B-swizzled, K-major), then into each
+// thread's A fragments of all KSTEPS k-steps for the item's whole loop: S's wgmma reads only K from
+// shared memory, 16 KB per warpgroup and tile less than with Q as a shared-memory operand
+// (docs/PERF_NOTES.md). Zero for rows without a query. All of a thread's Q_CHUNKS loads are
+// issued before its first store, so an item's start waits for one global-memory latency, not
+// Q_CHUNKS of them in series (about 4.5 us of every CTA's 7 us of fixed cost: docs/PERF_NOTES.md);
+// the next item's loads are issued while this one's last P.V runs.
+constexpr int Q_CHUNKS = 64 * (D / 8) / 128;   // 16-byte chunks of Q per consumer thread
+__device__ __forceinline__ void load_q(const pa::Args& a, const Cta& c, int r0, int tid, uint4 (&qv)[Q_CHUNKS]) {
+    const int rows_used = c.ppc * c.group;
 #pragma unroll
     for (int i = 0; i < Q_CHUNKS; ++i) {
         const int idx = tid + 128 * i, R = r0 + idx / (D / 8), ch = idx % (D / 8);
@@ -689,6 +726,26 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
             qv[i] = __ldg(reinterpret_cast<const uint4*>(a.q + ((u64)hq * a.n_q + pos) * D + 8 * ch));
         }
     }
+}
+
+// One item of a consumer warpgroup: `it` is the item (advanced to the next one while the last
+// P.V runs, where the next item's Q is loaded into qv), n0 the CTA's tiles before it.
+__device__ __forceinline__ void consumer_item(const pa::Args& a, Cursor& it, int n0, uint4 (&qv)[Q_CHUNKS],
+                                              unsigned char* sm, u32 base) {
+    // The warpgroup index, made warp-uniform for ptxas (a shuffle from lane 0, as CUTLASS's
+    // canonical_warp_group_idx does): then the wgmma descriptors are provably uniform and live in
+    // uniform registers (else an R2UR per descriptor half and wgmma: 70 more instructions a step).
+    const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7) - 1, 0), tid = threadIdx.x & 127;
+    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const Cta c = it.c;
+    const int rows_used = c.ppc * c.group;   // rows of the CTA that hold a query (at most M_CTA)
+    const int r0 = 64 * wg;                  // this warpgroup's first row
+    const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
+    auto prefetch_q = [&]() {                // the next item's Q, if there is one
+        next_item(a, it);
+        if (more(it)) load_q(a, it.c, r0, tid, qv);
+    };
+
 #pragma unroll
     for (int i = 0; i < Q_CHUNKS; ++i) {
         const int idx = tid + 128 * i;
@@ -736,18 +793,20 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     // one's softmax overlaps the other's wgmma. Every warpgroup takes n_tiles + 1 turns (issuing
     // nothing past its rows' diagonal), so the barriers stay matched: warpgroup 1's first arrival
     // opens warpgroup 0's first turn, and it skips its last one.
+    // Tile n of the item is the CTA's tile n0 + n: its stage and full phase.
+    auto stage = [&](int n) { return (n0 + n) % F16_STAGES; };
     auto turn_begin = [&](int n) {
-        if (n < n_tiles) mbar_wait(bar_full + 8 * (n % F16_STAGES), (n / F16_STAGES) & 1);
+        if (n < n_tiles) mbar_wait(bar_full + 8 * stage(n), ((n0 + n) / F16_STAGES) & 1);
         named_barrier_sync(PP_BAR + wg, 256);
     };
     auto turn_end = [&](int n) {
         if (wg == 0 || n < n_tiles) named_barrier_arrive(PP_BAR + (wg ^ 1), 256);
     };
-    auto release = [&](int n) { mbar_arrive(bar_empty + 8 * ((n - 1) % F16_STAGES)); };   // tile n-1
+    auto release = [&](int n) { mbar_arrive(bar_empty + 8 * stage(n - 1)); };   // tile n-1
     // descriptors of tile n's K (S's B) and V (P.V's B), formed (and pinned) before a wgmma.fence
-    auto desc_k = [&](int n) { return desc_sw128(base + SM_F16 + (n % F16_STAGES) * F16_STAGE + F16_K, 16, 1024); };
-    auto desc_v = [&](int n) { return desc_sw128(base + SM_F16 + (n % F16_STAGES) * F16_STAGE + F16_V, KV_BLOCK, 1024); };
-    auto f16_stage = [&](int n) { return sm + SM_F16 + (n % F16_STAGES) * F16_STAGE; };
+    auto desc_k = [&](int n) { return desc_sw128(base + SM_F16 + stage(n) * F16_STAGE + F16_K, 16, 1024); };
+    auto desc_v = [&](int n) { return desc_sw128(base + SM_F16 + stage(n) * F16_STAGE + F16_V, KV_BLOCK, 1024); };
+    auto f16_stage = [&](int n) { return sm + SM_F16 + stage(n) * F16_STAGE; };
     auto softmax = [&](int n, float (&al)[2]) {
         const int tile = c.t_begin + n;
         if (tile < first_masked) softmax_tile<false>(f16_stage(n), tile * BN, lim, s, m, l, al);
@@ -818,10 +877,13 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
         issue_pv(o, pf, dv);
         wgmma_commit();
         turn_end(n);
+        prefetch_q();
         wgmma_wait<0>();
         pin(o);
         release(n);
         ++n;
+    } else {
+        prefetch_q();
     }
     for (; n <= n_tiles; ++n) {              // tiles past these rows' diagonal: turns and releases only
         turn_begin(n);
@@ -829,6 +891,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
         if (n >= 1) release(n);
     }
     if (wg_end <= c.t_begin) return;         // no row of this warpgroup sees a key of this segment
+    const int n_seg = n_segments(a);
 
     // ---- row sums across the 4 lanes of a row, normalise, store (or the segment's state)
 #pragma unroll
@@ -841,13 +904,13 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
         const int hq = c.hkv * c.group + R % c.group;
         const u64 row = (u64)hq * a.n_q + pos;
         if (a.seg_keys) {                    // unnormalised O, and (m, l), for pa_combine
-            const u64 prow = (u64)blockIdx.z * a.heads_q * a.n_q + row;
+            const u64 prow = (u64)c.seg * a.heads_q * a.n_q + row;
             float* dst = a.part + prow * D + 2 * t;
 #pragma unroll
             for (int j = 0; j < D / 8; ++j)
                 *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[4 * j + 2 * rr], o[4 * j + 2 * rr + 1]);
             if (t == 0)
-                reinterpret_cast<float2*>(a.part + (u64)gridDim.z * a.heads_q * a.n_q * D)[prow] = make_float2(m[rr], lt);
+                reinterpret_cast<float2*>(a.part + (u64)n_seg * a.heads_q * a.n_q * D)[prow] = make_float2(m[rr], lt);
             continue;
         }
         const float inv = 1.f / lt;
@@ -863,6 +926,19 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
         }
     }
 }
+
+// A consumer warpgroup runs its CTA's items in turn (consumer_item); the first item's Q is loaded
+// here, every later one's inside the item before it.
+__device__ __forceinline__ void consumer(const pa::Args& a, unsigned char* sm, u32 base) {
+    Cursor it = first_item(a);
+    uint4 qv[Q_CHUNKS];
+    if (more(it)) load_q(a, it.c, 64 * ((int)(threadIdx.x >> 7) - 1), threadIdx.x & 127, qv);
+    for (int n0 = 0; more(it);) {
+        const int tiles = it.c.t_end - it.c.t_begin;
+        consumer_item(a, it, n0, qv, sm, base);
+        n0 += tiles;
+    }
+}
 }  // namespace v3
 
 // Dynamic shared memory: v3::SMEM_ALLOC bytes (the backend raises the limit; pa_v3_smem_bytes says how many).
@@ -873,8 +949,6 @@ extern "C" __global__ void __launch_bounds__(v3::THREADS, 1) pa_v3(PA_KERNEL_PAR
     const u32 raw = smem_u32(smem_raw);
     const u32 base = (raw + 1023u) & ~1023u;                 // 128B-swizzle atoms need 1024-byte alignment
     unsigned char* sm = smem_raw + (base - raw);
-    const Cta c = cta_of(a);
-    if (c.t_begin >= c.t_end) return;                        // no key of this segment for these rows
     if (threadIdx.x == 0) {
 #pragma unroll
         for (int s = 0; s < F16_STAGES; ++s) {
@@ -888,10 +962,10 @@ extern "C" __global__ void __launch_bounds__(v3::THREADS, 1) pa_v3(PA_KERNEL_PAR
     __syncthreads();
     if (threadIdx.x < 128) {
         set_max_regs_dec<PRODUCER_REGS>();
-        producer(a, c, sm, base);
+        producer(a, sm, base);
     } else {
         set_max_regs_inc<CONSUMER_REGS>();
-        consumer(a, c, sm, base);
+        consumer(a, sm, base);
     }
 }
 

@@ -10,7 +10,8 @@ row-paired tiles (2/2), the PR's 32/8 heads, one and two tiles per v2/v2t warp, 
 only the small shape (racecheck on v3's 215 KB of shared memory took over 70 s a launch of
 1023x113 on the H200). ``--plugin MODULE`` (repeatable) loads a plug-in first; the variants it
 registers are launched too when ``--only`` names them. The small shape has 512 keys, 8 key tiles of 64: v3's four fp16 stages
-and v2's double buffers are each reused, so a missing barrier before a refill shows.
+and v2's double buffers are each reused, so a missing barrier before a refill shows. v3 runs twice: on its
+persistent grid, and on 2 CTAs that each run several work items (stages and barriers going on across them).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def main(argv: list[str]) -> int:
         if arg == "--plugin":
             plugins.load(argv[i + 1])
     builtin = ("v1", "v3", "triton", "v2", "v2t")
-    extra = [(name, 1, False) for name in sorted(only or ()) if name not in builtin]
+    extra = [(name, 1, False, True) for name in sorted(only or ()) if name not in builtin]
     backend = CudaBackend(force_turing=force)
     for shape in shapes:
         for d, hq, hkv, layout, page in SETUPS:
@@ -47,17 +48,19 @@ def main(argv: list[str]) -> int:
                          data="realistic")
             prep = backend.prepare(make_inputs(pb))
             splits = (False, True) if pb.context >= 32 else (False,)
-            for variant, tiles, split in [("v1", 1, False), ("v3", 1, False), ("triton", 1, False)] + [
-                    (v, t, sp) for v in ("v2", "v2t") for t in (2, 1) for sp in splits] + extra:
+            for variant, tiles, split, persistent in [("v1", 1, False, True), ("v3", 1, False, True), ("v3", 1, False, 2),
+                                                      ("triton", 1, False, True)] + [
+                    (v, t, sp, True) for v in ("v2", "v2t") for t in (2, 1) for sp in splits] + extra:
                 if only is not None and variant not in only:
                     continue
                 why = backend.unsupported_parity(variant, pb)
                 if why:
                     print(f"{shape} {variant}: skipped ({why})")
                     continue
-                backend.tiles, backend.split = tiles, split
+                backend.tiles, backend.split, backend.persistent = tiles, split, persistent
                 res = backend.compute(prep, variant, None, check_determinism=False)
-                print(f"{shape} d{d} {layout} {variant} tiles={tiles} split={backend.split_keys(variant, pb)}: "
+                ctas = "" if persistent is True else f" ctas={persistent}"
+                print(f"{shape} d{d} {layout} {variant} tiles={tiles} split={backend.split_keys(variant, pb)}{ctas}: "
                       f"canary_ok={res.canary_ok}", flush=True)
             backend.release(prep)
     return 0

@@ -92,6 +92,10 @@ class CudaBackend:
         self.pair_heads = True         # v2/v2t: a warp's two tiles are two heads of one KV group
         self.split: bool | None = None  # v2/v2t: split keys between a CTA's warps (None: the model's rule)
         self.segments: bool | int | None = None  # key segments (None: the model's rule; see segment_keys)
+        self.persistent: bool | int = True   # v3: a persistent grid of one CTA an SM; an int: of at most
+                                             # that many CTAs (tests: many items a CTA); False: one CTA
+                                             # a work item. All give the same bits.
+        self._schedules: dict[tuple, tuple] = {}   # (variant, problem, geometry, persistent) -> grid, schedule on the GPU
         self._timer = None
 
     # ------------------------------------------------------------------ description
@@ -352,6 +356,18 @@ class CudaBackend:
             return SEGMENT_KEYS
         return int(self.segments)
 
+    def schedule(self, variant: str, problem, geo: K.LaunchGeometry) -> tuple[tuple[int], object]:
+        """The launched grid and the schedule (on the GPU) of a persistent variant's launch on
+        ``problem`` (``K.persistent_launch``, on ``self.persistent``'s CTAs)."""
+        key = (variant, repr(problem), geo, self.persistent)   # geo: the segments may change between calls
+        if key not in self._schedules:
+            p = self.persistent
+            ctas = int(self.props["multiProcessorCount"]) if p is True else int(p)
+            grid, sched = K.persistent_launch(geo, problem.queries, problem.context, problem.heads_q,
+                                              ctas, one_item_per_cta=p is False)
+            self._schedules[key] = (grid, self.cp.asarray(sched))
+        return self._schedules[key]
+
     def geometry(self, variant: str, problem, tiles: int | None = None) -> K.LaunchGeometry:
         return K.launch_geometry(variant, problem.queries, problem.heads_q, problem.heads_kv,
                                  tiles=self.tiles_for(problem) if tiles is None else tiles,
@@ -384,6 +400,9 @@ class CudaBackend:
         body = out[GUARD_ELEMS:]
         geo = self.geometry(variant, pb)
         grid, block = geo.grid, (geo.block,)
+        sched = np.uint64(0)                  # a null pointer: only v3 reads a schedule
+        if geo.persistent:
+            grid, sched = self.schedule(variant, pb, geo)
         n_part = max(K.workspace_floats(geo, pb.queries, pb.heads_q, pb.head_dim), 2)
         if prep.part is None or prep.part.size < n_part:   # once per shape (the largest any variant needs)
             prep.part = self.cp.empty(n_part, dtype=self.cp.float32)
@@ -391,6 +410,7 @@ class CudaBackend:
         cgrid, cblock = K.combine_geometry(pb.queries, pb.heads_q)
         self._launches[(variant, repr(pb))] = {
             "variant": variant, "shape": pb.shape.label, "grid": list(grid), "block": geo.block,
+            "work_items": list(geo.grid) if geo.persistent else None,
             "tiles": self._tiles(variant, self.tiles_for(pb)), "pair_heads": geo.pair_heads,
             "split_keys": geo.split_keys, "segment_keys": geo.segment_keys, "segments": geo.segments,
             "combine_grid": list(cgrid) if geo.segment_keys else None}
@@ -399,7 +419,7 @@ class CudaBackend:
             np.int32(pb.queries), np.int32(pb.context), np.int32(pb.heads_q), np.int32(pb.heads_kv),
             np.int32(prep.page_shift), np.float32(inp.qk_scale_log2), np.float32(inp.p_scale),
             np.float32(1.0 / inp.p_scale), np.int32(prep.ks.shape[-1]), np.int32(geo.pair_heads),
-            np.int32(geo.split_keys), part, np.int32(geo.segment_keys),
+            np.int32(geo.split_keys), part, np.int32(geo.segment_keys), sched,
         )
         if not geo.segment_keys:
             def launch():

@@ -7,12 +7,15 @@ their compile options from here, so the code that is checked is the code that ru
 from __future__ import annotations
 
 import hashlib
+import heapq
 import math
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+
+import numpy as np
 
 from pa_bench import resources
 from pa_bench import variants as registry
@@ -171,6 +174,8 @@ class LaunchGeometry:
     split_keys: int = 0
     segment_keys: int = 0
     segments: int = 1
+    persistent: bool = False        # grid is the logical grid of work items; the launch is
+                                    # persistent (``persistent_launch``): at most one CTA an SM
 
 
 #: pa_combine (pa_common.cuh): one warp per (query head, row), 4 warps per CTA.
@@ -195,7 +200,7 @@ def launch_geometry(variant: str, queries: int, heads_q: int, heads_kv: int, til
     geo = geometry(registry.get(variant).threads, queries, heads_q, heads_kv, tiles, pair_heads, split_keys)
     segments = -(-(context + queries) // segment_keys) if segment_keys else 1
     return LaunchGeometry(tuple(geo.grid) + (segments,), geo.block, geo.pair_heads, geo.split_keys,
-                          segment_keys, segments)
+                          segment_keys, segments, geo.persistent)
 
 
 def combine_geometry(queries: int, heads_q: int) -> tuple[tuple[int], int]:
@@ -247,7 +252,62 @@ def _kv_group_rows(threads: int, queries: int, heads_q: int, heads_kv: int, tile
     group = heads_q // heads_kv
     if group > rows:
         raise ValueError(f"{heads_q}/{heads_kv} heads: a KV group of {group} query heads does not fit in {rows} rows")
-    return LaunchGeometry((heads_kv, -(-queries // (rows // group))), threads, False)
+    return LaunchGeometry((heads_kv, -(-queries // (rows // group))), threads, False, persistent=True)
+
+
+#: v3's keys per tile, and what a work item costs beyond its tiles (in tiles) in the schedule:
+#: the part of a CTA's start and end a persistent CTA still pays once an item.
+V3_TILE_KEYS = 64
+ITEM_COST_TILES = 1
+
+
+def kv_group_item_tiles(geo: LaunchGeometry, queries: int, context: int, heads_q: int) -> list[int]:
+    """The key tiles of each work item of a kv_group_rows launch, in item order (item = x +
+    X*(y + Y*z): KV head x, row block y longest first, key segment z), as ``cta_of`` in
+    kernels/v3.cu computes them; 0 for a segment past an item's rows."""
+    heads_kv, rbs, segs = geo.grid
+    ppc = 64 * (geo.block // 128 - 1) // (heads_q // heads_kv)    # positions of a row block
+    out = []
+    seg_tiles = geo.segment_keys // V3_TILE_KEYS
+    for z in range(segs):
+        for y in range(rbs):
+            p_end = min((rbs - 1 - y) * ppc + ppc, queries)
+            t_end = -(-(context + p_end) // V3_TILE_KEYS)
+            t_begin = z * seg_tiles if geo.segment_keys else 0
+            if geo.segment_keys:
+                t_end = min(t_end, t_begin + seg_tiles)
+            out.extend([max(0, t_end - t_begin)] * heads_kv)
+    return out
+
+
+def persistent_schedule(costs: list[float], ctas: int) -> np.ndarray:
+    """Work items onto ``ctas`` persistent CTAs, longest processing time first: items by cost,
+    largest first (ties: item order), each to the CTA with the least work so far (ties: the lower
+    CTA); items of cost 0 are left out. Returns the int32 array kernels/v3.cu reads (Args::sched):
+    ``ctas + 1`` offsets, then the items, CTA by CTA in the order each runs them."""
+    if ctas < 1:
+        raise ValueError(f"ctas must be at least 1, not {ctas}")
+    order = sorted((i for i, c in enumerate(costs) if c > 0), key=lambda i: (-costs[i], i))
+    load = [(0.0, b) for b in range(ctas)]
+    lists: list[list[int]] = [[] for _ in range(ctas)]
+    for i in order:
+        w, b = heapq.heappop(load)
+        lists[b].append(i)
+        heapq.heappush(load, (w + costs[i], b))
+    offsets = np.cumsum([0] + [len(x) for x in lists])
+    return np.concatenate([offsets, [i for x in lists for i in x]]).astype(np.int32)
+
+
+def persistent_launch(geo: LaunchGeometry, queries: int, context: int, heads_q: int, sm_count: int,
+                      one_item_per_cta: bool = False) -> tuple[tuple[int], np.ndarray]:
+    """The (grid, schedule) of a persistent kv_group_rows launch: at most one CTA an SM
+    (``sm_count``), each running its items of ``persistent_schedule``; with ``one_item_per_cta``,
+    one CTA for each item with a key tile (the logical grid's behaviour)."""
+    tiles = kv_group_item_tiles(geo, queries, context, heads_q)
+    busy = sum(1 for t in tiles if t)
+    ctas = busy if one_item_per_cta else max(1, min(sm_count, busy))
+    costs = [t + ITEM_COST_TILES if t else 0 for t in tiles]
+    return (ctas,), persistent_schedule(costs, ctas)
 
 
 #: Each CUDA kernel variant's launch geometry: (threads, queries, heads_q, heads_kv, tiles,

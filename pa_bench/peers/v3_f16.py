@@ -162,7 +162,13 @@ class V3F16(Peer):
                 np.int32(pb.queries), np.int32(pb.context), np.int32(pb.heads_q), np.int32(pb.heads_kv),
                 np.int32(page_shift), np.float32(inputs.qk_scale_log2), np.float32(1.0), np.float32(1.0),
                 np.int32(0), np.int32(0), np.int32(0), part, np.int32(geo.segment_keys))
-        grid, block = geo.grid, (geo.block,)
+        # v3's persistent launch: at most one CTA an SM, each running its work items in turn
+        grid, sched = K.persistent_launch(geo, pb.queries, pb.context, pb.heads_q,
+                                          int(cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"]))
+        self.sched = cp.asarray(sched)
+        args = args + (self.sched,)
+        self.grid = grid
+        block = (geo.block,)
         if geo.segment_keys:
             cgrid, cblock = K.combine_geometry(pb.queries, pb.heads_q)
             cargs = (part, self.out, np.int32(pb.queries), np.int32(pb.context), np.int32(pb.heads_q),
@@ -192,7 +198,7 @@ class V3F16(Peer):
     def describe(self) -> dict:
         geo = self.geo
         return {"variant": NAME, "shape": self.inputs.problem.shape.label, "build": list(self.build.defines()),
-                "compiler": self.compiler, "grid": list(geo.grid), "block": geo.block,
+                "compiler": self.compiler, "grid": list(self.grid), "work_items": list(geo.grid), "block": geo.block,
                 "segment_keys": geo.segment_keys, "segments": geo.segments,
                 "kv": "fp16 paged pool" if self.build.paged else "fp16 contiguous [Hkv, Nk, D]"}
 

@@ -89,3 +89,36 @@ def test_v3_key_segments(backend):
 def test_v3_refused_on_the_turing_path(backend):
     pb = Problem(parse_shape("1023x113"))
     assert "no Turing path" in CudaBackend(force_turing=True).unsupported_parity("v3", pb)
+
+
+@pytest.mark.parametrize("case", ["odd-d128-gqa-p64", "odd-d64-g3-p16", "first-d128-gqa-p64", "ragged-d128-mha-contig",
+                                  "ragged-d64-gqa-p64"])
+def test_v3_persistent_grid_gives_the_bits_of_one_cta_a_work_item(backend, case):
+    """The persistent grid (a CTA runs several work items, its stages and barrier phases running on
+    across them) against one CTA a work item: the same bits. Five CTAs put many items in each, with
+    and without key segments."""
+    shape, d, hq, hkv, layout, page, data, out = CASES[case]
+    pb = Problem(parse_shape(shape), heads_q=hq, heads_kv=hkv, head_dim=d, layout=layout, page=page,
+                 data=data, seed=2, out_dtype=out)
+    inp = make_inputs(pb)
+    outs = {}
+    try:
+        for segments in (None, 512):
+            backend.segments = segments
+            for persistent in (False, 5, True):
+                backend.persistent = persistent
+                prep = backend.prepare(inp)
+                try:
+                    ko = backend.compute(prep, "v3", check_determinism=True)
+                    assert ko.canary_ok and ko.deterministic, (segments, persistent)
+                    outs[(segments, persistent)] = ko.full_hash   # of the raw output bits
+                finally:
+                    backend.release(prep)
+                grid = backend._launches[("v3", repr(pb))]["grid"]
+                assert (grid[0] == 5) == (persistent == 5), grid
+            for persistent in (5, True):
+                assert outs[(segments, persistent)] == outs[(segments, False)], (case, segments, persistent)
+    finally:
+        backend.segments = None
+        backend.persistent = True
+    _check(backend, case)
