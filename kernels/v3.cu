@@ -190,6 +190,31 @@ __host__ __device__ constexpr bool producer_staging_conflict_free() {
 }
 static_assert(producer_staging_conflict_free(), "producer staging reads must be bank-conflict free");
 
+// The per-key scale arrays of a stage (kq, vs) hold key k at scale_pos(k): the 16 scales that the
+// consumer thread with t = lane % 4 needs, keys 8j + 2t + e (j < BN/8, e < 2: its accumulator
+// columns), are its four float4 at 16-byte slots 4i + t (slot i holds j = 2i, 2i + 1), so a warp
+// reads them in four 128-bit loads of four distinct, contiguous slots (one wavefront each), where
+// the natural order took sixteen 64-bit loads.
+__host__ __device__ constexpr int scale_pos(int k) {
+    return 16 * (k >> 4) + 4 * ((k >> 1) & 3) + 2 * ((k >> 3) & 1) + (k & 1);
+}
+__host__ __device__ constexpr bool scale_order_ok() {
+    bool seen[BN] = {};
+    for (int k = 0; k < BN; ++k) {
+        const int p = scale_pos(k);
+        if (p < 0 || p >= BN || seen[p]) return false;
+        seen[p] = true;
+        const int j = k >> 3, t = (k >> 1) & 3, e = k & 1;   // the consumer's view: slot 4i + t, then the pair of j
+        if (p != 4 * (4 * (j >> 1) + t) + 2 * (j & 1) + e) return false;
+    }
+    for (int m = 0; m < BN / 4; ++m)                       // the producer's: keys 4m.. as two pairs, 4 floats apart
+        if (scale_pos(4 * m + 1) != scale_pos(4 * m) + 1 || scale_pos(4 * m + 2) != scale_pos(4 * m) + 4 ||
+            scale_pos(4 * m + 3) != scale_pos(4 * m) + 5)
+            return false;
+    return true;
+}
+static_assert(BN % 16 == 0 && scale_order_ok(), "the scale order must be a permutation the consumers read as float4");
+
 // ---------------------------------------------------------------- PTX wrappers (no CUDA C++ intrinsics exist)
 __device__ __forceinline__ u32 smem_u32(const void* p) { return static_cast<u32>(__cvta_generic_to_shared(p)); }
 
@@ -405,7 +430,9 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
             scx.y = key0 + 1 < nk ? __fmul_rn(scx.y, mul) : 0.f;
             scx.z = key0 + 2 < nk ? __fmul_rn(scx.z, mul) : 0.f;
             scx.w = key0 + 3 < nk ? __fmul_rn(scx.w, mul) : 0.f;
-            *reinterpret_cast<float4*>(f + F16_KQ + (lane >> 4) * BN * 4 + 16 * (lane & 15)) = scx;   // F16_VS = F16_KQ + BN*4
+            float* sc = reinterpret_cast<float*>(f + F16_KQ + (lane >> 4) * BN * 4) + scale_pos(4 * (lane & 15));   // F16_VS = F16_KQ + BN*4
+            *reinterpret_cast<float2*>(sc) = make_float2(scx.x, scx.y);
+            *reinterpret_cast<float2*>(sc + 4) = make_float2(scx.z, scx.w);
         }
         fence_proxy_async();                 // the stores above, before wgmma reads them
         mbar_arrive(bar_full + 8 * s);
@@ -589,15 +616,22 @@ __device__ __forceinline__ void issue_pv(float (&o)[O_REGS], const u32 (&pf)[PV_
 // fp32 arithmetic uses the _rn intrinsics (no contraction).
 // Register fragments (PTX ISA, wgmma m64nNk16): warp w of a warpgroup holds rows 16w..16w+15;
 // element 4j+e of s (lane g = lane/4, t = lane%4): row g + 8*(e>>1), key j0 + 8j + 2t + (e&1).
+// The scales of keys 8j + 2t and 8j + 2t + 1 (this thread's columns of n8 block j) from this
+// thread's float4 slots of a scale array (scale_pos): `mine` points at slot t.
+__device__ __forceinline__ float2 scale_pair(const float4* mine, int j) {
+    const float4 x = mine[4 * (j >> 1)];
+    return (j & 1) ? make_float2(x.z, x.w) : make_float2(x.x, x.y);
+}
+
 template <bool MASKED>
 __device__ __forceinline__ void softmax_tile(const unsigned char* f_ptr, int j0, const int (&lim)[2],
                                              float (&s)[S_REGS], float (&m)[2], float (&l)[2], float (&alpha)[2]) {
     const int t = threadIdx.x & 3;
-    const float* kq = reinterpret_cast<const float*>(f_ptr + F16_KQ);
+    const float4* kq = reinterpret_cast<const float4*>(f_ptr + F16_KQ) + t;
     float mx[2] = {PA_NEG_INF, PA_NEG_INF};
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
-        const float2 k2 = *reinterpret_cast<const float2*>(kq + 8 * j + 2 * t);
+        const float2 k2 = scale_pair(kq, j);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             float v = __fmul_rn(s[4 * j + e], (e & 1) ? k2.y : k2.x);
@@ -637,10 +671,10 @@ __device__ __forceinline__ void softmax_tile(const unsigned char* f_ptr, int j0,
 // kk in place (as in FlashAttention-2).
 __device__ __forceinline__ void scale_by_vs(const unsigned char* f_ptr, float (&s)[S_REGS]) {
     const int t = threadIdx.x & 3;
-    const float* vs = reinterpret_cast<const float*>(f_ptr + F16_VS);
+    const float4* vs = reinterpret_cast<const float4*>(f_ptr + F16_VS) + t;
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
-        const float2 v2 = *reinterpret_cast<const float2*>(vs + 8 * j + 2 * t);
+        const float2 v2 = scale_pair(vs, j);
         s[4 * j] = __fmul_rn(s[4 * j], v2.x);
         s[4 * j + 1] = __fmul_rn(s[4 * j + 1], v2.y);
         s[4 * j + 2] = __fmul_rn(s[4 * j + 2], v2.x);
