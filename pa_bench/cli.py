@@ -50,15 +50,20 @@ def _comma_list(value: str | None) -> list[str] | None:
     return items or None
 
 
-def _variants(_ctx, _param, value: str | None) -> tuple[str, ...] | None:
+def _variants(_ctx, _param, value: tuple[str, ...]) -> tuple[str, ...] | None:
+    """``--variant`` is a comma list and may be repeated: every list counts, in order, once each
+    (``--variant v3 --variant v3-f16`` times both)."""
     from pa_bench import variants as registry
 
-    if value is None:
+    if not value:
         return None
     known = ", ".join(registry.names())
-    items = _comma_list(value)
-    if items is None:
-        raise click.BadParameter(f"is empty; name one or more variants ({known})")
+    items: list[str] = []
+    for one in value:
+        listed = _comma_list(one)
+        if listed is None:
+            raise click.BadParameter(f"is empty; name one or more variants ({known})")
+        items.extend(v for v in listed if v not in items)
     for v in items:
         if registry.find(v) is None:
             raise click.BadParameter(f"unknown variant {v!r} (choose from {known})")
@@ -118,8 +123,8 @@ OPTIONS: dict[str, Callable] = {
         "--shapes", metavar="LIST",
         help="Comma list of CTXxQ shapes (32Kx1024,2.1Kx256,0x1536); beats the config."),
     "variants": click.option(
-        "--variant", "variants", metavar="LIST", callback=_variants,
-        help="Comma list of variants: " + ", ".join(variant_names()) + "."),
+        "--variant", "variants", metavar="LIST", callback=_variants, multiple=True,
+        help="Comma list of variants (repeatable): " + ", ".join(variant_names()) + "."),
     "backend": click.option(
         "--backend", type=click.Choice(["auto", "cuda", "numpy"]), default="auto", show_default=True,
         help="cuda needs CuPy and an NVIDIA GPU; numpy runs the numerics model on the CPU "

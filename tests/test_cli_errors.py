@@ -3,6 +3,7 @@ bad --data contents, missing run directories, empty option values, signals."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -83,6 +84,15 @@ def test_a_good_capture_fixes_shape_heads_and_head_dim(numpy_args, invoke, tmp_p
 
 
 # --------------------------------------------------------------------------- options
+
+
+def test_a_repeated_variant_option_keeps_every_list(numpy_args, invoke, tmp_path):
+    """``--variant v1 --variant v2,v1`` runs v1 and v2 (once each), not only the last list."""
+    res = invoke("parity", *numpy_args, *SMALL, "--shapes", "256x64", "--heads", "4/2", "--head-dim", "64",
+                 "--variant", "v1", "--variant", "v2,v1", "--results", tmp_path, "--json")
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.stdout)["records"]
+    assert [r["variant"] for r in rows] == ["v1", "v2"], rows
 
 
 def test_empty_variant_list_is_an_error(one_line_error, invoke):
