@@ -63,7 +63,9 @@ def _variants(_ctx, _param, value: tuple[str, ...]) -> tuple[str, ...] | None:
         listed = _comma_list(one)
         if listed is None:
             raise click.BadParameter(f"is empty; name one or more variants ({known})")
-        items.extend(v for v in listed if v not in items)
+        for v in listed:
+            if v not in items:
+                items.append(v)
     for v in items:
         if registry.find(v) is None:
             raise click.BadParameter(f"unknown variant {v!r} (choose from {known})")
