@@ -193,11 +193,11 @@ register(Variant(
     threads=64, cta="64 threads: 2 warps x T m16 tiles (query heads of one KV group)", warp_tiles=True,
     bitwise_twin="v2"))
 register(Variant(
-    "v3", CUDA_KERNEL, "Hopper: a producer warpgroup converts K/V to fp16 once per CTA, two consumer warpgroups run wgmma",
+    "v3", CUDA_KERNEL, "Hopper: a producer warpgroup converts K/V to fp16 once per CTA, three consumer warpgroups run wgmma",
     source="v3.cu", min_arch=90, max_arch=90, arch_suffix="a", arch_needs="wgmma, setmaxnreg", tile_keys=64,
-    threads=384, cta="384 threads: a producer warpgroup + 2 consumer warpgroups x 64 rows (the query heads of "
-    "one KV group packed into the rows); 215 KB of dynamic shared memory at D=128, 111 KB at D=64",
-    turing_path=False, fill_rows=128))
+    threads=512, cta="512 threads: a producer warpgroup + 3 consumer warpgroups x 64 rows (the query heads of "
+    "one KV group packed into the rows); 214 KB of dynamic shared memory at D=128, 110 KB at D=64",
+    turing_path=False, fill_rows=192))
 register(Variant(
     "triton", TRITON_KERNEL, "the same problem in Triton: int8 K/V gathered and converted in the kernel, "
     "the query heads of a KV group packed into a program's rows",

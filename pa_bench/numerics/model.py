@@ -71,15 +71,30 @@ SEGMENT_KEYS = 65536
 
 
 # Key segments to fill the GPU: a variant whose CTA packs the query heads of one KV group
-# into ``fill_rows`` rows (pa_bench.variants; v3: 128) launches heads_kv * ceil(queries /
-# (fill_rows / group)) CTAs. Fewer than FILL_CTAS leave SMs idle (2.1Kx256 with 32/8 heads: 64
-# CTAs for the H200's 132 SMs), so such a chunk runs its keys in n segments merged by pa_combine,
-# as long contexts do: n = ceil(FILL_CTAS / CTAs), but no segment under FILL_MIN_KEYS keys (at 512,
-# 1Kx256 and 1.5Kx256 split in two as well: 13 % and 21 % faster on the H200 than at 1024, where
-# they ran in one segment on 64 CTAs; results/reference/h200/20261202-022318-fill-b-cuda). The rule depends on the problem only (not on the GPU's SM
-# count), so a row's bits never depend on the GPU.
-FILL_CTAS = 128
+# into ``fill_rows`` rows (pa_bench.variants; v3: 192) launches ctas = heads_kv * ceil(queries /
+# (fill_rows / group)) CTAs, one an SM, of about equal length where the context is long. Run on
+# FILL_SMS SMs they take ceil(ctas / FILL_SMS) waves, and the last may be nearly empty (32Kx1024
+# with 32/8 heads: 176 CTAs, two waves for 1.33 waves of work). Run in n key segments merged by
+# pa_combine, as long contexts are, each CTA does 1/n of the keys, and the chunk takes
+# ceil(n * ctas / FILL_SMS) / n of a CTA's time. The rule takes the n (at most FILL_MAX_SEGMENTS,
+# no segment under FILL_MIN_KEYS keys) that makes that least, each more segment taken only where it
+# cuts the time by more than 10 % (the merge reads and writes every segment's O): 32Kx1024 3 (four
+# full waves), 64Kx512 3, 2.1Kx256 2, 64Kx2048 3, 0x1536 none. FILL_SMS is the SM
+# count of the sm_90a GPUs v3 is built for (H100 SXM, H200): a constant, so that the rule depends
+# on the problem only and a row's bits never depend on the GPU.
+FILL_SMS = 132
+FILL_MAX_SEGMENTS = 8
 FILL_MIN_KEYS = 512
+
+
+def fill_segments(ctas: int, keys: int) -> int:
+    """How many key segments the fill rule above gives ``ctas`` CTAs over ``keys`` keys (1: none)."""
+    best, best_waves = 1, -(-ctas // FILL_SMS)
+    for n in range(2, min(FILL_MAX_SEGMENTS, keys // FILL_MIN_KEYS) + 1):
+        waves = -(-n * ctas // FILL_SMS)
+        if 10 * waves * best < 9 * best_waves * n:   # waves / n more than 10 % below best_waves / best
+            best, best_waves = n, waves
+    return best
 
 
 def segment_keys(context: int, variant: str | None = None, queries: int = 0, heads_q: int = 1,
@@ -97,7 +112,7 @@ def segment_keys(context: int, variant: str | None = None, queries: int = 0, hea
     per_cta = max(1, rows // max(1, int(heads_q) // max(1, int(heads_kv))))   # query positions per CTA
     ctas = int(heads_kv) * -(-int(queries) // per_cta)
     keys = ctx + int(queries)
-    n = min(-(-FILL_CTAS // ctas), keys // FILL_MIN_KEYS)
+    n = fill_segments(ctas, keys)
     return -(-keys // (64 * n)) * 64 if n >= 2 else 0
 
 
@@ -456,5 +471,5 @@ def _online_softmax(a: ModelArrays, qf, limit, tile: int, k0: int, k1: int, mma:
 
 
 __all__ = ["model_attention", "model_arrays", "ModelArrays", "key_parts", "tile_keys", "pv_chain_keys", "split_keys",
-           "split_point", "SEGMENT_KEYS", "segment_keys", "FILL_CTAS", "FILL_MIN_KEYS", "MMA_MODES", "DEFAULT_MMA", "round_fp16",
+           "split_point", "SEGMENT_KEYS", "segment_keys", "fill_segments", "FILL_SMS", "FILL_MAX_SEGMENTS", "FILL_MIN_KEYS", "MMA_MODES", "DEFAULT_MMA", "round_fp16",
            "exp2_ftz", "ENGINES"]
