@@ -405,8 +405,6 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
             kx[i] = *reinterpret_cast<const uint4*>(st + I8_K + stage_off(r, ch));
             vx[i] = *reinterpret_cast<const uint4*>(st + I8_V + stage_off(r, ch));
         }
-        float4 scx;
-        if (pw == 0) scx = *reinterpret_cast<const float4*>(st + I8_SC + (lane >> 4) * BN * 4 + 16 * (lane & 15));
         if (n >= F16_STAGES) mbar_wait(bar_empty + 8 * s, ((n / F16_STAGES) & 1) ^ 1);   // tile n-F16_STAGES released stage s
 #pragma unroll
         for (int i = 0; i < NI; ++i) {
@@ -420,6 +418,9 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
             *reinterpret_cast<uint4*>(f + F16_V + sw128(r, 2 * ch + 1, KV_BLOCK)) = hi;
         }
         if (pw == 0) {   // lanes 0-15: K scales of keys 4*lane.., lanes 16-31: V scales; zero past nk
+            // (loaded here, not with the chunks: at three consumer warpgroups the producer's 56
+            // registers hold the chunks and their conversion, not four more)
+            float4 scx = *reinterpret_cast<const float4*>(st + I8_SC + (lane >> 4) * BN * 4 + 16 * (lane & 15));
             const int key0 = (c.t_begin + n) * BN + 4 * (lane & 15);
             const float mul = lane < 16 ? a.qk_scale_log2 : a.p_scale;
             scx.x = key0 + 0 < nk ? __fmul_rn(scx.x, mul) : 0.f;
@@ -870,14 +871,21 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     if (wg_end <= c.t_begin) return;         // no row of this warpgroup sees a key of this segment
 
     // ---- row sums across the 4 lanes of a row, normalise, store (or the segment's state)
+    // The CTA's rows are formed again here (cta_of's arithmetic), not kept across the loop: at 152
+    // registers (three consumer warpgroups) ptxas otherwise spills one of them in some flavours.
+    // The empty asm makes heads_q opaque, so the divisions are not merged with cta_of's.
+    int heads_q = a.heads_q;
+    asm volatile("" : "+r"(heads_q));
+    const int group = heads_q / a.heads_kv, ppc = M_CTA / group, rows = ppc * group;
+    const int p0 = (gridDim.y - 1 - blockIdx.y) * ppc, hkv = blockIdx.x;
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
         float lt = l[rr];
         lt = __fadd_rn(lt, __shfl_xor_sync(0xffffffffu, lt, 1));
         lt = __fadd_rn(lt, __shfl_xor_sync(0xffffffffu, lt, 2));
-        const int R = r0 + 16 * warp + g + 8 * rr, pos = c.p0 + R / c.group;
-        if (R >= rows_used || pos >= a.n_q) continue;
-        const int hq = c.hkv * c.group + R % c.group;
+        const int R = r0 + 16 * warp + g + 8 * rr, pos = p0 + R / group;
+        if (R >= rows || pos >= a.n_q) continue;
+        const int hq = hkv * group + R % group;
         const u64 row = (u64)hq * a.n_q + pos;
         if (a.seg_keys) {                    // unnormalised O, and (m, l), for pa_combine
             const u64 prow = (u64)blockIdx.z * a.heads_q * a.n_q + row;
