@@ -1,19 +1,22 @@
 // v3: int8-KV prompt attention for Hopper (sm_90a only). A chunk of Nq query rows per query
 // head attends causally to Nk = ctx + Nq int8 keys of its KV head (one fp32 scale per token and
 // head), with the arithmetic of pa_bench.numerics.model at 64-key tiles, as v1 computes it.
-// Tiling: grid (Hkv, ceil(Nq / PPC), n_seg), 384 threads, one CTA per SM; a CTA owns one KV head
-//   and M_CTA = 128 rows into which the G = Hq/Hkv query heads of its group are packed (row R is
-//   position p0 + R / G of query head hkv*G + R % G; PPC = 128 / G positions), so K and V are
-//   gathered and converted once for all G heads. Row blocks run longest-first; grid.z is the
-//   key segment of the CTA (pa_combine merges the segments).
+// Tiling: grid (Hkv, ceil(Nq / PPC), n_seg), one CTA per SM; a CTA owns one KV head and M_CTA =
+//   PA_CTA_ROWS rows (192: 512 threads, or 128: 384 threads, where 192-row CTAs cannot fill the
+//   GPU once; pa_bench.numerics.model.cta_rows picks) into which the G = Hq/Hkv query heads of its
+//   group are packed (row R is position p0 + R / G of query head hkv*G + R % G; PPC = M_CTA / G
+//   positions), so K and V are gathered and converted once for all G heads. Row blocks run
+//   longest-first; grid.z is the key segment of the CTA (pa_combine merges the segments).
 // Roles. Warpgroup 0, the producer: the TMA unit's bulk copies bring each 64-key tile's int8 K,
-//   V and scales into a 3-deep staging ring, and the warpgroup converts them to fp16 into a
-//   4-deep ring of swizzled stages. Warpgroups 1 and 2, the consumers, 64 rows each: S = Q.K^T
-//   and O += P.V by wgmma with B from shared memory, tile n's online softmax under tile n-1's
-//   P.V, and turns (pingpong) so that one warpgroup's softmax runs under the other's wgmma, as in
-//   FlashAttention-3. A tile is converted once for 128 rows, where v2 converts every fragment
-//   once per warp (docs/PERF_NOTES.md). The pipeline and its barriers, the layouts, descriptors
-//   and fragments are described where they are set up.
+//   V and scales into a staging ring (3 deep at 128 rows, 2 at 192), and the warpgroup converts
+//   them to fp16 into a 4-deep ring of swizzled stages. Warpgroups 1.. NCWG, the consumers, 64
+//   rows each: S = Q.K^T and O += P.V by wgmma with B from shared memory (and, at 192 rows, Q as
+//   S's shared-memory operand: 152 registers a thread cannot also hold Q's 32), tile n's online
+//   softmax under tile n-1's P.V, and turns (pingpong, a ring over the consumers) so that one
+//   warpgroup's softmax runs under the others' wgmma, as in FlashAttention-3. A tile is
+//   converted once for M_CTA rows, where v2 converts every fragment once per warp
+//   (docs/PERF_NOTES.md). The pipeline and its barriers, the layouts, descriptors and fragments
+//   are described where they are set up.
 // The fp16 control (-DPA_KV_F16=1, the peer v3-f16: pa_bench/peers/v3_f16.py): the same kernel on
 //   fp16 K/V (int8 * scale rounded to fp16, the values the torch peers read), in the pool layout
 //   v3 reads (paged or contiguous, PA_PAGED). Only the producer and what it needs change: no int8
@@ -44,11 +47,11 @@ using pa::u32;
 using pa::u64;
 using pa::D;
 
-#ifndef PA_V3_NCWG
-#define PA_V3_NCWG 3
+#ifndef PA_CTA_ROWS
+#define PA_CTA_ROWS 192   // rows of a CTA, 64 per consumer warpgroup: the launch picks 128 or 192
 #endif
-constexpr int NCWG = PA_V3_NCWG;                // consumer warpgroups
-static_assert(NCWG == 2 || NCWG == 3, "two or three consumer warpgroups");
+constexpr int NCWG = PA_CTA_ROWS / 64;          // consumer warpgroups
+static_assert(PA_CTA_ROWS == 128 || PA_CTA_ROWS == 192, "two or three consumer warpgroups");
 // Q as S's shared-memory operand (SS) where the consumers cannot hold its 32 registers: three
 // consumer warpgroups get 152 registers a thread, two get 216.
 constexpr bool Q_SS = NCWG == 3;
@@ -69,7 +72,7 @@ constexpr int PRODUCER_REGS = NCWG == 3 ? 56 : 72;
 constexpr int ISSUER = 96;
 constexpr int CONSUMER_REGS = NCWG == 3 ? 152 : 216;
 // setmaxnreg moves registers within what the CTA was launched with: (65536 / THREADS) per thread,
-// rounded down to a multiple of 8 (168 at 384 threads). Asking the consumers' increase for more
+// rounded down to a multiple of 8 (168 at 384 threads, 128 at 512). Asking the consumers' increase for more
 // than the producer's decrease frees makes setmaxnreg.inc wait forever: the kernel hangs.
 constexpr int LAUNCH_REGS = 65536 / THREADS / 8 * 8;
 static_assert(PRODUCER_REGS % 8 == 0 && CONSUMER_REGS % 8 == 0, "setmaxnreg takes multiples of 8");
@@ -702,10 +705,10 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     const int r0 = 64 * wg;                  // this warpgroup's first row
     const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
 
-    // ---- Q rows r0 .. r0+63 into shared memory (128B-swizzled, K-major) once, then into each
-    // thread's A fragments of all KSTEPS k-steps for the whole loop: S's wgmma reads only K from
-    // shared memory, 16 KB per warpgroup and tile less than with Q as a shared-memory operand
-    // (docs/PERF_NOTES.md). Zero for rows without a query. All of a thread's Q_CHUNKS loads are
+    // ---- Q rows r0 .. r0+63 into shared memory (128B-swizzled, K-major) once, then (two consumer
+    // warpgroups) into each thread's A fragments of all KSTEPS k-steps for the whole loop: S's
+    // wgmma reads only K from shared memory, 16 KB per warpgroup and tile less than with Q as a
+    // shared-memory operand (docs/PERF_NOTES.md); three read Q from shared memory (Q_SS). Zero for rows without a query. All of a thread's Q_CHUNKS loads are
     // issued before its first store, so the CTA's start waits for one global-memory latency, not
     // Q_CHUNKS of them in series (about 4.5 us of every CTA's 7 us of fixed cost: docs/PERF_NOTES.md).
     constexpr int Q_CHUNKS = 64 * (D / 8) / 128;   // 16-byte chunks of Q per consumer thread

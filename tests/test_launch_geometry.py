@@ -192,17 +192,38 @@ def test_segments_are_whole_v1_tiles_and_exclude_split_keys():
 # ---------------------------------------------------------------- v3's key segments that fill the GPU
 
 def test_v3_fills_a_small_grid_with_key_segments():
-    """2.1Kx256 with 32/8 heads gives v3 8 x 8 = 64 CTAs, half the H200's SMs: the rule runs its
-    2,406 keys in two segments of 1,216 (pa_combine merges them), 128 CTAs in all."""
-    from pa_bench.numerics.model import segment_keys
+    """2.1Kx256 with 32/8 heads: 192-row CTAs would be 8 x 6 = 48 (96 in two segments, short of
+    the H200's 132 SMs), so v3 takes 128-row CTAs, 8 x 8 = 64, and runs the 2,406 keys in two
+    segments of 1,216 (pa_combine merges them), 128 CTAs of 384 threads in all. 32Kx1024 takes
+    192-row CTAs, 176, in three segments: 528 CTAs, four full waves."""
+    from pa_bench.numerics.model import cta_rows, segment_keys
 
+    assert cta_rows("v3", 2150, 256, 32, 8) == 128
     seg = segment_keys(2150, "v3", 256, 32, 8)
     assert seg == 1216
-    geo = K.launch_geometry("v3", 256, 32, 8, context=2150, segment_keys=seg)
-    assert geo.grid == (8, 8, 2) and geo.segments == 2
+    geo = K.launch_geometry("v3", 256, 32, 8, context=2150, segment_keys=seg, cta_rows=128)
+    assert geo.grid == (8, 8, 2) and geo.segments == 2 and geo.block == 384
+    assert cta_rows("v3", 32768, 1024, 32, 8) == 192
+    seg = segment_keys(32768, "v3", 1024, 32, 8)
+    assert seg == 11264
+    geo = K.launch_geometry("v3", 1024, 32, 8, context=32768, segment_keys=seg, cta_rows=192)
+    assert geo.grid == (8, 22, 3) and geo.block == 512
+    assert segment_keys(0, "v3", 1536, 32, 8) == 0 and cta_rows("v3", 0, 1536, 32, 8) == 192   # 256 CTAs
     assert segment_keys(2150, "v1", 256, 32, 8) == segment_keys(2150, "v2", 256, 32, 8) == 0   # v3 only
+    assert cta_rows("v1", 2150, 256, 32, 8) == cta_rows("v2", 2150, 256, 32, 8) == 0
     assert segment_keys(2150, "v3", 256, 32, 8) != segment_keys(2150)                        # not the context's rule
-    assert segment_keys(16384, "v3", 200, 32, 8) == 5568   # 56 CTAs: three segments
+
+
+def test_v3_builds_carry_their_rows_and_the_others_do_not():
+    from types import SimpleNamespace
+
+    small = SimpleNamespace(context=2150, queries=256, heads_q=32, heads_kv=8)
+    long = SimpleNamespace(context=32768, queries=1024, heads_q=32, heads_kv=8)
+    assert K.launch_rows("v3", small) == 128 and K.launch_rows("v3", long) == 192
+    assert K.launch_rows("v2", long) == 0
+    assert "-DPA_CTA_ROWS=128" in K.KernelBuild("v3", cta_rows=128).defines()
+    assert not any("PA_CTA_ROWS" in d for d in K.KernelBuild("v3").defines())
+    assert K.kv_group_threads(128) == 384 and K.kv_group_threads(192) == 512
 
 
 @pytest.mark.parametrize("ctx, queries, hq, hkv", [
@@ -210,23 +231,37 @@ def test_v3_fills_a_small_grid_with_key_segments():
     (16384, 200, 32, 8), (4096, 64, 16, 16), (100, 2000, 32, 8), (3000, 1, 32, 8), (65000, 64, 8, 1),
     (20000, 700, 64, 8), (70000, 16, 32, 8)])
 def test_v3_fill_segments_follow_its_launch_geometry(ctx, queries, hq, hkv):
-    """The rule, checked against the CTAs v3's launch geometry really has: segments only where
-    the grid has fewer than FILL_CTAS CTAs (or the context is long), about FILL_CTAS CTAs with
-    them, whole 64-key tiles, none under FILL_MIN_KEYS keys; long contexts keep SEGMENT_KEYS."""
-    from pa_bench.numerics.model import FILL_CTAS, FILL_MIN_KEYS, SEGMENT_KEYS, segment_keys
+    """The rules, checked against the CTAs v3's launch geometry really has: 192 rows exactly where
+    their launch (segments included) fills FILL_SMS SMs at least once; segments whole 64-key
+    tiles, none under FILL_MIN_KEYS keys, at most FILL_MAX_SEGMENTS; no other count of segments
+    more than 10 % faster by the wave count ceil(n * ctas / FILL_SMS) / n; long contexts keep
+    SEGMENT_KEYS."""
+    from pa_bench.numerics.model import (FILL_MAX_SEGMENTS, FILL_MIN_KEYS, FILL_SMS, SEGMENT_KEYS,
+                                         cta_rows, fill_segments, segment_keys)
 
-    seg = segment_keys(ctx, "v3", queries, hq, hkv)
-    plain = K.launch_geometry("v3", queries, hq, hkv, context=ctx)
-    ctas = plain.grid[0] * plain.grid[1]
     keys = ctx + queries
+
+    rows = cta_rows("v3", ctx, queries, hq, hkv)
+    seg = segment_keys(ctx, "v3", queries, hq, hkv)
+    plain = K.launch_geometry("v3", queries, hq, hkv, context=ctx, cta_rows=rows)
+    assert plain.block == 128 * (1 + rows // 64)
+    ctas = plain.grid[0] * plain.grid[1]
+    geo = K.launch_geometry("v3", queries, hq, hkv, context=ctx, segment_keys=seg, cta_rows=rows)
+    assert geo.grid[:2] == plain.grid[:2]
     if ctx > SEGMENT_KEYS:
         assert seg == SEGMENT_KEYS
-        return
-    if ctas >= FILL_CTAS or keys < 2 * FILL_MIN_KEYS:
-        assert seg == 0
-        return
-    assert seg % 64 == 0 and seg >= FILL_MIN_KEYS
-    geo = K.launch_geometry("v3", queries, hq, hkv, context=ctx, segment_keys=seg)
-    assert geo.grid[:2] == plain.grid[:2]
-    assert 2 <= geo.segments <= -(-FILL_CTAS // ctas)
-    assert ctas * geo.segments >= min(FILL_CTAS, ctas * (keys // FILL_MIN_KEYS))
+    elif seg:
+        assert seg % 64 == 0 and seg >= FILL_MIN_KEYS and 2 <= geo.segments <= FILL_MAX_SEGMENTS
+        cost = -(-geo.segments * ctas // FILL_SMS) / geo.segments
+        for n in range(1, min(FILL_MAX_SEGMENTS, keys // FILL_MIN_KEYS) + 1):
+            assert -(-n * ctas // FILL_SMS) / n >= 0.9 * cost - 1e-12
+    else:
+        assert -(-ctas // FILL_SMS) <= 1.1 * min(-(-n * ctas // FILL_SMS) / n for n in
+                                                 range(1, max(1, min(FILL_MAX_SEGMENTS, keys // FILL_MIN_KEYS)) + 1)) + 1e-12
+    if rows == 128:   # the larger CTAs, with their own segments, would not fill the SMs once
+        big = K.launch_geometry("v3", queries, hq, hkv, context=ctx, cta_rows=192)
+        big_seg = SEGMENT_KEYS if ctx > SEGMENT_KEYS else None
+        n = -(-keys // big_seg) if big_seg else fill_segments(big.grid[0] * big.grid[1], keys)
+        assert big.grid[0] * big.grid[1] * n < FILL_SMS
+    else:
+        assert ctas * geo.segments >= FILL_SMS

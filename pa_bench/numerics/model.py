@@ -71,17 +71,18 @@ SEGMENT_KEYS = 65536
 
 
 # Key segments to fill the GPU: a variant whose CTA packs the query heads of one KV group
-# into ``fill_rows`` rows (pa_bench.variants; v3: 192) launches ctas = heads_kv * ceil(queries /
-# (fill_rows / group)) CTAs, one an SM, of about equal length where the context is long. Run on
-# FILL_SMS SMs they take ceil(ctas / FILL_SMS) waves, and the last may be nearly empty (32Kx1024
-# with 32/8 heads: 176 CTAs, two waves for 1.33 waves of work). Run in n key segments merged by
-# pa_combine, as long contexts are, each CTA does 1/n of the keys, and the chunk takes
-# ceil(n * ctas / FILL_SMS) / n of a CTA's time. The rule takes the n (at most FILL_MAX_SEGMENTS,
-# no segment under FILL_MIN_KEYS keys) that makes that least, each more segment taken only where it
-# cuts the time by more than 10 % (the merge reads and writes every segment's O): 32Kx1024 3 (four
-# full waves), 64Kx512 3, 2.1Kx256 2, 64Kx2048 3, 0x1536 none. FILL_SMS is the SM
-# count of the sm_90a GPUs v3 is built for (H100 SXM, H200): a constant, so that the rule depends
-# on the problem only and a row's bits never depend on the GPU.
+# into ``rows`` rows (pa_bench.variants ``fill_rows``; v3: 128 or 192, ``cta_rows``) launches
+# ctas = heads_kv * ceil(queries / (rows / group)) CTAs, one an SM, of about equal length where
+# the context is long. Run on FILL_SMS SMs they take ceil(ctas / FILL_SMS) waves, and the last may
+# be nearly empty (32Kx1024 with 32/8 heads at 192 rows: 176 CTAs, two waves for 1.33 waves of
+# work). Run in n key segments merged by pa_combine, as long contexts are, each CTA does 1/n of
+# the keys, and the chunk takes ceil(n * ctas / FILL_SMS) / n of a CTA's time. The rule takes the
+# n (at most FILL_MAX_SEGMENTS, no segment under FILL_MIN_KEYS keys) that makes that least, each
+# more segment taken only where it cuts the time by more than 10 % (the merge reads and writes
+# every segment's O): at 192 rows 32Kx1024 3 (four full waves), 64Kx512 3, 64Kx2048 3, 0x1536
+# none; at 128 rows 2.1Kx256 2. FILL_SMS is the SM count of the sm_90a GPUs v3 is built for
+# (H100 SXM, H200): a constant, so that the rule depends on the problem only and a row's bits
+# never depend on the GPU.
 FILL_SMS = 132
 FILL_MAX_SEGMENTS = 8
 FILL_MIN_KEYS = 512
@@ -97,22 +98,53 @@ def fill_segments(ctas: int, keys: int) -> int:
     return best
 
 
+def _launch(rows: int, context: int, queries: int, heads_q: int, heads_kv: int) -> tuple[int, int]:
+    """(CTAs of one key range, key segments) of a ``rows``-row CTA launch (segments 1: none)."""
+    per_cta = max(1, rows // max(1, int(heads_q) // max(1, int(heads_kv))))   # query positions per CTA
+    ctas = int(heads_kv) * -(-int(queries) // per_cta)
+    keys = int(context) + int(queries)
+    if int(context) > SEGMENT_KEYS:
+        return ctas, -(-keys // SEGMENT_KEYS)
+    return ctas, fill_segments(ctas, keys)
+
+
+def cta_rows(variant: str | None, context: int, queries: int, heads_q: int = 1, heads_kv: int = 1) -> int:
+    """Rows of one CTA of ``variant`` on a chunk (0: the variant packs no rows, ``fill_rows`` None).
+    Where it offers several (v3: 128 or 192, two or three consumer warpgroups), the largest
+    whose launch, key segments included, makes at least FILL_SMS CTAs; else the smallest. More
+    rows share each converted K/V tile among more queries and hide one warpgroup's softmax under
+    the others' wgmma, but a CTA's tile takes longer: where the larger CTAs cannot fill the SMs
+    even once (2.1Kx256 with 32/8 heads: 96 CTAs at 192 rows, 128 at 128), the smaller finish
+    first. Every row's bits are the same either way (segments aside); the numerics model needs
+    the rows only for the segments."""
+    entry = registry.find(variant) if variant else None
+    rows = entry.fill_rows if entry is not None else None
+    if not rows:
+        return 0
+    options = sorted(rows) if isinstance(rows, tuple) else [int(rows)]
+    if queries <= 0:
+        return options[-1]
+    for r in reversed(options):
+        ctas, n = _launch(r, context, queries, heads_q, heads_kv)
+        if ctas * n >= FILL_SMS:
+            return r
+    return options[0]
+
+
 def segment_keys(context: int, variant: str | None = None, queries: int = 0, heads_q: int = 1,
                  heads_kv: int = 1) -> int:
     """The keys per segment for a chunk of ``queries`` rows after ``context`` keys (0: one
     segment, the whole key range): SEGMENT_KEYS on contexts longer than SEGMENT_KEYS (every
-    variant); else, for a ``variant`` with ``fill_rows``, the fill rule above (a multiple of 64)."""
+    variant); else, for a ``variant`` with ``fill_rows``, the fill rule above at its ``cta_rows``
+    (a multiple of 64)."""
     ctx = int(context)
     if ctx > SEGMENT_KEYS:
         return SEGMENT_KEYS
-    entry = registry.find(variant) if variant else None
-    rows = entry.fill_rows if entry is not None else None
+    rows = cta_rows(variant, ctx, queries, heads_q, heads_kv)
     if not rows or queries <= 0:
         return 0
-    per_cta = max(1, rows // max(1, int(heads_q) // max(1, int(heads_kv))))   # query positions per CTA
-    ctas = int(heads_kv) * -(-int(queries) // per_cta)
+    _, n = _launch(rows, ctx, queries, heads_q, heads_kv)
     keys = ctx + int(queries)
-    n = fill_segments(ctas, keys)
     return -(-keys // (64 * n)) * 64 if n >= 2 else 0
 
 
@@ -471,5 +503,5 @@ def _online_softmax(a: ModelArrays, qf, limit, tile: int, k0: int, k1: int, mma:
 
 
 __all__ = ["model_attention", "model_arrays", "ModelArrays", "key_parts", "tile_keys", "pv_chain_keys", "split_keys",
-           "split_point", "SEGMENT_KEYS", "segment_keys", "fill_segments", "FILL_SMS", "FILL_MAX_SEGMENTS", "FILL_MIN_KEYS", "MMA_MODES", "DEFAULT_MMA", "round_fp16",
+           "split_point", "SEGMENT_KEYS", "segment_keys", "cta_rows", "fill_segments", "FILL_SMS", "FILL_MAX_SEGMENTS", "FILL_MIN_KEYS", "MMA_MODES", "DEFAULT_MMA", "round_fp16",
            "exp2_ftz", "ENGINES"]
