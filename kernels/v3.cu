@@ -2,8 +2,8 @@
 // head attends causally to Nk = ctx + Nq int8 keys of its KV head (one fp32 scale per token and
 // head), with the arithmetic of pa_bench.numerics.model at 64-key tiles, as v1 computes it.
 // Tiling: grid (Hkv, ceil(Nq / PPC), n_seg), one CTA per SM; a CTA owns one KV head and M_CTA =
-//   PA_CTA_ROWS rows (192: 512 threads, or 128: 384 threads, where 192-row CTAs cannot fill the
-//   GPU once; pa_bench.numerics.model.cta_rows picks) into which the G = Hq/Hkv query heads of its
+//   PA_CTA_ROWS rows (192: 512 threads, or 128: 384 threads, whichever launch
+//   pa_bench.numerics.fill estimates faster for the chunk) into which the G = Hq/Hkv query heads of its
 //   group are packed (row R is position p0 + R / G of query head hkv*G + R % G; PPC = M_CTA / G
 //   positions), so K and V are gathered and converted once for all G heads. Row blocks run
 //   longest-first; grid.z is the key segment of the CTA (pa_combine merges the segments).
@@ -320,9 +320,9 @@ __device__ __forceinline__ void i8x16_to_f16(uint4 x, uint4& lo, uint4& hi) {
 
 // What a CTA covers: KV head, query positions [p0, p_end), key tiles [t_begin, t_end). With key
 // segments (Args::seg_keys) the CTAs of blockIdx.z = z see only keys [z*S, (z+1)*S) and write
-// their unnormalised (O, m, l) for pa_combine. Besides long contexts, v3 gets segments where its
-// grid would have fewer than 128 CTAs (2.1Kx256 with 32/8 heads: 64), to fill the GPU
-// (pa_bench.numerics.model.segment_keys, the registry's fill_rows = M_CTA).
+// their unnormalised (O, m, l) for pa_combine. Besides long contexts, v3 gets segments where they
+// fill the GPU better (2.1Kx256 with 32/8 heads: 64 CTAs, two segments; 32Kx1024: 176 CTAs of
+// 192 rows, three segments, four full waves): pa_bench.numerics.fill, model.segment_keys.
 struct Cta {
     int group, ppc, hkv, p0, p_end, t_begin, t_end;
 };

@@ -192,10 +192,10 @@ def test_segments_are_whole_v1_tiles_and_exclude_split_keys():
 # ---------------------------------------------------------------- v3's key segments that fill the GPU
 
 def test_v3_fills_a_small_grid_with_key_segments():
-    """2.1Kx256 with 32/8 heads: 192-row CTAs would be 8 x 6 = 48 (96 in two segments, short of
-    the H200's 132 SMs), so v3 takes 128-row CTAs, 8 x 8 = 64, and runs the 2,406 keys in two
-    segments of 1,216 (pa_combine merges them), 128 CTAs of 384 threads in all. 32Kx1024 takes
-    192-row CTAs, 176, in three segments: 528 CTAs, four full waves."""
+    """2.1Kx256 with 32/8 heads: 192-row CTAs would be 8 x 6 = 48 (96 in two segments, a wave
+    of slower CTAs short of the H200's 132 SMs), so v3 takes 128-row CTAs, 8 x 8 = 64, and runs
+    the 2,406 keys in two segments of 1,216 (pa_combine merges them), 128 CTAs of 384 threads in
+    all. 32Kx1024 takes 192-row CTAs, 176, in three segments: 528 CTAs, four full waves."""
     from pa_bench.numerics.model import cta_rows, segment_keys
 
     assert cta_rows("v3", 2150, 256, 32, 8) == 128
@@ -229,39 +229,79 @@ def test_v3_builds_carry_their_rows_and_the_others_do_not():
 @pytest.mark.parametrize("ctx, queries, hq, hkv", [
     (32768, 1024, 32, 8), (65536, 512, 32, 8), (0, 1536, 32, 8), (2150, 256, 32, 8), (1023, 113, 32, 8),
     (16384, 200, 32, 8), (4096, 64, 16, 16), (100, 2000, 32, 8), (3000, 1, 32, 8), (65000, 64, 8, 1),
-    (20000, 700, 64, 8), (70000, 16, 32, 8)])
-def test_v3_fill_segments_follow_its_launch_geometry(ctx, queries, hq, hkv):
-    """The rules, checked against the CTAs v3's launch geometry really has: 192 rows exactly where
-    their launch (segments included) fills FILL_SMS SMs at least once; segments whole 64-key
-    tiles, none under FILL_MIN_KEYS keys, at most FILL_MAX_SEGMENTS; no other count of segments
-    more than 10 % faster by the wave count ceil(n * ctas / FILL_SMS) / n; long contexts keep
-    SEGMENT_KEYS."""
-    from pa_bench.numerics.model import (FILL_MAX_SEGMENTS, FILL_MIN_KEYS, FILL_SMS, SEGMENT_KEYS,
-                                         cta_rows, fill_segments, segment_keys)
+    (20000, 700, 64, 8), (70000, 16, 32, 8), (16384, 256, 32, 8), (1024, 2048, 32, 8), (131072, 2048, 32, 8)])
+def test_v3_fill_launch_follows_its_launch_geometry(ctx, queries, hq, hkv):
+    """The launch v3 takes, checked against the CTAs its launch geometry really has and against
+    every other candidate: the estimate schedules exactly the geometry's CTAs; the segments are
+    whole 64-key tiles, none under FILL_MIN_KEYS keys, at most FILL_MAX_SEGMENTS (long contexts
+    keep SEGMENT_KEYS); no candidate, rows x segments, is estimated more than FILL_PREFER faster;
+    and none with fewer segments (then more rows) is within FILL_PREFER of the fastest."""
+    from pa_bench.numerics import fill
+    from pa_bench.numerics.model import SEGMENT_KEYS, cta_rows, segment_keys
+
+    keys = ctx + queries
+    rows = cta_rows("v3", ctx, queries, hq, hkv)
+    seg = segment_keys(ctx, "v3", queries, hq, hkv)
+    geo = K.launch_geometry("v3", queries, hq, hkv, context=ctx, segment_keys=seg, cta_rows=rows)
+    assert geo.block == 128 * (1 + rows // 64)
+    costs = fill.cta_costs(rows, seg, ctx, queries, hq // hkv, hkv)
+    assert len(costs) == geo.grid[0] * geo.grid[1] * geo.grid[2]
+    n = geo.segments if seg else 1
+    if ctx > SEGMENT_KEYS:
+        assert seg == SEGMENT_KEYS
+        cands = [(r, SEGMENT_KEYS) for r in (128, 192)]
+    else:
+        if seg:
+            assert seg % 64 == 0 and seg >= fill.FILL_MIN_KEYS and 2 <= n <= fill.FILL_MAX_SEGMENTS
+        cands = [(r, fill.segment_size(keys, m)) for r in (128, 192)
+                 for m in range(1, max(1, min(fill.FILL_MAX_SEGMENTS, keys // fill.FILL_MIN_KEYS)) + 1)]
+    est = {c: fill.estimate(c[0], c[1], ctx, queries, hq, hkv) for c in cands}
+    mine = est[(rows, seg)]
+    best = min(est.values())
+    assert mine <= fill.FILL_PREFER * best + 1e-9
+
+    def count(s):
+        return -(-keys // s) if s else 1
+    for (r, s), e in est.items():
+        if e <= fill.FILL_PREFER * best:
+            assert (count(s), -r) >= (n, -rows), (r, s, e, rows, seg, mine)
+
+
+# Launch pairs measured on one H200 (pa-bench time, or two runs of one config): (context, queries,
+# (rows, segments) of A, (rows, segments) of B, B's time / A's). results/reference/h200/
+# 20261203-v3-fill-rule/EVIDENCE.md names each run.
+MEASURED_PAIRS = [
+    (32768, 1024, (128, 1), (192, 3), 0.931), (65536, 512, (128, 1), (192, 3), 0.969),
+    (0, 1536, (128, 1), (192, 1), 0.866), (2150, 256, (128, 2), (192, 2), 1.21),
+    (16384, 200, (128, 3), (128, 7), 0.75), (4096, 256, (128, 2), (192, 5), 1.25),
+    (16384, 256, (128, 2), (192, 5), 1.151), (65536, 256, (128, 2), (192, 5), 1.126),
+    (1024, 2048, (128, 1), (192, 3), 1.343), (2048, 2048, (128, 1), (192, 3), 1.231),
+    (8192, 2048, (128, 1), (192, 3), 1.062), (32768, 2048, (128, 1), (192, 3), 0.968),
+    (65536, 2048, (128, 1), (192, 3), 0.960), (131072, 2048, (128, 3), (192, 3), 1.058),
+    (131072, 256, (128, 3), (192, 3), 1.393)]
+
+
+@pytest.mark.parametrize("ctx, queries, a, b, measured", MEASURED_PAIRS)
+def test_the_fill_estimate_orders_the_measured_launches_as_the_h200_did(ctx, queries, a, b, measured):
+    """The estimate's constants came from these pairs: it must rank each pair as measured and
+    come within 12 % of the measured ratio (32/8 heads, D 128)."""
+    from pa_bench.numerics import fill
+    from pa_bench.numerics.model import SEGMENT_KEYS
 
     keys = ctx + queries
 
-    rows = cta_rows("v3", ctx, queries, hq, hkv)
-    seg = segment_keys(ctx, "v3", queries, hq, hkv)
-    plain = K.launch_geometry("v3", queries, hq, hkv, context=ctx, cta_rows=rows)
-    assert plain.block == 128 * (1 + rows // 64)
-    ctas = plain.grid[0] * plain.grid[1]
-    geo = K.launch_geometry("v3", queries, hq, hkv, context=ctx, segment_keys=seg, cta_rows=rows)
-    assert geo.grid[:2] == plain.grid[:2]
-    if ctx > SEGMENT_KEYS:
-        assert seg == SEGMENT_KEYS
-    elif seg:
-        assert seg % 64 == 0 and seg >= FILL_MIN_KEYS and 2 <= geo.segments <= FILL_MAX_SEGMENTS
-        cost = -(-geo.segments * ctas // FILL_SMS) / geo.segments
-        for n in range(1, min(FILL_MAX_SEGMENTS, keys // FILL_MIN_KEYS) + 1):
-            assert -(-n * ctas // FILL_SMS) / n >= 0.9 * cost - 1e-12
-    else:
-        assert -(-ctas // FILL_SMS) <= 1.1 * min(-(-n * ctas // FILL_SMS) / n for n in
-                                                 range(1, max(1, min(FILL_MAX_SEGMENTS, keys // FILL_MIN_KEYS)) + 1)) + 1e-12
-    if rows == 128:   # the larger CTAs, with their own segments, would not fill the SMs once
-        big = K.launch_geometry("v3", queries, hq, hkv, context=ctx, cta_rows=192)
-        big_seg = SEGMENT_KEYS if ctx > SEGMENT_KEYS else None
-        n = -(-keys // big_seg) if big_seg else fill_segments(big.grid[0] * big.grid[1], keys)
-        assert big.grid[0] * big.grid[1] * n < FILL_SMS
-    else:
-        assert ctas * geo.segments >= FILL_SMS
+    def seg(n):
+        return SEGMENT_KEYS if ctx > SEGMENT_KEYS else fill.segment_size(keys, n)
+    ratio = (fill.estimate(b[0], seg(b[1]), ctx, queries, 32, 8)
+             / fill.estimate(a[0], seg(a[1]), ctx, queries, 32, 8))
+    assert (ratio < 1) == (measured < 1)
+    assert abs(ratio / measured - 1) < 0.12
+
+
+def test_makespan_puts_each_cta_on_the_sm_that_frees_first():
+    from pa_bench.numerics.fill import makespan
+
+    assert makespan([1.0] * 132) == 1.0
+    assert makespan([1.0] * 133) == 2.0
+    assert makespan([3.0, 1.0, 1.0, 1.0], sms=2) == 3.0      # the three short ones share one SM
+    assert makespan([1.0, 1.0, 1.0, 3.0], sms=2) == 4.0      # the long one last waits for a free SM

@@ -38,6 +38,8 @@ from typing import Any, Callable
 import numpy as np
 
 from pa_bench import variants as registry
+from pa_bench.numerics import fill
+from pa_bench.numerics.fill import FILL_MAX_SEGMENTS, FILL_MIN_KEYS, FILL_SMS
 from pa_bench.problem.inputs import Inputs
 
 
@@ -70,82 +72,54 @@ SPLIT_MIN_CONTEXT = 1024       # keys before the chunk
 SEGMENT_KEYS = 65536
 
 
-# Key segments to fill the GPU: a variant whose CTA packs the query heads of one KV group
-# into ``rows`` rows (pa_bench.variants ``fill_rows``; v3: 128 or 192, ``cta_rows``) launches
-# ctas = heads_kv * ceil(queries / (rows / group)) CTAs, one an SM, of about equal length where
-# the context is long. Run on FILL_SMS SMs they take ceil(ctas / FILL_SMS) waves, and the last may
-# be nearly empty (32Kx1024 with 32/8 heads at 192 rows: 176 CTAs, two waves for 1.33 waves of
-# work). Run in n key segments merged by pa_combine, as long contexts are, each CTA does 1/n of
-# the keys, and the chunk takes ceil(n * ctas / FILL_SMS) / n of a CTA's time. The rule takes the
-# n (at most FILL_MAX_SEGMENTS, no segment under FILL_MIN_KEYS keys) that makes that least, each
-# more segment taken only where it cuts the time by more than 10 % (the merge reads and writes
-# every segment's O): at 192 rows 32Kx1024 3 (four full waves), 64Kx512 3, 64Kx2048 3, 0x1536
-# none; at 128 rows 2.1Kx256 2. FILL_SMS is the SM count of the sm_90a GPUs v3 is built for
-# (H100 SXM, H200): a constant, so that the rule depends on the problem only and a row's bits
-# never depend on the GPU.
-FILL_SMS = 132
-FILL_MAX_SEGMENTS = 8
-FILL_MIN_KEYS = 512
+# Key segments and CTA rows that fill the GPU: for a variant whose CTA packs the query heads of
+# one KV group (pa_bench.variants ``fill_rows``; v3: 128 or 192 rows), pa_bench.numerics.fill
+# picks the launch, rows x key segments, that its schedule estimate says runs the chunk fastest
+# (32Kx1024 with 32/8 heads: 192 rows in three segments, four full waves; 2.1Kx256: 128 rows in
+# two; 16Kx256 128 rows in two; 1Kx2048 128 rows in one; 0x1536 192 rows in one). The segments
+# change the bits (the same merge as long contexts', fewer keys a segment); the rows do not.
+# The choice depends on the problem only, never on the GPU.
 
 
-def fill_segments(ctas: int, keys: int) -> int:
-    """How many key segments the fill rule above gives ``ctas`` CTAs over ``keys`` keys (1: none)."""
-    best, best_waves = 1, -(-ctas // FILL_SMS)
-    for n in range(2, min(FILL_MAX_SEGMENTS, keys // FILL_MIN_KEYS) + 1):
-        waves = -(-n * ctas // FILL_SMS)
-        if 10 * waves * best < 9 * best_waves * n:   # waves / n more than 10 % below best_waves / best
-            best, best_waves = n, waves
-    return best
-
-
-def _launch(rows: int, context: int, queries: int, heads_q: int, heads_kv: int) -> tuple[int, int]:
-    """(CTAs of one key range, key segments) of a ``rows``-row CTA launch (segments 1: none)."""
-    per_cta = max(1, rows // max(1, int(heads_q) // max(1, int(heads_kv))))   # query positions per CTA
-    ctas = int(heads_kv) * -(-int(queries) // per_cta)
-    keys = int(context) + int(queries)
-    if int(context) > SEGMENT_KEYS:
-        return ctas, -(-keys // SEGMENT_KEYS)
-    return ctas, fill_segments(ctas, keys)
-
-
-def cta_rows(variant: str | None, context: int, queries: int, heads_q: int = 1, heads_kv: int = 1) -> int:
-    """Rows of one CTA of ``variant`` on a chunk (0: the variant packs no rows, ``fill_rows`` None).
-    Where it offers several (v3: 128 or 192, two or three consumer warpgroups), the largest
-    whose launch, key segments included, makes at least FILL_SMS CTAs; else the smallest. More
-    rows share each converted K/V tile among more queries and hide one warpgroup's softmax under
-    the others' wgmma, but a CTA's tile takes longer: where the larger CTAs cannot fill the SMs
-    even once (2.1Kx256 with 32/8 heads: 96 CTAs at 192 rows, 128 at 128), the smaller finish
-    first. Every row's bits are the same either way (segments aside); the numerics model needs
-    the rows only for the segments."""
+def _fill_options(variant: str | None) -> tuple[int, ...]:
     entry = registry.find(variant) if variant else None
     rows = entry.fill_rows if entry is not None else None
     if not rows:
-        return 0
-    options = sorted(rows) if isinstance(rows, tuple) else [int(rows)]
-    if queries <= 0:
-        return options[-1]
-    for r in reversed(options):
-        ctas, n = _launch(r, context, queries, heads_q, heads_kv)
-        if ctas * n >= FILL_SMS:
-            return r
-    return options[0]
+        return ()
+    return tuple(sorted(rows)) if isinstance(rows, tuple) else (int(rows),)
+
+
+def _fill(variant: str | None, context: int, queries: int, heads_q: int, heads_kv: int) -> tuple[int, int]:
+    """(rows, keys per segment) of ``variant``'s launch on a chunk ((0, 0): no fill rows)."""
+    options = _fill_options(variant)
+    if not options or queries <= 0:
+        return (options[-1] if options else 0), 0
+    ctx = int(context)
+    fixed = SEGMENT_KEYS if ctx > SEGMENT_KEYS else 0
+    return fill.fill_launch(options, ctx, int(queries), max(1, int(heads_q)), max(1, int(heads_kv)), fixed)
+
+
+def cta_rows(variant: str | None, context: int, queries: int, heads_q: int = 1, heads_kv: int = 1) -> int:
+    """Rows of one CTA of ``variant`` on a chunk (0: the variant packs no rows, ``fill_rows``
+    None): where it offers several (v3: 128 or 192, two or three consumer warpgroups), the one of
+    the fastest launch by pa_bench.numerics.fill's estimate. More rows share each converted K/V
+    tile among more queries and hide one warpgroup's softmax under the others' wgmma, but a CTA
+    takes longer, so fewer CTAs fill the SMs less well. Every row's bits are the same at either
+    (segments aside); the numerics model needs the rows only for the segments."""
+    return _fill(variant, context, queries, heads_q, heads_kv)[0]
 
 
 def segment_keys(context: int, variant: str | None = None, queries: int = 0, heads_q: int = 1,
                  heads_kv: int = 1) -> int:
     """The keys per segment for a chunk of ``queries`` rows after ``context`` keys (0: one
     segment, the whole key range): SEGMENT_KEYS on contexts longer than SEGMENT_KEYS (every
-    variant); else, for a ``variant`` with ``fill_rows``, the fill rule above at its ``cta_rows``
-    (a multiple of 64)."""
+    variant); else, for a ``variant`` with ``fill_rows``, those of its fastest launch by
+    pa_bench.numerics.fill (whole 64-key tiles, none under FILL_MIN_KEYS keys, at most
+    FILL_MAX_SEGMENTS segments)."""
     ctx = int(context)
     if ctx > SEGMENT_KEYS:
         return SEGMENT_KEYS
-    rows = cta_rows(variant, ctx, queries, heads_q, heads_kv)
-    if not rows or queries <= 0:
-        return 0
-    _, n = _launch(rows, ctx, queries, heads_q, heads_kv)
-    keys = ctx + int(queries)
-    return -(-keys // (64 * n)) * 64 if n >= 2 else 0
+    return _fill(variant, ctx, queries, heads_q, heads_kv)[1]
 
 
 def split_point(context: int) -> int:
@@ -503,5 +477,5 @@ def _online_softmax(a: ModelArrays, qf, limit, tile: int, k0: int, k1: int, mma:
 
 
 __all__ = ["model_attention", "model_arrays", "ModelArrays", "key_parts", "tile_keys", "pv_chain_keys", "split_keys",
-           "split_point", "SEGMENT_KEYS", "segment_keys", "cta_rows", "fill_segments", "FILL_SMS", "FILL_MAX_SEGMENTS", "FILL_MIN_KEYS", "MMA_MODES", "DEFAULT_MMA", "round_fp16",
+           "split_point", "SEGMENT_KEYS", "segment_keys", "cta_rows", "FILL_SMS", "FILL_MAX_SEGMENTS", "FILL_MIN_KEYS", "MMA_MODES", "DEFAULT_MMA", "round_fp16",
            "exp2_ftz", "ENGINES"]
