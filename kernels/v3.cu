@@ -1,19 +1,22 @@
 // v3: int8-KV prompt attention for Hopper (sm_90a only). A chunk of Nq query rows per query
 // head attends causally to Nk = ctx + Nq int8 keys of its KV head (one fp32 scale per token and
 // head), with the arithmetic of pa_bench.numerics.model at 64-key tiles, as v1 computes it.
-// Tiling: grid (Hkv, ceil(Nq / PPC), n_seg), 384 threads, one CTA per SM; a CTA owns one KV head
-//   and M_CTA = 128 rows into which the G = Hq/Hkv query heads of its group are packed (row R is
-//   position p0 + R / G of query head hkv*G + R % G; PPC = 128 / G positions), so K and V are
-//   gathered and converted once for all G heads. Row blocks run longest-first; grid.z is the
-//   key segment of the CTA (pa_combine merges the segments).
+// Tiling: grid (Hkv, ceil(Nq / PPC), n_seg), one CTA per SM; a CTA owns one KV head and M_CTA =
+//   PA_CTA_ROWS rows (192: 512 threads, or 128: 384 threads, whichever launch
+//   pa_bench.numerics.fill estimates faster for the chunk) into which the G = Hq/Hkv query heads of its
+//   group are packed (row R is position p0 + R / G of query head hkv*G + R % G; PPC = M_CTA / G
+//   positions), so K and V are gathered and converted once for all G heads. Row blocks run
+//   longest-first; grid.z is the key segment of the CTA (pa_combine merges the segments).
 // Roles. Warpgroup 0, the producer: the TMA unit's bulk copies bring each 64-key tile's int8 K,
-//   V and scales into a 3-deep staging ring, and the warpgroup converts them to fp16 into a
-//   4-deep ring of swizzled stages. Warpgroups 1 and 2, the consumers, 64 rows each: S = Q.K^T
-//   and O += P.V by wgmma with B from shared memory, tile n's online softmax under tile n-1's
-//   P.V, and turns (pingpong) so that one warpgroup's softmax runs under the other's wgmma, as in
-//   FlashAttention-3. A tile is converted once for 128 rows, where v2 converts every fragment
-//   once per warp (docs/PERF_NOTES.md). The pipeline and its barriers, the layouts, descriptors
-//   and fragments are described where they are set up.
+//   V and scales into a staging ring (3 deep at 128 rows, 2 at 192), and the warpgroup converts
+//   them to fp16 into a 4-deep ring of swizzled stages. Warpgroups 1.. NCWG, the consumers, 64
+//   rows each: S = Q.K^T and O += P.V by wgmma with B from shared memory (and, at 192 rows, Q as
+//   S's shared-memory operand: 152 registers a thread cannot also hold Q's 32), tile n's online
+//   softmax under tile n-1's P.V, and turns (pingpong, a ring over the consumers) so that one
+//   warpgroup's softmax runs under the others' wgmma, as in FlashAttention-3. A tile is
+//   converted once for M_CTA rows, where v2 converts every fragment once per warp
+//   (docs/PERF_NOTES.md). The pipeline and its barriers, the layouts, descriptors and fragments
+//   are described where they are set up.
 // The fp16 control (-DPA_KV_F16=1, the peer v3-f16: pa_bench/peers/v3_f16.py): the same kernel on
 //   fp16 K/V (int8 * scale rounded to fp16, the values the torch peers read), in the pool layout
 //   v3 reads (paged or contiguous, PA_PAGED). Only the producer and what it needs change: no int8
@@ -44,7 +47,14 @@ using pa::u32;
 using pa::u64;
 using pa::D;
 
-constexpr int NCWG = 2;                         // consumer warpgroups
+#ifndef PA_CTA_ROWS
+#define PA_CTA_ROWS 192   // rows of a CTA, 64 per consumer warpgroup: the launch picks 128 or 192
+#endif
+constexpr int NCWG = PA_CTA_ROWS / 64;          // consumer warpgroups
+static_assert(PA_CTA_ROWS == 128 || PA_CTA_ROWS == 192, "two or three consumer warpgroups");
+// Q as S's shared-memory operand (SS) where the consumers cannot hold its 32 registers: three
+// consumer warpgroups get 152 registers a thread, two get 216.
+constexpr bool Q_SS = NCWG == 3;
 constexpr int THREADS = 128 * (1 + NCWG);       // producer warpgroup + consumers
 constexpr int M_CTA = 64 * NCWG;                // rows of a CTA
 constexpr int BN = 64;                          // keys per tile
@@ -55,14 +65,14 @@ constexpr int KSTEPS = D / 16;                  // k16 steps of S = Q.K^T
 constexpr int PV_STEPS = BN / 16;               // k16 steps of O = P.V
 constexpr int S_REGS = BN / 2;                  // fp32 accumulator registers per thread: S (64 x 64)
 constexpr int O_REGS = D / 2;                   // ... and O (64 x D)
-constexpr int PRODUCER_REGS = 72;
+constexpr int PRODUCER_REGS = NCWG == 3 ? 56 : 72;
 // The producer thread that starts every tile's bulk copies: lane 0 of producer warp 3, as warp 0
 // also stores each tile's scales (with thread 0 issuing, the long shapes took about 1 % longer:
 // docs/PERF_NOTES.md).
 constexpr int ISSUER = 96;
-constexpr int CONSUMER_REGS = 216;
+constexpr int CONSUMER_REGS = NCWG == 3 ? 152 : 216;
 // setmaxnreg moves registers within what the CTA was launched with: (65536 / THREADS) per thread,
-// rounded down to a multiple of 8 (168 at 384 threads). Asking the consumers' increase for more
+// rounded down to a multiple of 8 (168 at 384 threads, 128 at 512). Asking the consumers' increase for more
 // than the producer's decrease frees makes setmaxnreg.inc wait forever: the kernel hangs.
 constexpr int LAUNCH_REGS = 65536 / THREADS / 8 * 8;
 static_assert(PRODUCER_REGS % 8 == 0 && CONSUMER_REGS % 8 == 0, "setmaxnreg takes multiples of 8");
@@ -92,6 +102,9 @@ constexpr int F16_KQ = 2 * NG * KV_BLOCK;
 constexpr int F16_VS = F16_KQ + BN * 4;
 constexpr int F16_STAGE = (F16_VS + BN * 4 + 1023) / 1024 * 1024;
 constexpr int F16_STAGES = 4;               // a consumer holds two (S of tile n, P.V of tile n-1)
+#ifndef PA_V3_I8_STAGES
+#define PA_V3_I8_STAGES (NCWG == 3 ? 2 : 3)    // int8 staging slots (three consumer warpgroups: Q takes 48 KB)
+#endif
 // int8 staging: K rows, V rows, K scales, V scales (each thread's own chunks)
 [[maybe_unused]] constexpr int I8_K = 0;   // (unused by the fp16 control)
 [[maybe_unused]] constexpr int I8_V = BN * D;
@@ -100,7 +113,7 @@ constexpr int I8_STAGE = I8_SC + 2 * BN * 4;
 #if PA_KV_F16
 constexpr int I8_STAGES = 0;                    // the fp16 control stages nothing: its copies land in the fp16 stages
 #else
-constexpr int I8_STAGES = 3;
+constexpr int I8_STAGES = PA_V3_I8_STAGES;
 #endif
 // the whole CTA (offsets from a 1024-aligned base)
 constexpr int SM_Q = 0;
@@ -110,8 +123,8 @@ constexpr int SM_BAR = SM_I8 + I8_STAGES * I8_STAGE;   // full[F16_STAGES], empt
 constexpr int SM_BYTES = SM_BAR + 8 * (2 * F16_STAGES + I8_STAGES);
 // Named barriers: 0 is __syncthreads, 1 + wg a consumer warpgroup's own (Q stored), PP_BAR + wg the
 // pingpong turn of consumer warpgroup wg, PROD_BAR the producer warpgroup's (staging slot read).
-constexpr int PP_BAR = 3;
-[[maybe_unused]] constexpr int PROD_BAR = 5;   // (unused by the fp16 control)
+constexpr int PP_BAR = 1 + NCWG;
+[[maybe_unused]] constexpr int PROD_BAR = PP_BAR + NCWG;   // (unused by the fp16 control)
 constexpr int SMEM_ALLOC = SM_BYTES + 1024;             // + slack to align the base to 1024
 static_assert(SM_F16 % 1024 == 0 && F16_STAGE % 1024 == 0 && F16_V % 1024 == 0, "swizzle atoms");
 static_assert(SM_I8 % 16 == 0 && I8_STAGE % 16 == 0 && SM_BAR % 8 == 0, "alignment");
@@ -276,6 +289,17 @@ __device__ __forceinline__ void wgmma_rs_n64(float (&d)[32], const u32 (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(TRANS_B));
 }
 
+// D[64 x 64] (+)= A[64 x 16] . B[16 x 64], A and B from shared memory, both K-major (S = Q.K^T
+// with Q as a shared-memory operand).
+__device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], u64 desc_a, u64 desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
 // D[64 x 128] (+)= A[64 x 16] . B[16 x 128], A from registers, B from shared memory, MN-major (trans-b).
 __device__ __forceinline__ void wgmma_rs_n128_tb(float (&d)[64], const u32 (&a)[4], u64 desc_b, int accumulate) {
     asm volatile(
@@ -296,9 +320,9 @@ __device__ __forceinline__ void i8x16_to_f16(uint4 x, uint4& lo, uint4& hi) {
 
 // What a CTA covers: KV head, query positions [p0, p_end), key tiles [t_begin, t_end). With key
 // segments (Args::seg_keys) the CTAs of blockIdx.z = z see only keys [z*S, (z+1)*S) and write
-// their unnormalised (O, m, l) for pa_combine. Besides long contexts, v3 gets segments where its
-// grid would have fewer than 128 CTAs (2.1Kx256 with 32/8 heads: 64), to fill the GPU
-// (pa_bench.numerics.model.segment_keys, the registry's fill_rows = M_CTA).
+// their unnormalised (O, m, l) for pa_combine. Besides long contexts, v3 gets segments where they
+// fill the GPU better (2.1Kx256 with 32/8 heads: 64 CTAs, two segments; 32Kx1024: 176 CTAs of
+// 192 rows, three segments, four full waves): pa_bench.numerics.fill, model.segment_keys.
 struct Cta {
     int group, ppc, hkv, p0, p_end, t_begin, t_end;
 };
@@ -384,8 +408,6 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
             kx[i] = *reinterpret_cast<const uint4*>(st + I8_K + stage_off(r, ch));
             vx[i] = *reinterpret_cast<const uint4*>(st + I8_V + stage_off(r, ch));
         }
-        float4 scx;
-        if (pw == 0) scx = *reinterpret_cast<const float4*>(st + I8_SC + (lane >> 4) * BN * 4 + 16 * (lane & 15));
         if (n >= F16_STAGES) mbar_wait(bar_empty + 8 * s, ((n / F16_STAGES) & 1) ^ 1);   // tile n-F16_STAGES released stage s
 #pragma unroll
         for (int i = 0; i < NI; ++i) {
@@ -399,6 +421,9 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
             *reinterpret_cast<uint4*>(f + F16_V + sw128(r, 2 * ch + 1, KV_BLOCK)) = hi;
         }
         if (pw == 0) {   // lanes 0-15: K scales of keys 4*lane.., lanes 16-31: V scales; zero past nk
+            // (loaded here, not with the chunks: at three consumer warpgroups the producer's 56
+            // registers hold the chunks and their conversion, not four more)
+            float4 scx = *reinterpret_cast<const float4*>(st + I8_SC + (lane >> 4) * BN * 4 + 16 * (lane & 15));
             const int key0 = (c.t_begin + n) * BN + 4 * (lane & 15);
             const float mul = lane < 16 ? a.qk_scale_log2 : a.p_scale;
             scx.x = key0 + 0 < nk ? __fmul_rn(scx.x, mul) : 0.f;
@@ -565,6 +590,15 @@ __device__ __forceinline__ void issue_s(float (&s)[S_REGS], const u32 (&qf)[KSTE
         wgmma_rs_n64<0>(s, qf[kk], dk + (koff >> 4), kk > 0);
     }
 }
+// The same with Q as a shared-memory operand: dq is the descriptor of this warpgroup's 64 rows
+// of Q, whose k-steps advance as K's do (Q_BLOCK apart for the second 64-dim block).
+__device__ __forceinline__ void issue_s(float (&s)[S_REGS], u64 dq, u64 dk) {
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; ++kk) {
+        const u32 koff = (kk >> 2) * KV_BLOCK + (kk & 3) * 32, qoff = (kk >> 2) * Q_BLOCK + (kk & 3) * 32;
+        wgmma_ss_n64(s, dq + (qoff >> 4), dk + (koff >> 4), kk > 0);
+    }
+}
 
 // O[64 x D] += P . V of one tile (O already rescaled by the tile's alpha): PV_STEPS wgmma.m64nDk16,
 // B = V transposed, not waited for. K-step kk (keys 16kk..16kk+15) starts at kk*16*128 bytes, a
@@ -671,10 +705,10 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     const int r0 = 64 * wg;                  // this warpgroup's first row
     const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
 
-    // ---- Q rows r0 .. r0+63 into shared memory (128B-swizzled, K-major) once, then into each
-    // thread's A fragments of all KSTEPS k-steps for the whole loop: S's wgmma reads only K from
-    // shared memory, 16 KB per warpgroup and tile less than with Q as a shared-memory operand
-    // (docs/PERF_NOTES.md). Zero for rows without a query. All of a thread's Q_CHUNKS loads are
+    // ---- Q rows r0 .. r0+63 into shared memory (128B-swizzled, K-major) once, then (two consumer
+    // warpgroups) into each thread's A fragments of all KSTEPS k-steps for the whole loop: S's
+    // wgmma reads only K from shared memory, 16 KB per warpgroup and tile less than with Q as a
+    // shared-memory operand (docs/PERF_NOTES.md); three read Q from shared memory (Q_SS). Zero for rows without a query. All of a thread's Q_CHUNKS loads are
     // issued before its first store, so the CTA's start waits for one global-memory latency, not
     // Q_CHUNKS of them in series (about 4.5 us of every CTA's 7 us of fixed cost: docs/PERF_NOTES.md).
     constexpr int Q_CHUNKS = 64 * (D / 8) / 128;   // 16-byte chunks of Q per consumer thread
@@ -694,7 +728,8 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
         const int idx = tid + 128 * i;
         *reinterpret_cast<uint4*>(sm + SM_Q + sw128(r0 + idx / (D / 8), idx % (D / 8), Q_BLOCK)) = qv[i];
     }
-    named_barrier_sync(1 + wg, 128);         // (read back below with ordinary loads: no proxy fence)
+    if constexpr (Q_SS) fence_proxy_async();   // S's wgmma reads Q through the async proxy
+    named_barrier_sync(1 + wg, 128);         // (RS: read back below with ordinary loads, no fence)
 
     // ---- this warpgroup's rows: the keys they see
     const bool wg_rows = r0 < rows_used && c.p0 + r0 / c.group < a.n_q;
@@ -713,17 +748,25 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     // w holds rows 16w+g and 16w+g+8 of this warpgroup, dims 16kk+2t.., 16kk+2t+8.. (PTX ISA, wgmma
     // register fragment of A). 32 registers that stay for the whole loop.
     u32 qf[KSTEPS][4];
+    if constexpr (!Q_SS) {
 #pragma unroll
-    for (int kk = 0; kk < KSTEPS; ++kk)
+        for (int kk = 0; kk < KSTEPS; ++kk)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int R = r0 + 16 * warp + g + 8 * (e & 1), dim = 16 * kk + 2 * t + 8 * (e >> 1);
-            qf[kk][e] = *reinterpret_cast<const u32*>(sm + SM_Q + sw128(R, dim >> 3, Q_BLOCK) + 2 * (dim & 7));
-        }
+            for (int e = 0; e < 4; ++e) {
+                const int R = r0 + 16 * warp + g + 8 * (e & 1), dim = 16 * kk + 2 * t + 8 * (e >> 1);
+                qf[kk][e] = *reinterpret_cast<const u32*>(sm + SM_Q + sw128(R, dim >> 3, Q_BLOCK) + 2 * (dim & 7));
+            }
+    }
+    // with Q_SS: the descriptor of this warpgroup's 64 rows of Q (K-major, as K's)
+    const u64 dq = desc_sw128(base + SM_Q + r0 * 128, 16, 1024);
 
     float o[O_REGS], s[S_REGS], m[2] = {PA_NEG_INF, PA_NEG_INF}, l[2] = {0.f, 0.f};
     float alpha[2] = {1.f, 1.f};             // the rescale of O that the pending P.V's tile asks for
     u32 pf[PV_STEPS][4];                     // the pending P.V's A fragments
+    auto issue_s_tile = [&](u64 dk) {
+        if constexpr (Q_SS) issue_s(s, dq, dk);
+        else issue_s(s, qf, dk);
+    };
 #pragma unroll
     for (int i = 0; i < O_REGS; ++i) o[i] = 0.f;
     const int n_tiles = c.t_end - c.t_begin;
@@ -741,7 +784,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
         named_barrier_sync(PP_BAR + wg, 256);
     };
     auto turn_end = [&](int n) {
-        if (wg == 0 || n < n_tiles) named_barrier_arrive(PP_BAR + (wg ^ 1), 256);
+        if (wg != NCWG - 1 || n < n_tiles) named_barrier_arrive(PP_BAR + (wg + 1) % NCWG, 256);
     };
     auto release = [&](int n) { mbar_arrive(bar_empty + 8 * ((n - 1) % F16_STAGES)); };   // tile n-1
     // descriptors of tile n's K (S's B) and V (P.V's B), formed (and pinned) before a wgmma.fence
@@ -761,7 +804,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
         for (int i = 0; i < O_REGS; ++i) o[i] = __fmul_rn(o[i], alpha[(i >> 1) & 1]);
     };
 
-    if (wg == 1) named_barrier_arrive(PP_BAR, 256);
+    if (wg == NCWG - 1) named_barrier_arrive(PP_BAR, 256);
     int n = 0;
     if (n_math > 0) {
         // the first step: S of tile 0
@@ -770,7 +813,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
         pin(dk0);
         pin(s);
         wgmma_fence();
-        issue_s(s, qf, dk0);
+        issue_s_tile(dk0);
         wgmma_commit();
         turn_end(0);
         wgmma_wait<0>();
@@ -789,7 +832,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
             pin(pf);
             pin(o);
             wgmma_fence();
-            issue_s(s, qf, dk);
+            issue_s_tile(dk);
             wgmma_commit();
             issue_pv(o, pf, dv);
             wgmma_commit();
@@ -831,14 +874,21 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     if (wg_end <= c.t_begin) return;         // no row of this warpgroup sees a key of this segment
 
     // ---- row sums across the 4 lanes of a row, normalise, store (or the segment's state)
+    // The CTA's rows are formed again here (cta_of's arithmetic), not kept across the loop: at 152
+    // registers (three consumer warpgroups) ptxas otherwise spills one of them in some flavours.
+    // The empty asm makes heads_q opaque, so the divisions are not merged with cta_of's.
+    int heads_q = a.heads_q;
+    asm volatile("" : "+r"(heads_q));
+    const int group = heads_q / a.heads_kv, ppc = M_CTA / group, rows = ppc * group;
+    const int p0 = (gridDim.y - 1 - blockIdx.y) * ppc, hkv = blockIdx.x;
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
         float lt = l[rr];
         lt = __fadd_rn(lt, __shfl_xor_sync(0xffffffffu, lt, 1));
         lt = __fadd_rn(lt, __shfl_xor_sync(0xffffffffu, lt, 2));
-        const int R = r0 + 16 * warp + g + 8 * rr, pos = c.p0 + R / c.group;
-        if (R >= rows_used || pos >= a.n_q) continue;
-        const int hq = c.hkv * c.group + R % c.group;
+        const int R = r0 + 16 * warp + g + 8 * rr, pos = p0 + R / group;
+        if (R >= rows || pos >= a.n_q) continue;
+        const int hq = hkv * group + R % group;
         const u64 row = (u64)hq * a.n_q + pos;
         if (a.seg_keys) {                    // unnormalised O, and (m, l), for pa_combine
             const u64 prow = (u64)blockIdx.z * a.heads_q * a.n_q + row;

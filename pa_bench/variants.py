@@ -49,9 +49,11 @@ class Variant:
     warp_tiles: bool = False        # takes -DPA_TILES (m16 tiles per warp, kernels.choose_tiles)
     turing_path: bool = True        # has the forced sm_75 path (--force-turing)
     bitwise_twin: str | None = None  # must be bitwise identical to this variant (same MMA path)
-    fill_rows: int | None = None    # rows of one CTA (the query heads of a KV group packed in): a
-                                    # chunk with too few CTAs runs its keys in segments to fill
-                                    # the GPU (model.segment_keys); None: never (v1, v2, v2t)
+    fill_rows: int | tuple[int, ...] | None = None  # rows of one CTA (the query heads of a KV
+                                    # group packed in), or the row counts a launch picks from
+                                    # (model.cta_rows; built with -DPA_CTA_ROWS); its keys may run
+                                    # in segments to fill the GPU (model.segment_keys; both by
+                                    # pa_bench.numerics.fill); None: never (v1, v2, v2t)
     pv_chain_keys: int | None = None  # keys one P.V accumulator sums before it is added (_rn) into O:
                                       # None = one MMA chain over the whole key range (every kernel
                                       # today; 64 would be a fresh accumulator per 64-key tile)
@@ -193,11 +195,12 @@ register(Variant(
     threads=64, cta="64 threads: 2 warps x T m16 tiles (query heads of one KV group)", warp_tiles=True,
     bitwise_twin="v2"))
 register(Variant(
-    "v3", CUDA_KERNEL, "Hopper: a producer warpgroup converts K/V to fp16 once per CTA, two consumer warpgroups run wgmma",
+    "v3", CUDA_KERNEL, "Hopper: a producer warpgroup converts K/V to fp16 once per CTA, consumer warpgroups run wgmma",
     source="v3.cu", min_arch=90, max_arch=90, arch_suffix="a", arch_needs="wgmma, setmaxnreg", tile_keys=64,
-    threads=384, cta="384 threads: a producer warpgroup + 2 consumer warpgroups x 64 rows (the query heads of "
-    "one KV group packed into the rows); 215 KB of dynamic shared memory at D=128, 111 KB at D=64",
-    turing_path=False, fill_rows=128))
+    threads=512, cta="512 threads: a producer warpgroup + 3 consumer warpgroups x 64 rows (the query heads of "
+    "one KV group packed into the rows; 384 threads and 2 warpgroups where those fill the GPU faster, "
+    "by pa_bench.numerics.fill's estimate); 214 KB of dynamic shared memory at D=128, 110 KB at D=64",
+    turing_path=False, fill_rows=(128, 192)))
 register(Variant(
     "triton", TRITON_KERNEL, "the same problem in Triton: int8 K/V gathered and converted in the kernel, "
     "the query heads of a KV group packed into a program's rows",

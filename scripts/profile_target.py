@@ -27,12 +27,14 @@ def main() -> None:
     ap.add_argument("--shape", default="32Kx1024")
     ap.add_argument("--launches", type=int, default=3)
     ap.add_argument("--tiles", type=int, default=None, help="v2/v2t: m16 query tiles per warp (1 or 2; default: per shape)")
+    ap.add_argument("--rows", type=int, default=None, help="v3: rows of a CTA (128 or 192; default: the launch's choice, model.cta_rows)")
     ap.add_argument("--plugin", action="append", default=[], help="a plug-in module or .py file to load first")
     args = ap.parse_args()
     for name in args.plugin:
         plugins.load(name)
     backend = CudaBackend()
     backend.tiles = args.tiles
+    backend.rows = args.rows
     pb = Problem(parse_shape(args.shape))
     prep = backend.prepare(make_inputs(pb))
     # what a run times: a kernel's launcher, or a peer's prepared call (v3-f16, torch's)

@@ -47,7 +47,7 @@ def main(argv: list[str]) -> int:
                          data="realistic")
             prep = backend.prepare(make_inputs(pb))
             splits = (False, True) if pb.context >= 32 else (False,)
-            for variant, tiles, split in [("v1", 1, False), ("v3", 1, False), ("triton", 1, False)] + [
+            for variant, tiles, split in [("v1", 1, False), ("v3", 1, False), ("v3", 2, False), ("triton", 1, False)] + [
                     (v, t, sp) for v in ("v2", "v2t") for t in (2, 1) for sp in splits] + extra:
                 if only is not None and variant not in only:
                     continue
@@ -56,8 +56,10 @@ def main(argv: list[str]) -> int:
                     print(f"{shape} {variant}: skipped ({why})")
                     continue
                 backend.tiles, backend.split = tiles, split
+                backend.rows = (128, 192)[tiles - 1] if variant == "v3" else None   # v3: both CTA sizes
                 res = backend.compute(prep, variant, None, check_determinism=False)
-                print(f"{shape} d{d} {layout} {variant} tiles={tiles} split={backend.split_keys(variant, pb)}: "
+                what = f"rows={backend.rows}" if variant == "v3" else f"tiles={tiles}"
+                print(f"{shape} d{d} {layout} {variant} {what} split={backend.split_keys(variant, pb)}: "
                       f"canary_ok={res.canary_ok}", flush=True)
             backend.release(prep)
     return 0

@@ -113,13 +113,17 @@ def reachable(instructions: list[tuple[int, str]], start: int) -> list[tuple[int
 
 def registers_used(instructions: list[tuple[int, str]]) -> int:
     """Registers the instructions need, counted from R0: the highest register named plus one, with
-    a 64-bit pair (``R8.64``) two and a 128-bit operation's registers four (an upper bound; an
-    LDGSTS moves no register data, its .128 is the copy's size)."""
+    a 64-bit pair (``R8.64``) two and a 128-bit operation's data registers four (an upper bound;
+    an address in brackets is one register or a pair, and an LDGSTS moves no register data, its
+    .128 is the copy's size)."""
     top = -1
     for _, text in instructions:
         op_word = text.split()[1 if text.startswith("@") else 0]
         wide = 4 if ".128" in op_word and opcode(text) != "LDGSTS" else 1
+        data = re.sub(r"\[[^\]]*\]", " ", text)
         for m in _REG.finditer(text):
+            top = max(top, int(m.group(1)) + (2 if m.group(2) else 1) - 1)
+        for m in _REG.finditer(data):
             top = max(top, int(m.group(1)) + max(wide, 2 if m.group(2) else 1) - 1)
     return top + 1
 

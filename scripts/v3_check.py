@@ -103,6 +103,8 @@ def run_case(be, cp, c: Case, dump: Path | None) -> tuple[bool, str, object, obj
 
 def explain(pb, out, ref, model, rows, pm, ko) -> str:
     """Where the error lives: enough to tell a layout/descriptor bug from a numerics one."""
+    from pa_bench.numerics.model import cta_rows
+
     lines = [f"    why: {pm.reason}; deterministic={ko.deterministic} canary_ok={ko.canary_ok}"]
     rows = np.arange(out.shape[1]) if rows is None else np.asarray(rows)
     bad_nan = ~np.isfinite(out)
@@ -120,9 +122,10 @@ def explain(pb, out, ref, model, rows, pm, ko) -> str:
     per_head = err.max(axis=(1, 2))
     lines.append("    max err per query head: " + " ".join(f"{x:.1e}" for x in per_head))
     g = pb.heads_q // pb.heads_kv
-    ppc = 128 // g
+    cta = cta_rows("v3", pb.context, pb.queries, pb.heads_q, pb.heads_kv)
+    ppc = cta // g
     wg = (rows % ppc) * g // 64          # consumer warpgroup of each row (for the first head of a group)
-    for w in (0, 1):
+    for w in range(cta // 64):
         sel = wg == w
         if sel.any():
             lines.append(f"    consumer warpgroup {w} rows: max err {err[:, sel].max():.3e}")

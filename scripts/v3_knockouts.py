@@ -34,7 +34,7 @@ timing the real kernel under a wrong name.
   is nearly one-hot, so these also change what the tensor cores multiply, and with it the GPU's
   power and clock: their gain is not the scales' cost alone (docs/PERF_NOTES.md);
 - ``kscale-in-q``: as ``no-k-scales``, but a typical key scale (qk_scale_log2 x 0.021, the K scale
-  of normal data; qk_scale_log2 alone for the fp16 control) is folded into Q's fragments once per
+  of normal data; qk_scale_log2 alone for the fp16 control) is folded into Q's rows once per
   CTA, so S keeps about its real spread: no per-element multiply and no key-scale loads, with the
   values the tensor cores see kept close to v3's (what separates the two readings of ``no-k-scales``);
 - ``no-pingpong``: the consumers' turns removed (no named barrier orders the two warpgroups'
@@ -65,8 +65,8 @@ _STORE = re.compile(r"(\n            )\*reinterpret_cast<uint4\*>\(f \+ F16_([KV
 _ROUNDS = re.compile(r"(\n#pragma unroll\n        for \(int i = 0; i < )NI(; \+\+i\) \{\n            const int r = prod_row\(pw, lane, i\);)")
 _STORES_DONE = re.compile(r"(\n        if \(pw == 0\) \{   // lanes 0-15: K scales)")
 _TURN_SYNC = re.compile(r"\n        named_barrier_sync\(PP_BAR \+ wg, 256\);")
-_TURN_ARRIVE = re.compile(r"\n        if \(wg == 0 \|\| n < n_tiles\) named_barrier_arrive\(PP_BAR \+ \(wg \^ 1\), 256\);")
-_TURN_OPEN = re.compile(r"\n    if \(wg == 1\) named_barrier_arrive\(PP_BAR, 256\);")
+_TURN_ARRIVE = re.compile(r"\n        if \(wg != NCWG - 1 \|\| n < n_tiles\) named_barrier_arrive\(PP_BAR \+ \(wg \+ 1\) % NCWG, 256\);")
+_TURN_OPEN = re.compile(r"\n    if \(wg == NCWG - 1\) named_barrier_arrive\(PP_BAR, 256\);")
 _K_SCALE = re.compile(r"        const float2 k2 = \*reinterpret_cast<const float2\*>\(kq \+ 8 \* j \+ 2 \* t\);\n"
                       r"(#pragma unroll\n        for \(int e = 0; e < 4; \+\+e\) \{\n)"
                       r"            float v = __fmul_rn\(s\[4 \* j \+ e\], \(e & 1\) \? k2\.y : k2\.x\);\n")
@@ -123,17 +123,21 @@ def no_k_scales(src: str) -> str:
                        "    [[maybe_unused]] const float* kq = reinterpret_cast<const float*>(f_ptr + F16_KQ);\n", 1)
 
 
-_Q_FRAGMENTS = re.compile(r"(\n            qf\[kk\]\[e\] = \*reinterpret_cast<const u32\*>\(sm \+ SM_Q \+ sw128\(R, dim >> 3, Q_BLOCK\) \+ 2 \* \(dim & 7\)\);\n        \}\n)")
+_Q_STORE = re.compile(r"(\n#pragma unroll\n    for \(int i = 0; i < Q_CHUNKS; \+\+i\) \{\n        const int idx = tid \+ 128 \* i;\n"
+                      r"        \*reinterpret_cast<uint4\*>\(sm \+ SM_Q \+ sw128\()")
 
 
 def kscale_in_q(src: str) -> str:
+    """Q's rows scaled once before they are stored (so both of S's Q operands, registers or shared
+    memory, carry it)."""
     src = no_k_scales(src)
-    fold = ("    {   // knock-out: a typical key scale folded into Q once (no per-element K-scale multiply)\n"
+    fold = ("\n    {   // knock-out: a typical key scale folded into Q once (no per-element K-scale multiply)\n"
             "        const __half2 c2 = __float2half2_rn(PA_KV_F16 ? a.qk_scale_log2 : a.qk_scale_log2 * 0.021f);\n"
-            "#pragma unroll\n        for (int kk = 0; kk < KSTEPS; ++kk)\n#pragma unroll\n"
-            "            for (int e = 0; e < 4; ++e) qf[kk][e] = pa::half2_as_u32(__hmul2(pa::u32_as_half2(qf[kk][e]), c2));\n"
-            "    }\n")
-    return _sub(_Q_FRAGMENTS, lambda m: m.group(1) + fold, src, "kscale-in-q")
+            "#pragma unroll\n        for (int i = 0; i < Q_CHUNKS; ++i) {\n"
+            "            u32* w = reinterpret_cast<u32*>(&qv[i]);\n"
+            "#pragma unroll\n            for (int e = 0; e < 4; ++e) w[e] = pa::half2_as_u32(__hmul2(pa::u32_as_half2(w[e]), c2));\n"
+            "        }\n    }")
+    return _sub(_Q_STORE, lambda m: fold + m.group(1), src, "kscale-in-q")
 
 
 def no_v_scales(src: str) -> str:

@@ -85,8 +85,8 @@ EDITS = [
     ("        consumer(a, c, sm, base);\n",
      "        consumer(a, c, sm, base);\n        if ((threadIdx.x & 127) == 0) pa_tl_stamp(threadIdx.x < 256 ? 8 : 10);\n"),
     ("        softmax(0, alpha);\n", "        softmax(0, alpha);\n        if (tid == 0 && wg == 0) pa_tl_stamp(6);\n"),
-    ("    named_barrier_sync(1 + wg, 128);         // (read back",
-     "    named_barrier_sync(1 + wg, 128);\n    if (tid == 0 && wg == 0) pa_tl_stamp(12);         // (read back"),
+    ("    named_barrier_sync(1 + wg, 128);         // (RS: read back",
+     "    named_barrier_sync(1 + wg, 128);\n    if (tid == 0 && wg == 0) pa_tl_stamp(12);         // (RS: read back"),
     ("        mbar_wait(bar_landed + 8 * (n % I8_STAGES), (n / I8_STAGES) & 1);   // tile n's copies have landed\n",
      "        mbar_wait(bar_landed + 8 * (n % I8_STAGES), (n / I8_STAGES) & 1);   // tile n's copies have landed\n"
      "        if (n == 0 && threadIdx.x == 0) pa_tl_stamp(14);\n"),
@@ -235,6 +235,7 @@ def main(argv=None) -> int:
     from pa_bench.backends.cuda import CudaBackend
 
     be = CudaBackend()
+    be.rows = 128   # the stamps' registers fit two consumer warpgroups (216 each), not three (152)
     if be.cc != 90:
         print(f"v3 runs on sm_90a only; this GPU is sm_{be.cc}")
         return 2

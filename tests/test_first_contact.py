@@ -98,7 +98,8 @@ def test_the_default_run_on_a_cpu_is_estimated_well_under_a_minute():
     rows = config.parity.numpy_sample_rows
     assert rows == 8
     seconds, elements = estimate(plan, _numpy_rows(plan, rows), NumpyBackend(), True)
-    assert seconds < 50 and elements < 70e6
+    # (v3 at 32Kx1024 runs in key segments: an arithmetic of its own, the model runs it apart)
+    assert seconds < 50 and elements < 80e6
     old, _ = estimate(plan, _numpy_rows(plan, 64), NumpyBackend(), True)
     assert old > 5 * seconds  # what 64 rows per shape cost
 

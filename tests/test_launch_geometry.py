@@ -192,41 +192,117 @@ def test_segments_are_whole_v1_tiles_and_exclude_split_keys():
 # ---------------------------------------------------------------- v3's key segments that fill the GPU
 
 def test_v3_fills_a_small_grid_with_key_segments():
-    """2.1Kx256 with 32/8 heads gives v3 8 x 8 = 64 CTAs, half the H200's SMs: the rule runs its
-    2,406 keys in two segments of 1,216 (pa_combine merges them), 128 CTAs in all."""
-    from pa_bench.numerics.model import segment_keys
+    """2.1Kx256 with 32/8 heads: 192-row CTAs would be 8 x 6 = 48 (96 in two segments, a wave
+    of slower CTAs short of the H200's 132 SMs), so v3 takes 128-row CTAs, 8 x 8 = 64, and runs
+    the 2,406 keys in two segments of 1,216 (pa_combine merges them), 128 CTAs of 384 threads in
+    all. 32Kx1024 takes 192-row CTAs, 176, in three segments: 528 CTAs, four full waves."""
+    from pa_bench.numerics.model import cta_rows, segment_keys
 
+    assert cta_rows("v3", 2150, 256, 32, 8) == 128
     seg = segment_keys(2150, "v3", 256, 32, 8)
     assert seg == 1216
-    geo = K.launch_geometry("v3", 256, 32, 8, context=2150, segment_keys=seg)
-    assert geo.grid == (8, 8, 2) and geo.segments == 2
+    geo = K.launch_geometry("v3", 256, 32, 8, context=2150, segment_keys=seg, cta_rows=128)
+    assert geo.grid == (8, 8, 2) and geo.segments == 2 and geo.block == 384
+    assert cta_rows("v3", 32768, 1024, 32, 8) == 192
+    seg = segment_keys(32768, "v3", 1024, 32, 8)
+    assert seg == 11264
+    geo = K.launch_geometry("v3", 1024, 32, 8, context=32768, segment_keys=seg, cta_rows=192)
+    assert geo.grid == (8, 22, 3) and geo.block == 512
+    assert segment_keys(0, "v3", 1536, 32, 8) == 0 and cta_rows("v3", 0, 1536, 32, 8) == 192   # 256 CTAs
     assert segment_keys(2150, "v1", 256, 32, 8) == segment_keys(2150, "v2", 256, 32, 8) == 0   # v3 only
+    assert cta_rows("v1", 2150, 256, 32, 8) == cta_rows("v2", 2150, 256, 32, 8) == 0
     assert segment_keys(2150, "v3", 256, 32, 8) != segment_keys(2150)                        # not the context's rule
-    assert segment_keys(16384, "v3", 200, 32, 8) == 5568   # 56 CTAs: three segments
+
+
+def test_v3_builds_carry_their_rows_and_the_others_do_not():
+    from types import SimpleNamespace
+
+    small = SimpleNamespace(context=2150, queries=256, heads_q=32, heads_kv=8)
+    long = SimpleNamespace(context=32768, queries=1024, heads_q=32, heads_kv=8)
+    assert K.launch_rows("v3", small) == 128 and K.launch_rows("v3", long) == 192
+    assert K.launch_rows("v2", long) == 0
+    assert "-DPA_CTA_ROWS=128" in K.KernelBuild("v3", cta_rows=128).defines()
+    assert not any("PA_CTA_ROWS" in d for d in K.KernelBuild("v3").defines())
+    assert K.kv_group_threads(128) == 384 and K.kv_group_threads(192) == 512
 
 
 @pytest.mark.parametrize("ctx, queries, hq, hkv", [
     (32768, 1024, 32, 8), (65536, 512, 32, 8), (0, 1536, 32, 8), (2150, 256, 32, 8), (1023, 113, 32, 8),
     (16384, 200, 32, 8), (4096, 64, 16, 16), (100, 2000, 32, 8), (3000, 1, 32, 8), (65000, 64, 8, 1),
-    (20000, 700, 64, 8), (70000, 16, 32, 8)])
-def test_v3_fill_segments_follow_its_launch_geometry(ctx, queries, hq, hkv):
-    """The rule, checked against the CTAs v3's launch geometry really has: segments only where
-    the grid has fewer than FILL_CTAS CTAs (or the context is long), about FILL_CTAS CTAs with
-    them, whole 64-key tiles, none under FILL_MIN_KEYS keys; long contexts keep SEGMENT_KEYS."""
-    from pa_bench.numerics.model import FILL_CTAS, FILL_MIN_KEYS, SEGMENT_KEYS, segment_keys
+    (20000, 700, 64, 8), (70000, 16, 32, 8), (16384, 256, 32, 8), (1024, 2048, 32, 8), (131072, 2048, 32, 8)])
+def test_v3_fill_launch_follows_its_launch_geometry(ctx, queries, hq, hkv):
+    """The launch v3 takes, checked against the CTAs its launch geometry really has and against
+    every other candidate: the estimate schedules exactly the geometry's CTAs; the segments are
+    whole 64-key tiles, none under FILL_MIN_KEYS keys, at most FILL_MAX_SEGMENTS (long contexts
+    keep SEGMENT_KEYS); no candidate, rows x segments, is estimated more than FILL_PREFER faster;
+    and none with fewer segments (then more rows) is within FILL_PREFER of the fastest."""
+    from pa_bench.numerics import fill
+    from pa_bench.numerics.model import SEGMENT_KEYS, cta_rows, segment_keys
 
-    seg = segment_keys(ctx, "v3", queries, hq, hkv)
-    plain = K.launch_geometry("v3", queries, hq, hkv, context=ctx)
-    ctas = plain.grid[0] * plain.grid[1]
     keys = ctx + queries
+    rows = cta_rows("v3", ctx, queries, hq, hkv)
+    seg = segment_keys(ctx, "v3", queries, hq, hkv)
+    geo = K.launch_geometry("v3", queries, hq, hkv, context=ctx, segment_keys=seg, cta_rows=rows)
+    assert geo.block == 128 * (1 + rows // 64)
+    costs = fill.cta_costs(rows, seg, ctx, queries, hq // hkv, hkv)
+    assert len(costs) == geo.grid[0] * geo.grid[1] * geo.grid[2]
+    n = geo.segments if seg else 1
     if ctx > SEGMENT_KEYS:
         assert seg == SEGMENT_KEYS
-        return
-    if ctas >= FILL_CTAS or keys < 2 * FILL_MIN_KEYS:
-        assert seg == 0
-        return
-    assert seg % 64 == 0 and seg >= FILL_MIN_KEYS
-    geo = K.launch_geometry("v3", queries, hq, hkv, context=ctx, segment_keys=seg)
-    assert geo.grid[:2] == plain.grid[:2]
-    assert 2 <= geo.segments <= -(-FILL_CTAS // ctas)
-    assert ctas * geo.segments >= min(FILL_CTAS, ctas * (keys // FILL_MIN_KEYS))
+        cands = [(r, SEGMENT_KEYS) for r in (128, 192)]
+    else:
+        if seg:
+            assert seg % 64 == 0 and seg >= fill.FILL_MIN_KEYS and 2 <= n <= fill.FILL_MAX_SEGMENTS
+        cands = [(r, fill.segment_size(keys, m)) for r in (128, 192)
+                 for m in range(1, max(1, min(fill.FILL_MAX_SEGMENTS, keys // fill.FILL_MIN_KEYS)) + 1)]
+    est = {c: fill.estimate(c[0], c[1], ctx, queries, hq, hkv) for c in cands}
+    mine = est[(rows, seg)]
+    best = min(est.values())
+    assert mine <= fill.FILL_PREFER * best + 1e-9
+
+    def count(s):
+        return -(-keys // s) if s else 1
+    for (r, s), e in est.items():
+        if e <= fill.FILL_PREFER * best:
+            assert (count(s), -r) >= (n, -rows), (r, s, e, rows, seg, mine)
+
+
+# Launch pairs measured on one H200 in one process, each pair timed in turns (scripts/fill_pairs.py,
+# results/reference/h200/20261203-v3-fill-rule/fill_pairs.txt): (context, queries, (rows,
+# segments) of A, (rows, segments) of B, B's time / A's).
+MEASURED_PAIRS = [
+    (32768, 1024, (128, 1), (192, 3), 0.984), (65536, 512, (128, 1), (192, 3), 0.973),
+    (0, 1536, (128, 1), (192, 1), 0.870), (2150, 256, (128, 2), (192, 2), 1.233),
+    (16384, 200, (128, 3), (128, 7), 0.759), (16384, 200, (128, 3), (192, 3), 0.735),
+    (4096, 256, (128, 2), (192, 5), 1.251), (16384, 256, (128, 2), (192, 5), 1.161),
+    (65536, 256, (128, 2), (192, 5), 1.154), (1024, 2048, (128, 1), (192, 3), 1.323),
+    (2048, 2048, (128, 1), (192, 3), 1.216), (8192, 2048, (128, 1), (192, 3), 1.049),
+    (28672, 1024, (128, 1), (192, 3), 0.994), (32768, 2048, (128, 1), (192, 3), 0.973),
+    (65536, 2048, (128, 1), (192, 3), 0.967), (131072, 256, (128, 3), (192, 3), 1.396),
+    (131072, 2048, (128, 3), (192, 3), 1.054)]
+
+
+@pytest.mark.parametrize("ctx, queries, a, b, measured", MEASURED_PAIRS)
+def test_the_fill_estimate_orders_the_measured_launches_as_the_h200_did(ctx, queries, a, b, measured):
+    """The estimate's constants were fitted to such pairs: it must rank each pair as measured and
+    come within 10 % of the measured ratio (32/8 heads, D 128)."""
+    from pa_bench.numerics import fill
+    from pa_bench.numerics.model import SEGMENT_KEYS
+
+    keys = ctx + queries
+
+    def seg(n):
+        return SEGMENT_KEYS if ctx > SEGMENT_KEYS else fill.segment_size(keys, n)
+    ratio = (fill.estimate(b[0], seg(b[1]), ctx, queries, 32, 8)
+             / fill.estimate(a[0], seg(a[1]), ctx, queries, 32, 8))
+    assert (ratio < 1) == (measured < 1)
+    assert abs(ratio / measured - 1) < 0.10
+
+
+def test_makespan_puts_each_cta_on_the_sm_that_frees_first():
+    from pa_bench.numerics.fill import makespan
+
+    assert makespan([1.0] * 132) == 1.0
+    assert makespan([1.0] * 133) == 2.0
+    assert makespan([3.0, 1.0, 1.0, 1.0], sms=2) == 3.0      # the three short ones share one SM
+    assert makespan([1.0, 1.0, 1.0, 3.0], sms=2) == 4.0      # the long one last waits for a free SM

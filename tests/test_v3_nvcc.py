@@ -18,7 +18,7 @@ pytestmark = [
 ]
 
 V3 = registry.get("v3")
-REG_CAP = 65536 // V3.threads // 8 * 8        # __launch_bounds__(384, 1): 168 registers at entry
+REG_CAP = 65536 // V3.threads // 8 * 8        # __launch_bounds__(512, 1): 128 registers at entry
 
 
 @pytest.mark.parametrize("head_dim", [128, 64])
@@ -40,11 +40,20 @@ def test_v3_has_no_turing_path():
     assert "no Turing path" in K.build_unsupported("v3", 90, True, 128)
 
 
+@pytest.mark.parametrize("rows", [128, 192])
 @pytest.mark.parametrize("paged,out_f16", [(True, False), (False, True)])
-def test_v3_flavours_compile(paged, out_f16):
-    r = ki.compile_one("v3", "sm_90", 128, False, paged, out_f16)
-    assert r["compiled"] and r["spill_bytes"] == 0, r["reason"]
+def test_v3_flavours_compile(paged, out_f16, rows):
+    """Both CTA sizes the launch picks from (model.cta_rows), 384 and 512 threads."""
+    r = ki.compile_one("v3", "sm_90", 128, False, paged, out_f16, cta_rows=rows)
+    assert r["compiled"] and r["spill_bytes"] == 0 and r["stack_bytes"] == 0, r["reason"]
     assert r["wgmma_serialized"] is None, r["wgmma_serialized"]
+    assert 32 <= r["registers"] <= 65536 // K.kv_group_threads(rows) // 8 * 8
+
+
+@pytest.mark.parametrize("kv_f16", [False, True])
+def test_v3_at_128_rows_builds_at_d64_without_spills(kv_f16):
+    r = ki.compile_one("v3", "sm_90", 64, False, True, False, kv_f16=kv_f16, cta_rows=128)
+    assert r["compiled"] and r["spill_bytes"] == 0 and r["stack_bytes"] == 0, r["reason"]
 
 
 def test_v3_machine_code_uses_hgmma_and_setmaxnreg():
@@ -74,22 +83,25 @@ def test_v3_f16_builds_for_sm90a_without_spills(head_dim, paged, out_f16):
     assert not ki.compile_one("v3", "sm_80", head_dim, False, paged, out_f16, kv_f16=True)["compiled"]
 
 
-def _smem_alloc(tmp_path, kv_f16: bool) -> int:
+def _smem_alloc(tmp_path, kv_f16: bool, rows: int = 0) -> int:
     """v3::SMEM_ALLOC of a build, printed by a host program that includes v3.cu (no GPU needed)."""
     probe = tmp_path / "smem_probe.cu"
     probe.write_text('#include "v3.cu"\n#include <cstdio>\nint main() { std::printf("%d\\n", v3::SMEM_ALLOC); }\n')
-    exe = tmp_path / ("probe_f16" if kv_f16 else "probe_i8")
-    build = K.KernelBuild("v3", kv_f16=kv_f16)
+    exe = tmp_path / f"probe_{'f16' if kv_f16 else 'i8'}_{rows}"
+    build = K.KernelBuild("v3", kv_f16=kv_f16, cta_rows=rows)
     subprocess.run([ki.nvcc_path(), *build.options(), "-gencode=arch=compute_90a,code=sm_90a", "-o", str(exe),
                     str(probe)], capture_output=True, text=True, check=True)
     return int(subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout)
 
 
-def test_v3_f16_shared_memory_fits_and_drops_the_int8_ring(tmp_path):
-    f16, i8 = _smem_alloc(tmp_path, True), _smem_alloc(tmp_path, False)
+@pytest.mark.parametrize("rows,slots", [(192, 2), (128, 3)])
+def test_v3_f16_shared_memory_fits_and_drops_the_int8_ring(tmp_path, rows, slots):
+    f16, i8 = _smem_alloc(tmp_path, True, rows), _smem_alloc(tmp_path, False, rows)
     assert f16 <= i8 <= SMEM_LIMIT
-    # the same Q and fp16 stages; no int8 staging slots (3 x 16.5 KB) and no `landed` barriers
-    assert i8 - f16 == 3 * (2 * 64 * 128 + 2 * 64 * 4) + 3 * 8
+    # the same Q and fp16 stages; no int8 staging slots (16.5 KB each: three at 128 rows, two at
+    # 192, whose Q takes 16 KB more) and no `landed` barriers
+    assert i8 - f16 == slots * (2 * 64 * 128 + 2 * 64 * 4) + slots * 8
+    assert f16 - _smem_alloc(tmp_path, True, 128) == (64 * 128 * 2 if rows == 192 else 0)
 
 
 def _sass_loops():

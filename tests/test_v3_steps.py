@@ -24,14 +24,14 @@ def test_every_event_is_stamped_once_and_a_stale_edit_fails_loudly():
             call = f"pa_st({'wg' if r < 2 else 2}, n, {k});"
             assert out.count(call) == 1, (role, k)
     with pytest.raises(SystemExit, match="no longer matches"):
-        S.stamped(src.replace("            wgmma_fence();\n            issue_s(s, qf, dk);", "            issue_s(s, qf, dk);"), 0, 8)
+        S.stamped(src.replace("            wgmma_fence();\n            issue_s_tile(dk);", "            issue_s_tile(dk);"), 0, 8)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 def test_the_stamped_kernel_builds_for_sm90a_without_spills_or_serialised_wgmma(tmp_path):
     (tmp_path / "v3.cu").write_text(S.stamped((ROOT / "kernels" / "v3.cu").read_text(), 100, 200))
     res = subprocess.run(["nvcc", "-cubin", "-arch=sm_90a", "-std=c++17", "-DPA_HEAD_DIM=128", "-DPA_PAGED=1",
-                          "-DPA_OUT_F16=0", f"-I{ROOT / 'kernels'}", "-Xptxas", "-v", "-o", str(tmp_path / "v3.cubin"),
+                          "-DPA_OUT_F16=0", "-DPA_CTA_ROWS=128", f"-I{ROOT / 'kernels'}", "-Xptxas", "-v", "-o", str(tmp_path / "v3.cubin"),
                           str(tmp_path / "v3.cu")], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-2000:]
     assert not re.search(r"C751[0-8]", res.stderr), "ptxas serialised the wgmma chains"

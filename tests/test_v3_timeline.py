@@ -29,7 +29,7 @@ def test_every_stamp_lands_in_the_kernel_once():
 def test_the_stamped_kernel_builds_for_sm90a_without_spills(tmp_path):
     (tmp_path / "v3.cu").write_text(T.stamped((ROOT / "kernels" / "v3.cu").read_text()))
     res = subprocess.run(["nvcc", "-cubin", "-arch=sm_90a", "-std=c++17", "-DPA_HEAD_DIM=128", "-DPA_PAGED=1",
-                          "-DPA_OUT_F16=0", f"-I{ROOT / 'kernels'}", "-Xptxas", "-v", "-o", str(tmp_path / "v3.cubin"),
+                          "-DPA_OUT_F16=0", "-DPA_CTA_ROWS=128", f"-I{ROOT / 'kernels'}", "-Xptxas", "-v", "-o", str(tmp_path / "v3.cubin"),
                           str(tmp_path / "v3.cu")], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-2000:]
     entry = res.stderr[res.stderr.index("Compiling entry function 'pa_v3' "):]
@@ -119,6 +119,6 @@ def test_knockouts_compose_with_the_stamps(names):
 def test_a_stamped_knockout_builds_for_sm90a(tmp_path):
     (tmp_path / "v3.cu").write_text(T.knocked_out("kscale-in-q")((ROOT / "kernels" / "v3.cu").read_text()))
     res = subprocess.run(["nvcc", "-cubin", "-arch=sm_90a", "-std=c++17", "-DPA_HEAD_DIM=128", "-DPA_PAGED=1",
-                          "-DPA_OUT_F16=0", f"-I{ROOT / 'kernels'}", "-o", str(tmp_path / "v3.cubin"),
+                          "-DPA_OUT_F16=0", "-DPA_CTA_ROWS=128", f"-I{ROOT / 'kernels'}", "-o", str(tmp_path / "v3.cubin"),
                           str(tmp_path / "v3.cu")], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-2000:]

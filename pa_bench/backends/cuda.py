@@ -92,6 +92,7 @@ class CudaBackend:
         self.pair_heads = True         # v2/v2t: a warp's two tiles are two heads of one KV group
         self.split: bool | None = None  # v2/v2t: split keys between a CTA's warps (None: the model's rule)
         self.segments: bool | int | None = None  # key segments (None: the model's rule; see segment_keys)
+        self.rows: int | None = None  # v3: rows of a CTA, 128 or 192 (None: the model's cta_rows)
         self._timer = None
 
     # ------------------------------------------------------------------ description
@@ -237,7 +238,14 @@ class CudaBackend:
             out_f16=problem.out_dtype == "float16",
             force_turing=self.force_turing,
             tiles=self._tiles(variant, self.tiles_for(problem)),
+            cta_rows=self.cta_rows(variant, problem),
         )
+
+    def cta_rows(self, variant: str, problem) -> int:
+        """The rows of ``variant``'s CTAs on ``problem`` where it offers a choice (v3: 128 or 192,
+        pa_bench.numerics.model.cta_rows); 0 otherwise (the kernel's own)."""
+        rows = K.launch_rows(variant, problem)
+        return int(self.rows) if rows and self.rows is not None else rows
 
     def tiles_for(self, problem) -> int:
         """m16 tiles per warp of a warp_tiles variant on this problem (the override, else K.choose_tiles)."""
@@ -356,7 +364,8 @@ class CudaBackend:
         return K.launch_geometry(variant, problem.queries, problem.heads_q, problem.heads_kv,
                                  tiles=self.tiles_for(problem) if tiles is None else tiles,
                                  pair_heads=self.pair_heads, split_keys=self.split_keys(variant, problem),
-                                 context=problem.context, segment_keys=self.segment_keys(variant, problem))
+                                 context=problem.context, segment_keys=self.segment_keys(variant, problem),
+                                 cta_rows=self.cta_rows(variant, problem))
 
     def _include_options(self) -> tuple[str, ...]:
         """The CUDA headers (cuda_fp16.h, cuda_pipeline_primitives.h) for NVRTC, where found."""

@@ -37,6 +37,8 @@ class KernelBuild:
     force_turing: bool = False
     tiles: int = DEFAULT_TILES      # warp_tiles variants only: m16 query tiles per warp
     kv_f16: bool = False            # v3 only: its fp16-K/V control (-DPA_KV_F16=1, the peer v3-f16)
+    cta_rows: int = 0               # a variant with fill_rows options: the launch's (-DPA_CTA_ROWS,
+                                    # model.cta_rows); 0: the kernel's default
 
     @property
     def function(self) -> str:
@@ -49,7 +51,8 @@ class KernelBuild:
             f"-DPA_PAGED={int(self.paged)}",
             f"-DPA_OUT_F16={int(self.out_f16)}",
             f"-DPA_FORCE_TURING={int(self.force_turing)}",
-        ) + tiles + (("-DPA_KV_F16=1",) if self.kv_f16 else ())
+        ) + tiles + (("-DPA_KV_F16=1",) if self.kv_f16 else ()) + \
+            ((f"-DPA_CTA_ROWS={self.cta_rows}",) if self.cta_rows else ())
 
     def options(self) -> tuple[str, ...]:
         own = kernel_path(self.variant).parent          # a plug-in kernel's own folder first
@@ -178,12 +181,30 @@ COMBINE_ROWS_PER_CTA = 4
 SEGMENT_ALIGN = 64          # segment boundaries must align with v1's 64-key tiles
 
 
+def kv_group_threads(rows: int) -> int:
+    """Threads of a kv_group_rows CTA of ``rows`` rows: a producer warpgroup and a consumer
+    warpgroup per 64 rows (v3: 384 at 128 rows, 512 at 192)."""
+    return 128 * (1 + rows // 64)
+
+
+def launch_rows(variant: str, problem) -> int:
+    """The rows of ``variant``'s CTAs on ``problem`` (a Problem: context, queries, heads) where its
+    Variant offers several (``fill_rows`` a tuple; pa_bench.numerics.model.cta_rows), else 0: the
+    kernel's own, no -DPA_CTA_ROWS."""
+    from pa_bench.numerics.model import cta_rows
+
+    if not isinstance(registry.get(variant).fill_rows, tuple):
+        return 0
+    return cta_rows(variant, problem.context, problem.queries, problem.heads_q, problem.heads_kv)
+
+
 def launch_geometry(variant: str, queries: int, heads_q: int, heads_kv: int, tiles: int = DEFAULT_TILES,
                     pair_heads: bool = True, split_keys: int = 0, context: int = 0,
-                    segment_keys: int = 0) -> LaunchGeometry:
+                    segment_keys: int = 0, cta_rows: int = 0) -> LaunchGeometry:
     """How a variant's CTAs cover the chunk: its entry in GEOMETRY (see warp_tiles in pa_common.cuh),
     and with ``segment_keys`` (pa_bench.numerics.model.segment_keys of ``context``) a third grid
-    dimension of ceil((context + queries) / segment_keys) key segments."""
+    dimension of ceil((context + queries) / segment_keys) key segments. ``cta_rows`` (a variant
+    with fill_rows options, model.cta_rows): the rows of its CTAs, kv_group_threads threads each."""
     geometry = GEOMETRY.get(variant) or registry.get(variant).geometry
     if geometry is None:
         raise ValueError(f"no launch geometry for variant {variant!r} (add it to kernels.GEOMETRY, or "
@@ -192,7 +213,8 @@ def launch_geometry(variant: str, queries: int, heads_q: int, heads_kv: int, til
         raise ValueError(f"segment_keys must be a non-negative multiple of {SEGMENT_ALIGN}, not {segment_keys}")
     if segment_keys and split_keys:
         raise ValueError("split_keys and segment_keys exclude each other (split keys are off with segments)")
-    geo = geometry(registry.get(variant).threads, queries, heads_q, heads_kv, tiles, pair_heads, split_keys)
+    threads = kv_group_threads(cta_rows) if cta_rows else registry.get(variant).threads
+    geo = geometry(threads, queries, heads_q, heads_kv, tiles, pair_heads, split_keys)
     segments = -(-(context + queries) // segment_keys) if segment_keys else 1
     return LaunchGeometry(tuple(geo.grid) + (segments,), geo.block, geo.pair_heads, geo.split_keys,
                           segment_keys, segments)

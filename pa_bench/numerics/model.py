@@ -38,6 +38,8 @@ from typing import Any, Callable
 import numpy as np
 
 from pa_bench import variants as registry
+from pa_bench.numerics import fill
+from pa_bench.numerics.fill import FILL_MAX_SEGMENTS, FILL_MIN_KEYS, FILL_SMS
 from pa_bench.problem.inputs import Inputs
 
 
@@ -70,35 +72,54 @@ SPLIT_MIN_CONTEXT = 1024       # keys before the chunk
 SEGMENT_KEYS = 65536
 
 
-# Key segments to fill the GPU: a variant whose CTA packs the query heads of one KV group
-# into ``fill_rows`` rows (pa_bench.variants; v3: 128) launches heads_kv * ceil(queries /
-# (fill_rows / group)) CTAs. Fewer than FILL_CTAS leave SMs idle (2.1Kx256 with 32/8 heads: 64
-# CTAs for the H200's 132 SMs), so such a chunk runs its keys in n segments merged by pa_combine,
-# as long contexts do: n = ceil(FILL_CTAS / CTAs), but no segment under FILL_MIN_KEYS keys (at 512,
-# 1Kx256 and 1.5Kx256 split in two as well: 13 % and 21 % faster on the H200 than at 1024, where
-# they ran in one segment on 64 CTAs; results/reference/h200/20261202-022318-fill-b-cuda). The rule depends on the problem only (not on the GPU's SM
-# count), so a row's bits never depend on the GPU.
-FILL_CTAS = 128
-FILL_MIN_KEYS = 512
+# Key segments and CTA rows that fill the GPU: for a variant whose CTA packs the query heads of
+# one KV group (pa_bench.variants ``fill_rows``; v3: 128 or 192 rows), pa_bench.numerics.fill
+# picks the launch, rows x key segments, that its schedule estimate says runs the chunk fastest
+# (32Kx1024 with 32/8 heads: 192 rows in three segments, four full waves; 2.1Kx256: 128 rows in
+# two; 16Kx256 128 rows in two; 1Kx2048 128 rows in one; 0x1536 192 rows in one). The segments
+# change the bits (the same merge as long contexts', fewer keys a segment); the rows do not.
+# The choice depends on the problem only, never on the GPU.
+
+
+def _fill_options(variant: str | None) -> tuple[int, ...]:
+    entry = registry.find(variant) if variant else None
+    rows = entry.fill_rows if entry is not None else None
+    if not rows:
+        return ()
+    return tuple(sorted(rows)) if isinstance(rows, tuple) else (int(rows),)
+
+
+def _fill(variant: str | None, context: int, queries: int, heads_q: int, heads_kv: int) -> tuple[int, int]:
+    """(rows, keys per segment) of ``variant``'s launch on a chunk ((0, 0): no fill rows)."""
+    options = _fill_options(variant)
+    if not options or queries <= 0:
+        return (options[-1] if options else 0), 0
+    ctx = int(context)
+    fixed = SEGMENT_KEYS if ctx > SEGMENT_KEYS else 0
+    return fill.fill_launch(options, ctx, int(queries), max(1, int(heads_q)), max(1, int(heads_kv)), fixed)
+
+
+def cta_rows(variant: str | None, context: int, queries: int, heads_q: int = 1, heads_kv: int = 1) -> int:
+    """Rows of one CTA of ``variant`` on a chunk (0: the variant packs no rows, ``fill_rows``
+    None): where it offers several (v3: 128 or 192, two or three consumer warpgroups), the one of
+    the fastest launch by pa_bench.numerics.fill's estimate. More rows share each converted K/V
+    tile among more queries and hide one warpgroup's softmax under the others' wgmma, but a CTA
+    takes longer, so fewer CTAs fill the SMs less well. Every row's bits are the same at either
+    (segments aside); the numerics model needs the rows only for the segments."""
+    return _fill(variant, context, queries, heads_q, heads_kv)[0]
 
 
 def segment_keys(context: int, variant: str | None = None, queries: int = 0, heads_q: int = 1,
                  heads_kv: int = 1) -> int:
     """The keys per segment for a chunk of ``queries`` rows after ``context`` keys (0: one
     segment, the whole key range): SEGMENT_KEYS on contexts longer than SEGMENT_KEYS (every
-    variant); else, for a ``variant`` with ``fill_rows``, the fill rule above (a multiple of 64)."""
+    variant); else, for a ``variant`` with ``fill_rows``, those of its fastest launch by
+    pa_bench.numerics.fill (whole 64-key tiles, none under FILL_MIN_KEYS keys, at most
+    FILL_MAX_SEGMENTS segments)."""
     ctx = int(context)
     if ctx > SEGMENT_KEYS:
         return SEGMENT_KEYS
-    entry = registry.find(variant) if variant else None
-    rows = entry.fill_rows if entry is not None else None
-    if not rows or queries <= 0:
-        return 0
-    per_cta = max(1, rows // max(1, int(heads_q) // max(1, int(heads_kv))))   # query positions per CTA
-    ctas = int(heads_kv) * -(-int(queries) // per_cta)
-    keys = ctx + int(queries)
-    n = min(-(-FILL_CTAS // ctas), keys // FILL_MIN_KEYS)
-    return -(-keys // (64 * n)) * 64 if n >= 2 else 0
+    return _fill(variant, ctx, queries, heads_q, heads_kv)[1]
 
 
 def split_point(context: int) -> int:
@@ -456,5 +477,5 @@ def _online_softmax(a: ModelArrays, qf, limit, tile: int, k0: int, k1: int, mma:
 
 
 __all__ = ["model_attention", "model_arrays", "ModelArrays", "key_parts", "tile_keys", "pv_chain_keys", "split_keys",
-           "split_point", "SEGMENT_KEYS", "segment_keys", "FILL_CTAS", "FILL_MIN_KEYS", "MMA_MODES", "DEFAULT_MMA", "round_fp16",
+           "split_point", "SEGMENT_KEYS", "segment_keys", "cta_rows", "FILL_SMS", "FILL_MAX_SEGMENTS", "FILL_MIN_KEYS", "MMA_MODES", "DEFAULT_MMA", "round_fp16",
            "exp2_ftz", "ENGINES"]

@@ -136,8 +136,9 @@ class V3F16(Peer):
 
         self.cp = cp
         pb = inputs.problem
+        rows = K.launch_rows("v3", pb)                # v3's own rows and segments
         self.build = K.KernelBuild("v3", head_dim=pb.head_dim, paged=pb.layout == "paged",
-                                   out_f16=pb.out_dtype == "float16", kv_f16=True)
+                                   out_f16=pb.out_dtype == "float16", kv_f16=True, cta_rows=rows)
         fn, combine, smem, self.compiler = _build(cp, self.build, cc)
         if pb.layout == "paged":
             pk = inputs.paged
@@ -153,7 +154,7 @@ class V3F16(Peer):
         q = cp.asarray(np.ascontiguousarray(inputs.q, dtype=np.float16))
         seg = segment_keys(pb.context, "v3", pb.queries, pb.heads_q, pb.heads_kv)   # v3's own rule
         self.geo = geo = K.launch_geometry("v3", pb.queries, pb.heads_q, pb.heads_kv, context=pb.context,
-                                           segment_keys=seg)
+                                           segment_keys=seg, cta_rows=rows)
         self.out = cp.empty(pb.heads_q * pb.queries * pb.head_dim,
                             dtype=cp.float16 if pb.out_dtype == "float16" else cp.float32)
         part = cp.empty(max(K.workspace_floats(geo, pb.queries, pb.heads_q, pb.head_dim), 2), dtype=cp.float32)

@@ -47,13 +47,13 @@ def backend():
     return be
 
 
-def _check(backend, case: str, segments=None, sample=None):
+def _check(backend, case: str, segments=None, sample=None, rows_per_cta=None):
     shape, d, hq, hkv, layout, page, data, out = CASES[case]
     pb = Problem(parse_shape(shape), heads_q=hq, heads_kv=hkv, head_dim=d, layout=layout, page=page,
                  data=data, seed=1, out_dtype=out)
     inp = make_inputs(pb)
     rows = None if sample is None else sample_rows(pb.queries, sample, seed=1)
-    backend.segments = segments
+    backend.segments, backend.rows = segments, rows_per_cta
     prep = backend.prepare(inp)
     try:
         ko = backend.compute(prep, "v3", rows=rows, check_determinism=True)
@@ -67,13 +67,35 @@ def _check(backend, case: str, segments=None, sample=None):
         assert ko.deterministic, "two launches differ"
         assert pm.parity_pass, f"{case}: {pm.reason}"
     finally:
-        backend.segments = None
+        backend.segments = backend.rows = None
         backend.release(prep)
 
 
+@pytest.mark.parametrize("rows_per_cta", [None, 128, 192])
 @pytest.mark.parametrize("case", list(CASES))
-def test_v3_parity(backend, case):
-    _check(backend, case)
+def test_v3_parity(backend, case, rows_per_cta):
+    """Each case at the rows the launch picks (None: model.cta_rows) and at both CTA sizes."""
+    _check(backend, case, rows_per_cta=rows_per_cta)
+
+
+@pytest.mark.parametrize("case", ["odd-d128-gqa-p64", "first-d128-gqa-p64", "odd-d64-g3-p16"])
+def test_v3_rows_per_cta_do_not_change_a_bit(backend, case):
+    """128-row and 192-row CTAs (two or three consumer warpgroups) at the same key segments give
+    every output element the same bits: a row's arithmetic does not depend on its CTA."""
+    shape, d, hq, hkv, layout, page, data, out = CASES[case]
+    pb = Problem(parse_shape(shape), heads_q=hq, heads_kv=hkv, head_dim=d, layout=layout, page=page,
+                 data=data, seed=1, out_dtype=out)
+    prep = backend.prepare(make_inputs(pb))
+    try:
+        outs = []
+        for rows in (128, 192):
+            backend.rows, backend.segments = rows, 512
+            outs.append(backend.compute(prep, "v3", rows=None, check_determinism=False).out.copy())
+        assert outs[0].shape == outs[1].shape
+        assert outs[0].tobytes() == outs[1].tobytes()
+    finally:
+        backend.segments = backend.rows = None
+        backend.release(prep)
 
 
 def test_v3_many_tiles_sampled(backend):

@@ -1,0 +1,108 @@
+"""Which launch of a KV-group kernel runs a chunk fastest: CTA rows x key segments.
+
+A variant whose CTA packs the query heads of one KV group into ``rows`` rows (pa_bench.variants
+``fill_rows``; v3: 128 or 192) launches ``heads_kv * ceil(queries / (rows / group))`` CTAs, one an
+SM, and may run the keys in ``n`` segments merged by pa_combine (the numerics model follows the
+segments: their bits differ). Which (rows, n) is fastest depends on how the CTAs fill the SMs:
+whole waves of CTAs of equal length at long contexts, uneven lengths at causal first chunks
+(a row block's keys end at its last position), a nearly empty last wave where the CTAs are few.
+So this module estimates each candidate's time by scheduling its CTAs, in launch order, onto
+FILL_SMS SMs, each to the SM that frees first, and adds the merge's memory traffic:
+
+- a CTA costs FILL_CTA_TILES plus its 64-key tiles, each ROW_COST[rows] (a 128-row tile is 1);
+- segments cost FILL_MERGE_TILES per query row and segment (the partial O each segment writes and
+  pa_combine reads back);
+- the fastest candidate wins, but fewer segments (then more rows) are kept while within
+  FILL_PREFER of it.
+
+The constants are H200 measurements (results/reference/h200/20261203-v3-fill-rule/EVIDENCE.md):
+a 192-row tile takes 1.40 the 128-row one's time (1.5 the rows, a little more efficient); a
+CTA's fixed work about two tiles; about 4,000 rows of partial O a segment (512 bytes a row at
+D = 128 in fp32, written and read back) a tile's time. On 17 pairs of launches timed in turns
+on one H200 (scripts/fill_pairs.py) the estimate ranks every pair as measured, within 2.8 % rms
+and 7 % at worst. FILL_SMS is the SM count of the sm_90a GPUs v3 is built for (H100 SXM, H200):
+a constant, so that the choice, and with it a row's bits, depends on the problem only, never on
+the GPU.
+"""
+
+from __future__ import annotations
+
+import heapq
+from functools import lru_cache
+
+FILL_SMS = 132
+FILL_MAX_SEGMENTS = 8
+FILL_MIN_KEYS = 512            # no segment under this many keys
+ROW_COST = {128: 1.0, 192: 1.40}
+FILL_CTA_TILES = 2.0
+FILL_MERGE_TILES = 2.56e-4     # per query row (of every query head) and segment
+FILL_PREFER = 1.03
+TILE = 64
+
+
+def segment_size(keys: int, n: int) -> int:
+    """Keys per segment of ``keys`` keys in ``n`` segments: whole tiles (0: one segment)."""
+    return -(-keys // (TILE * n)) * TILE if n >= 2 else 0
+
+
+def cta_costs(rows: int, seg_keys: int, context: int, queries: int, group: int, heads_kv: int) -> list[float]:
+    """Each CTA's estimated time (128-row tile times), in launch order: grid (heads_kv, row
+    blocks longest first, segments), x fastest. ``seg_keys`` 0: one segment."""
+    ppc = max(1, rows // max(1, group))
+    blocks = -(-queries // ppc)
+    keys = context + queries
+    size = seg_keys or keys
+    n = -(-keys // size)
+    cost = ROW_COST[rows]
+    out: list[float] = []
+    for z in range(n):
+        lo = z * size
+        for y in range(blocks):
+            end = context + min(queries, (blocks - y) * ppc)   # the row block's last key + 1
+            tiles = -(-(min(lo + size, end) - lo) // TILE) if end > lo else 0
+            out += [FILL_CTA_TILES + tiles * cost if tiles else FILL_CTA_TILES / 4] * heads_kv
+    return out
+
+
+def makespan(costs: list[float], sms: int = FILL_SMS) -> float:
+    """The time the last SM finishes when each CTA, in order, goes to the SM that frees first."""
+    if len(costs) > 32 * sms:   # many waves: the mean load plus half a CTA's tail
+        return sum(costs) / sms + max(costs) / 2
+    free = [0.0] * sms
+    for c in costs:
+        heapq.heappush(free, heapq.heappop(free) + c)
+    return max(free)
+
+
+def estimate(rows: int, seg_keys: int, context: int, queries: int, heads_q: int, heads_kv: int) -> float:
+    """A launch's estimated time in 128-row tile times: the CTAs' schedule plus the merge."""
+    group = max(1, heads_q // max(1, heads_kv))
+    keys = context + queries
+    n = -(-keys // seg_keys) if seg_keys else 1
+    merge = FILL_MERGE_TILES * heads_q * queries * n if n >= 2 else 0.0
+    return makespan(cta_costs(rows, seg_keys, context, queries, group, heads_kv)) + merge
+
+
+@lru_cache(maxsize=4096)
+def fill_launch(options: tuple[int, ...], context: int, queries: int, heads_q: int, heads_kv: int,
+                fixed_seg_keys: int = 0) -> tuple[int, int]:
+    """(rows, keys per segment; 0: one segment) of the fastest launch by ``estimate``.
+    ``fixed_seg_keys``: the segments are given (long contexts: SEGMENT_KEYS), only rows are chosen."""
+    keys = context + queries
+    if fixed_seg_keys:
+        segs = [fixed_seg_keys]
+    else:
+        segs, seen = [0], {1}
+        for n in range(2, min(FILL_MAX_SEGMENTS, keys // FILL_MIN_KEYS) + 1):
+            size = segment_size(keys, n)
+            if -(-keys // size) not in seen:   # n whose whole-tile segments make a count not yet seen
+                seen.add(-(-keys // size))
+                segs.append(size)
+    cands = [(estimate(r, s, context, queries, heads_q, heads_kv), s, r) for r in options for s in segs]
+    best = min(c[0] for c in cands)
+    near = [c for c in cands if c[0] <= FILL_PREFER * best]
+
+    def count(seg: int) -> int:
+        return -(-keys // seg) if seg else 1
+    _, seg, rows = min(near, key=lambda c: (count(c[1]), -c[2]))
+    return rows, seg
