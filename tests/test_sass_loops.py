@@ -86,3 +86,13 @@ def test_between_waits_counts_the_softmax_and_the_branches_under_pv():
         "WARPGROUP.DEPBAR.LE gsb0, 0x1 ;", "WARPGROUP.DEPBAR.LE gsb0, 0x0 ;", "MUFU.EX2 R4, R4 ;",
         "WARPGROUP.DEPBAR.LE gsb0, 0x0 ;"])
     assert sass_loops.between_waits(sass.splitlines()) == [{"exp2": 2, "branches": 1}, {"exp2": 0, "branches": 0}]
+
+
+def test_registers_used_counts_a_128_bit_operation_s_data_four_wide_but_its_address_as_named():
+    """An LDS.128's destination holds four registers (R8..R11), the address in brackets only the
+    one it names: `[R30+0x10]` must not make R30..R33 count."""
+    assert sass_loops.registers_used([(0, "LDS.128 R8, [R30+0x10] ;")]) == 31
+    assert sass_loops.registers_used([(0, "LDS.128 R40, [R30] ;")]) == 44
+    assert sass_loops.registers_used([(0, "LDG.E.64 R2, desc[UR4][R6.64] ;")]) == 8      # the pair R6, R7
+    assert sass_loops.registers_used([(0, "LDGSTS.E.BYPASS.128 [R9], desc[UR4][R2.64] ;")]) == 10
+    assert sass_loops.registers_used([(0, "@P0 STS.128 [R3], R12 ;")]) == 16
