@@ -306,3 +306,14 @@ def test_makespan_puts_each_cta_on_the_sm_that_frees_first():
     assert makespan([1.0] * 133) == 2.0
     assert makespan([3.0, 1.0, 1.0, 1.0], sms=2) == 3.0      # the three short ones share one SM
     assert makespan([1.0, 1.0, 1.0, 3.0], sms=2) == 4.0      # the long one last waits for a free SM
+
+
+def test_the_fill_estimate_takes_row_counts_it_has_not_measured():
+    """A plug-in kernel's fill_rows (here 64) costs in proportion to its rows, so the choice works
+    for it too: one size gives its own rows, with the segments that fill the GPU."""
+    from pa_bench.numerics import fill
+
+    assert fill.row_cost(64) == 0.5 and fill.row_cost(192) == fill.ROW_COST[192]
+    rows, seg = fill.fill_launch((64,), 2150, 256, 32, 8)
+    assert rows == 64 and seg % 64 == 0
+    assert fill.estimate(64, seg, 2150, 256, 32, 8) <= fill.estimate(64, 0, 2150, 256, 32, 8)

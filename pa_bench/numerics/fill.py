@@ -9,7 +9,8 @@ whole waves of CTAs of equal length at long contexts, uneven lengths at causal f
 So this module estimates each candidate's time by scheduling its CTAs, in launch order, onto
 FILL_SMS SMs, each to the SM that frees first, and adds the merge's memory traffic:
 
-- a CTA costs FILL_CTA_TILES plus its 64-key tiles, each ROW_COST[rows] (a 128-row tile is 1);
+- a CTA costs FILL_CTA_TILES plus its 64-key tiles, each ROW_COST[rows] (a 128-row tile is 1;
+  rows it has not measured, a plug-in kernel's, cost in proportion: rows / 128);
 - segments cost FILL_MERGE_TILES per query row and segment (the partial O each segment writes and
   pa_combine reads back);
 - the fastest candidate wins, but fewer segments (then more rows) are kept while within
@@ -40,6 +41,11 @@ FILL_PREFER = 1.03
 TILE = 64
 
 
+def row_cost(rows: int) -> float:
+    """A 64-key tile's time in a ``rows``-row CTA, in 128-row tile times."""
+    return ROW_COST.get(rows, rows / 128)
+
+
 def segment_size(keys: int, n: int) -> int:
     """Keys per segment of ``keys`` keys in ``n`` segments: whole tiles (0: one segment)."""
     return -(-keys // (TILE * n)) * TILE if n >= 2 else 0
@@ -53,7 +59,7 @@ def cta_costs(rows: int, seg_keys: int, context: int, queries: int, group: int, 
     keys = context + queries
     size = seg_keys or keys
     n = -(-keys // size)
-    cost = ROW_COST[rows]
+    cost = row_cost(rows)
     out: list[float] = []
     for z in range(n):
         lo = z * size
