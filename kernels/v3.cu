@@ -71,6 +71,21 @@ constexpr int PRODUCER_REGS = NCWG == 3 ? 56 : 72;
 // docs/PERF_NOTES.md).
 constexpr int ISSUER = 96;
 constexpr int CONSUMER_REGS = NCWG == 3 ? 152 : 216;
+// Two places in the consumers' step (docs/PERF_NOTES.md): the tile's key scales loaded before the
+// wait for S, so that their latency passes under it (at 192 rows, where S's shared-memory operands
+// keep the port busy and a load waits longest), and O's rescale done before the wait for the
+// turn, not inside it, where it delays every other warpgroup's issue.
+#ifndef PA_V3_KQ_AT
+#define PA_V3_KQ_AT (PA_CTA_ROWS == 192 ? 1 : 0)
+#endif
+#ifndef PA_V3_RESCALE_EARLY
+#define PA_V3_RESCALE_EARLY 0
+#endif
+#ifndef PA_V3_MAX_TREE
+#define PA_V3_MAX_TREE 0
+#endif
+constexpr bool KQ_EARLY = PA_V3_KQ_AT == 1, KQ_TURN = PA_V3_KQ_AT == 2, RESCALE_EARLY = PA_V3_RESCALE_EARLY;
+constexpr bool MAX_TREE = PA_V3_MAX_TREE;
 // setmaxnreg moves registers within what the CTA was launched with: (65536 / THREADS) per thread,
 // rounded down to a multiple of 8 (168 at 384 threads, 128 at 512). Asking the consumers' increase for more
 // than the producer's decrease frees makes setmaxnreg.inc wait forever: the kernel hangs.
@@ -623,22 +638,42 @@ __device__ __forceinline__ void issue_pv(float (&o)[O_REGS], const u32 (&pf)[PV_
 // fp32 arithmetic uses the _rn intrinsics (no contraction).
 // Register fragments (PTX ISA, wgmma m64nNk16): warp w of a warpgroup holds rows 16w..16w+15;
 // element 4j+e of s (lane g = lane/4, t = lane%4): row g + 8*(e>>1), key j0 + 8j + 2t + (e&1).
-template <bool MASKED>
-__device__ __forceinline__ void softmax_tile(const unsigned char* f_ptr, int j0, const int (&lim)[2],
-                                             float (&s)[S_REGS], float (&m)[2], float (&l)[2], float (&alpha)[2]) {
+// This thread's key scales of a tile: keys 8j+2t, 8j+2t+1 of its S fragment.
+__device__ __forceinline__ void load_kq(const unsigned char* f_ptr, float2 (&k2)[BN / 8]) {
     const int t = threadIdx.x & 3;
     const float* kq = reinterpret_cast<const float*>(f_ptr + F16_KQ);
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) k2[j] = *reinterpret_cast<const float2*>(kq + 8 * j + 2 * t);
+}
+template <bool MASKED>
+__device__ __forceinline__ void softmax_tile(const float2 (&k2)[BN / 8], int j0, const int (&lim)[2],
+                                             float (&s)[S_REGS], float (&m)[2], float (&l)[2], float (&alpha)[2]) {
+    const int t = threadIdx.x & 3;
     float mx[2] = {PA_NEG_INF, PA_NEG_INF};
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
-        const float2 k2 = *reinterpret_cast<const float2*>(kq + 8 * j + 2 * t);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            float v = __fmul_rn(s[4 * j + e], (e & 1) ? k2.y : k2.x);
+            float v = __fmul_rn(s[4 * j + e], (e & 1) ? k2[j].y : k2[j].x);
             if (MASKED) v = (j0 + 8 * j + 2 * t + (e & 1) <= lim[e >> 1]) ? v : PA_NEG_INF;
             s[4 * j + e] = v;
-            mx[e >> 1] = fmaxf(mx[e >> 1], v);
+            if (!MAX_TREE) mx[e >> 1] = fmaxf(mx[e >> 1], v);
         }
+    }
+    if constexpr (MAX_TREE) {
+        float w[2][BN / 8];
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+            for (int rr = 0; rr < 2; ++rr) w[rr][j] = fmaxf(s[4 * j + 2 * rr], s[4 * j + 2 * rr + 1]);
+#pragma unroll
+        for (int h = BN / 16; h >= 1; h /= 2)
+#pragma unroll
+            for (int j = 0; j < h; ++j)
+#pragma unroll
+                for (int rr = 0; rr < 2; ++rr) w[rr][j] = fmaxf(w[rr][j], w[rr][j + h]);
+        mx[0] = w[0][0];
+        mx[1] = w[1][0];
     }
 #pragma unroll
     for (int sh = 1; sh <= 2; sh *= 2)
@@ -791,10 +826,10 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     auto desc_k = [&](int n) { return desc_sw128(base + SM_F16 + (n % F16_STAGES) * F16_STAGE + F16_K, 16, 1024); };
     auto desc_v = [&](int n) { return desc_sw128(base + SM_F16 + (n % F16_STAGES) * F16_STAGE + F16_V, KV_BLOCK, 1024); };
     auto f16_stage = [&](int n) { return sm + SM_F16 + (n % F16_STAGES) * F16_STAGE; };
-    auto softmax = [&](int n, float (&al)[2]) {
+    auto softmax = [&](int n, const float2 (&k2)[BN / 8], float (&al)[2]) {
         const int tile = c.t_begin + n;
-        if (tile < first_masked) softmax_tile<false>(f16_stage(n), tile * BN, lim, s, m, l, al);
-        else softmax_tile<true>(f16_stage(n), tile * BN, lim, s, m, l, al);
+        if (tile < first_masked) softmax_tile<false>(k2, tile * BN, lim, s, m, l, al);
+        else softmax_tile<true>(k2, tile * BN, lim, s, m, l, al);
     };
     // O *= alpha, skipped where every alpha of the warp is 1 (O*1 == O: the same bits), as it is
     // on most tiles of a long context, where a row's running maximum rarely moves.
@@ -816,18 +851,23 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
         issue_s_tile(dk0);
         wgmma_commit();
         turn_end(0);
+        float2 k2[BN / 8];                   // the tile's key scales
+        if constexpr (KQ_EARLY || KQ_TURN) load_kq(f16_stage(0), k2);
         wgmma_wait<0>();
         pin(s);
-        softmax(0, alpha);
+        if constexpr (!KQ_EARLY && !KQ_TURN) load_kq(f16_stage(0), k2);
+        softmax(0, k2, alpha);
         scale_by_vs(f16_stage(0), s);
         p_fragments(s, pf);
         // steps 1 .. n_math-1: S of tile n and P.V of tile n-1
         for (n = 1; n < n_math; ++n) {
+            if constexpr (RESCALE_EARLY) rescale();
             turn_begin(n);
             u64 dk = desc_k(n), dv = desc_v(n - 1);
             pin(dk);
             pin(dv);
-            rescale();
+            if constexpr (!RESCALE_EARLY) rescale();
+            if constexpr (KQ_TURN) load_kq(f16_stage(n), k2);
             pin(s);
             pin(pf);
             pin(o);
@@ -837,10 +877,12 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
             issue_pv(o, pf, dv);
             wgmma_commit();
             turn_end(n);
+            if constexpr (KQ_EARLY) load_kq(f16_stage(n), k2);
             wgmma_wait<1>();                 // S of tile n (P.V of tile n-1 may still run)
             pin(s);
+            if constexpr (!KQ_EARLY && !KQ_TURN) load_kq(f16_stage(n), k2);
             float alpha_next[2];
-            softmax(n, alpha_next);
+            softmax(n, k2, alpha_next);
             scale_by_vs(f16_stage(n), s);
             wgmma_wait<0>();
             pin(o);
@@ -851,10 +893,11 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
             alpha[1] = alpha_next[1];
         }
         // step n_math: P.V of the last tile
+        if constexpr (RESCALE_EARLY) rescale();
         turn_begin(n);
         u64 dv = desc_v(n - 1);
         pin(dv);
-        rescale();
+        if constexpr (!RESCALE_EARLY) rescale();
         pin(pf);
         pin(o);
         wgmma_fence();
