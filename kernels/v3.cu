@@ -71,21 +71,11 @@ constexpr int PRODUCER_REGS = NCWG == 3 ? 56 : 72;
 // docs/PERF_NOTES.md).
 constexpr int ISSUER = 96;
 constexpr int CONSUMER_REGS = NCWG == 3 ? 152 : 216;
-// Two places in the consumers' step (docs/PERF_NOTES.md): the tile's key scales loaded before the
-// wait for S, so that their latency passes under it (at 192 rows, where S's shared-memory operands
-// keep the port busy and a load waits longest), and O's rescale done before the wait for the
-// turn, not inside it, where it delays every other warpgroup's issue.
-#ifndef PA_V3_KQ_AT
-#define PA_V3_KQ_AT (PA_CTA_ROWS == 192 ? 1 : 0)
-#endif
-#ifndef PA_V3_RESCALE_EARLY
-#define PA_V3_RESCALE_EARLY 0
-#endif
-#ifndef PA_V3_MAX_TREE
-#define PA_V3_MAX_TREE 0
-#endif
-constexpr bool KQ_EARLY = PA_V3_KQ_AT == 1, KQ_TURN = PA_V3_KQ_AT == 2, RESCALE_EARLY = PA_V3_RESCALE_EARLY;
-constexpr bool MAX_TREE = PA_V3_MAX_TREE;
+// Where a consumer loads the tile's key scales: at 192 rows in its turn, before it issues S and
+// P.V, so that their latency passes under the wait for S (there S's shared-memory operands keep
+// the port busy, and loads issued after the wait stalled the softmax most); at 128 rows after the
+// wait, where the earlier loads measured no faster (docs/PERF_NOTES.md).
+constexpr bool KQ_AT_TURN = NCWG == 3;
 // setmaxnreg moves registers within what the CTA was launched with: (65536 / THREADS) per thread,
 // rounded down to a multiple of 8 (168 at 384 threads, 128 at 512). Asking the consumers' increase for more
 // than the producer's decrease frees makes setmaxnreg.inc wait forever: the kernel hangs.
@@ -657,23 +647,8 @@ __device__ __forceinline__ void softmax_tile(const float2 (&k2)[BN / 8], int j0,
             float v = __fmul_rn(s[4 * j + e], (e & 1) ? k2[j].y : k2[j].x);
             if (MASKED) v = (j0 + 8 * j + 2 * t + (e & 1) <= lim[e >> 1]) ? v : PA_NEG_INF;
             s[4 * j + e] = v;
-            if (!MAX_TREE) mx[e >> 1] = fmaxf(mx[e >> 1], v);
+            mx[e >> 1] = fmaxf(mx[e >> 1], v);
         }
-    }
-    if constexpr (MAX_TREE) {
-        float w[2][BN / 8];
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-            for (int rr = 0; rr < 2; ++rr) w[rr][j] = fmaxf(s[4 * j + 2 * rr], s[4 * j + 2 * rr + 1]);
-#pragma unroll
-        for (int h = BN / 16; h >= 1; h /= 2)
-#pragma unroll
-            for (int j = 0; j < h; ++j)
-#pragma unroll
-                for (int rr = 0; rr < 2; ++rr) w[rr][j] = fmaxf(w[rr][j], w[rr][j + h]);
-        mx[0] = w[0][0];
-        mx[1] = w[1][0];
     }
 #pragma unroll
     for (int sh = 1; sh <= 2; sh *= 2)
@@ -852,22 +827,21 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
         wgmma_commit();
         turn_end(0);
         float2 k2[BN / 8];                   // the tile's key scales
-        if constexpr (KQ_EARLY || KQ_TURN) load_kq(f16_stage(0), k2);
+        if constexpr (KQ_AT_TURN) load_kq(f16_stage(0), k2);
         wgmma_wait<0>();
         pin(s);
-        if constexpr (!KQ_EARLY && !KQ_TURN) load_kq(f16_stage(0), k2);
+        if constexpr (!KQ_AT_TURN) load_kq(f16_stage(0), k2);
         softmax(0, k2, alpha);
         scale_by_vs(f16_stage(0), s);
         p_fragments(s, pf);
         // steps 1 .. n_math-1: S of tile n and P.V of tile n-1
         for (n = 1; n < n_math; ++n) {
-            if constexpr (RESCALE_EARLY) rescale();
             turn_begin(n);
             u64 dk = desc_k(n), dv = desc_v(n - 1);
             pin(dk);
             pin(dv);
-            if constexpr (!RESCALE_EARLY) rescale();
-            if constexpr (KQ_TURN) load_kq(f16_stage(n), k2);
+            rescale();
+            if constexpr (KQ_AT_TURN) load_kq(f16_stage(n), k2);
             pin(s);
             pin(pf);
             pin(o);
@@ -877,10 +851,9 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
             issue_pv(o, pf, dv);
             wgmma_commit();
             turn_end(n);
-            if constexpr (KQ_EARLY) load_kq(f16_stage(n), k2);
             wgmma_wait<1>();                 // S of tile n (P.V of tile n-1 may still run)
             pin(s);
-            if constexpr (!KQ_EARLY && !KQ_TURN) load_kq(f16_stage(n), k2);
+            if constexpr (!KQ_AT_TURN) load_kq(f16_stage(n), k2);
             float alpha_next[2];
             softmax(n, k2, alpha_next);
             scale_by_vs(f16_stage(n), s);
@@ -893,11 +866,10 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
             alpha[1] = alpha_next[1];
         }
         // step n_math: P.V of the last tile
-        if constexpr (RESCALE_EARLY) rescale();
         turn_begin(n);
         u64 dv = desc_v(n - 1);
         pin(dv);
-        if constexpr (!RESCALE_EARLY) rescale();
+        rescale();
         pin(pf);
         pin(o);
         wgmma_fence();
