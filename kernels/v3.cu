@@ -635,16 +635,23 @@ __device__ __forceinline__ void load_kq(const unsigned char* f_ptr, float2 (&k2)
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) k2[j] = *reinterpret_cast<const float2*>(kq + 8 * j + 2 * t);
 }
-template <bool MASKED>
-__device__ __forceinline__ void softmax_tile(const float2 (&k2)[BN / 8], int j0, const int (&lim)[2],
-                                             float (&s)[S_REGS], float (&m)[2], float (&l)[2], float (&alpha)[2]) {
+// The key scales are k2 where they were loaded before (PRELOADED: KQ_AT_TURN), else loaded here
+// from the stage f_ptr, each as its products need it.
+template <bool MASKED, bool PRELOADED>
+__device__ __forceinline__ void softmax_tile(const unsigned char* f_ptr, const float2 (&k2)[BN / 8], int j0,
+                                             const int (&lim)[2], float (&s)[S_REGS], float (&m)[2], float (&l)[2],
+                                             float (&alpha)[2]) {
     const int t = threadIdx.x & 3;
+    const float* kq = reinterpret_cast<const float*>(f_ptr + F16_KQ);
     float mx[2] = {PA_NEG_INF, PA_NEG_INF};
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
+        float2 kj;
+        if constexpr (PRELOADED) kj = k2[j];
+        else kj = *reinterpret_cast<const float2*>(kq + 8 * j + 2 * t);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            float v = __fmul_rn(s[4 * j + e], (e & 1) ? k2[j].y : k2[j].x);
+            float v = __fmul_rn(s[4 * j + e], (e & 1) ? kj.y : kj.x);
             if (MASKED) v = (j0 + 8 * j + 2 * t + (e & 1) <= lim[e >> 1]) ? v : PA_NEG_INF;
             s[4 * j + e] = v;
             mx[e >> 1] = fmaxf(mx[e >> 1], v);
@@ -803,8 +810,8 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     auto f16_stage = [&](int n) { return sm + SM_F16 + (n % F16_STAGES) * F16_STAGE; };
     auto softmax = [&](int n, const float2 (&k2)[BN / 8], float (&al)[2]) {
         const int tile = c.t_begin + n;
-        if (tile < first_masked) softmax_tile<false>(k2, tile * BN, lim, s, m, l, al);
-        else softmax_tile<true>(k2, tile * BN, lim, s, m, l, al);
+        if (tile < first_masked) softmax_tile<false, KQ_AT_TURN>(f16_stage(n), k2, tile * BN, lim, s, m, l, al);
+        else softmax_tile<true, KQ_AT_TURN>(f16_stage(n), k2, tile * BN, lim, s, m, l, al);
     };
     // O *= alpha, skipped where every alpha of the warp is 1 (O*1 == O: the same bits), as it is
     // on most tiles of a long context, where a row's running maximum rarely moves.
@@ -830,7 +837,6 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
         if constexpr (KQ_AT_TURN) load_kq(f16_stage(0), k2);
         wgmma_wait<0>();
         pin(s);
-        if constexpr (!KQ_AT_TURN) load_kq(f16_stage(0), k2);
         softmax(0, k2, alpha);
         scale_by_vs(f16_stage(0), s);
         p_fragments(s, pf);
@@ -853,7 +859,6 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
             turn_end(n);
             wgmma_wait<1>();                 // S of tile n (P.V of tile n-1 may still run)
             pin(s);
-            if constexpr (!KQ_AT_TURN) load_kq(f16_stage(n), k2);
             float alpha_next[2];
             softmax(n, k2, alpha_next);
             scale_by_vs(f16_stage(n), s);

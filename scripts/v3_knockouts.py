@@ -67,12 +67,11 @@ _STORES_DONE = re.compile(r"(\n        if \(pw == 0\) \{   // lanes 0-15: K scal
 _TURN_SYNC = re.compile(r"\n        named_barrier_sync\(PP_BAR \+ wg, 256\);")
 _TURN_ARRIVE = re.compile(r"\n        if \(wg != NCWG - 1 \|\| n < n_tiles\) named_barrier_arrive\(PP_BAR \+ \(wg \+ 1\) % NCWG, 256\);")
 _TURN_OPEN = re.compile(r"\n    if \(wg == NCWG - 1\) named_barrier_arrive\(PP_BAR, 256\);")
-_K_SCALE = re.compile(r"        const float2 k2 = \*reinterpret_cast<const float2\*>\(kq \+ 8 \* j \+ 2 \* t\);\n"
-                      r"(#pragma unroll\n        for \(int e = 0; e < 4; \+\+e\) \{\n)"
-                      r"            float v = __fmul_rn\(s\[4 \* j \+ e\], \(e & 1\) \? k2\.y : k2\.x\);\n")
+_K_SCALE = re.compile(r"(#pragma unroll\n        for \(int e = 0; e < 4; \+\+e\) \{\n)"
+                      r"            float v = __fmul_rn\(s\[4 \* j \+ e\], \(e & 1\) \? kj\.y : kj\.x\);\n")
 _V_SCALE = re.compile(r"        const float2 v2 = \*reinterpret_cast<const float2\*>\(vs \+ 8 \* j \+ 2 \* t\);\n"
                       r"(?:        s\[4 \* j( \+ \d)?\] = __fmul_rn\(s\[4 \* j( \+ \d)?\], v2\.[xy]\);\n){4}")
-_SOFTMAX = re.compile(r"(    auto softmax = \[&\]\(int n, float \(&al\)\[2\]\) \{\n).*?(\n    \};\n)", re.S)
+_SOFTMAX = re.compile(r"(    auto softmax = \[&\]\(int n, const float2 \(&k2\)\[BN / 8\], float \(&al\)\[2\]\) \{\n).*?(\n    \};\n)", re.S)
 
 
 def _sub(pattern: re.Pattern, repl: str, text: str, what: str, count: int = 1) -> str:
@@ -114,7 +113,7 @@ def no_store(src: str) -> str:
 
 
 def no_softmax(src: str) -> str:
-    return _sub(_SOFTMAX, r"\1        (void)n; al[0] = al[1] = 1.f;\2", src, "no-softmax")
+    return _sub(_SOFTMAX, r"\1        (void)n; (void)k2; al[0] = al[1] = 1.f;\2", src, "no-softmax")
 
 
 def no_k_scales(src: str) -> str:

@@ -152,7 +152,9 @@ __device__ __forceinline__ void softmax_steps(int reps, unsigned long long* out,
     unsigned long long t0 = 0;
     for (int r = 0; r < reps + 4; ++r) {
         if (r == 4) t0 = clock64();
-        softmax_tile<MASKED>(mb_st, BN * r, lim, s, m, l, al);
+        float2 k2[BN / 8];                                      // the kernel's build: loaded first at 192 rows
+        if constexpr (KQ_AT_TURN) load_kq(mb_st, k2);
+        softmax_tile<MASKED, KQ_AT_TURN>(mb_st, k2, BN * r, lim, s, m, l, al);
         scale_by_vs(mb_st, s);
         p_fragments(s, pf);
         const int dep = (int)(pf[PV_STEPS - 1][3] & 1u);      // the next tile's S depends on this P: one IADD an element

@@ -84,7 +84,7 @@ EDITS = [
     ("        producer(a, c, sm, base);\n", "        producer(a, c, sm, base);\n        if (threadIdx.x == 0) pa_tl_stamp(4);\n"),
     ("        consumer(a, c, sm, base);\n",
      "        consumer(a, c, sm, base);\n        if ((threadIdx.x & 127) == 0) pa_tl_stamp(threadIdx.x < 256 ? 8 : 10);\n"),
-    ("        softmax(0, alpha);\n", "        softmax(0, alpha);\n        if (tid == 0 && wg == 0) pa_tl_stamp(6);\n"),
+    ("        softmax(0, k2, alpha);\n", "        softmax(0, k2, alpha);\n        if (tid == 0 && wg == 0) pa_tl_stamp(6);\n"),
     ("    named_barrier_sync(1 + wg, 128);         // (RS: read back",
      "    named_barrier_sync(1 + wg, 128);\n    if (tid == 0 && wg == 0) pa_tl_stamp(12);         // (RS: read back"),
     ("        mbar_wait(bar_landed + 8 * (n % I8_STAGES), (n / I8_STAGES) & 1);   // tile n's copies have landed\n",
