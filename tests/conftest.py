@@ -7,6 +7,11 @@ modules named ``conftest`` cannot both be imported by name.
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import shutil
+from pathlib import Path
+
 import pytest
 from click.testing import CliRunner
 
@@ -14,6 +19,24 @@ from pa_bench.cli import cli
 from pa_bench.problem.config import CONFIG_DIR
 
 SMOKE = str(CONFIG_DIR / "smoke.yaml")
+
+
+def _sass_tools_on_path() -> None:
+    """cuobjdump and nvdisasm for the machine-code tests (test_v3_nvcc.py, test_sass_loops.py): the
+    CUDA toolkit's where they are on PATH, else the copies Triton's wheel carries (the test command
+    installs it), appended to PATH, so that a machine with nvcc but no full toolkit checks v3's SASS
+    too. Without either the tests skip with the reason."""
+    if shutil.which("cuobjdump") and shutil.which("nvdisasm"):
+        return
+    spec = importlib.util.find_spec("triton")
+    if spec is None or not spec.submodule_search_locations:
+        return
+    bin_dir = Path(list(spec.submodule_search_locations)[0]) / "backends" / "nvidia" / "bin"
+    if (bin_dir / "cuobjdump").is_file() and (bin_dir / "nvdisasm").is_file():
+        os.environ["PATH"] = os.environ.get("PATH", "") + os.pathsep + str(bin_dir)
+
+
+_sass_tools_on_path()
 
 
 @pytest.fixture(autouse=True)
