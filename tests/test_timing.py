@@ -187,6 +187,70 @@ def test_throttled_samples_are_flagged_from_the_clock():
     assert all(res.throttled) and res.clocks_mhz == [1000.0] * len(res.samples_ms)
 
 
+class StampingTimer(FakeTimer):
+    """A FakeTimer with stamps: each sample's clock from ``mhz`` (as CupyTimer's stamp kernels give)."""
+
+    clock_source = "sm-cycles"
+
+    def __init__(self, times, mhz, nominal=None):
+        super().__init__(times)
+        self._mhz = iter(mhz)
+        self._nominal = nominal
+
+    def sample_clock_mhz(self):
+        assert self.log[-1] == "wait", "a sample's stamps are read only once it is done"
+        return next(self._mhz)
+
+    def nominal_mhz(self):
+        return self._nominal
+
+
+def test_a_stamping_timer_is_the_clock_and_the_reader_is_not_read():
+    """With stamps, each sample's clock is what it ran at (the timer's), not NVML's reading:
+    the reader is never read or started, and only gives the nominal clock for the flags."""
+    timer = StampingTimer(itertools.repeat((1.0, False)), itertools.cycle([1750.0, 1400.0]))
+    clock = FakeClock(timer.log, mhz=1980.0, nominal=1980.0)
+    res = timing.time_interleaved({"a": launcher(timer.log, "a")}, Settings(), timer=timer, clock=clock)["a"]
+    assert "clock" not in timer.log and not clock.started
+    assert res.clock_source == "sm-cycles" and res.nominal_mhz == 1980.0
+    assert res.clocks_mhz[:4] == [1750.0, 1400.0, 1750.0, 1400.0]
+    assert res.throttled[:4] == [False, True, False, True]          # 1400 < 0.75 * 1980
+    for s in samples(timer.log):
+        assert s == ["hold", "flush", "start", "launch:a", "stop", "release", "wait"]
+
+
+def test_a_stamping_timer_without_a_reader_gives_its_own_nominal_clock():
+    timer = StampingTimer(itertools.repeat((1.0, False)), itertools.repeat(1000.0), nominal=1980.0)
+    res = timing.time_interleaved({"a": launcher(timer.log, "a")}, Settings(), timer=timer)["a"]
+    assert res.nominal_mhz == 1980.0 and all(res.throttled)
+
+
+def _stamps(rows):
+    """A stamp array of 8 SMs: ``rows`` {sm: (ns, cycles)}, zeros elsewhere."""
+    a = np.zeros((8, 2), dtype=np.uint64)
+    for sm, (ns, cyc) in rows.items():
+        a[sm] = (ns, cyc)
+    return a
+
+
+def test_stamped_clock_is_cycles_over_nanoseconds_on_the_sms_stamped_twice():
+    t0, c0 = 10**15, 5 * 10**12                 # large counters: no float64 trouble at these sizes
+    begin = _stamps({0: (t0, c0), 1: (t0 + 40, c0 + 777), 2: (t0, c0), 5: (t0, c0)})
+    end = _stamps({0: (t0 + 1_000_000, c0 + 1_750_000),     # 1 ms at 1750 MHz
+                   1: (t0 + 1_000_040, c0 + 777 + 1_750_000),
+                   2: (t0 + 1_000_000, c0 + 1_760_000),     # another SM, slightly off
+                   3: (t0 + 1_000_000, c0 + 9)})            # stamped once only: ignored
+    mhz = timing.stamped_mhz(begin, end)                    # SMs 0, 1, 2 (5 has no end stamp)
+    assert mhz == pytest.approx(1750.0)
+
+
+def test_stamped_clock_is_unknown_without_two_stamps_of_one_sm():
+    assert timing.stamped_mhz(_stamps({}), _stamps({})) is None
+    assert timing.stamped_mhz(_stamps({0: (100, 100)}), _stamps({1: (200, 300)})) is None
+    # an end stamp not after the begin stamp (a counter that did not move) is not a clock
+    assert timing.stamped_mhz(_stamps({0: (100, 100)}), _stamps({0: (100, 300)})) is None
+
+
 def test_the_backend_times_through_the_hold_timer():
     """The cuda backend's time() passes its CupyTimer (the blocking path) to the loop."""
     import inspect

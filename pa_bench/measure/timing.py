@@ -10,8 +10,12 @@ A tiny *hold* kernel spins on a flag in pinned host memory (mapped into the devi
 space) while the host enqueues the flush, the start event, the launch(es) and the end event;
 then the host sets the flag. So whatever the host does between enqueuing the two events —
 Python's launch overhead, a framework's dispatch, a context manager, a clock read — happens
-while the GPU is still held, and never enters the interval between the events. The SM clock is
-read after the release (NVML), or by a sampling thread (``nvidia-smi``), outside that interval.
+while the GPU is still held, and never enters the interval between the events. The SM clock of
+a sample is the one it ran at: a one-warp kernel on every SM stamps each SM's cycle counter and
+the global timer right before the start event and right after the end event (nvbench's
+method), and the sample's clock is the median over the SMs of cycles / nanoseconds. NVML's or
+``nvidia-smi``'s reading, taken after the release, is the fallback for a timer without stamps;
+on the H200 it reads the 1,980 MHz boost clock while v3 runs at about 1,750 (docs/TIMING.md).
 If the host has not released the hold within ``HOLD_TIMEOUT_S`` the hold gives up by itself and
 says so; such a sample may contain host time: it is counted (``late_samples``) and the result is
 marked ``host_bound`` (nvbench warns in that case).
@@ -73,7 +77,7 @@ class TimingResult:
     stop_reason: str
     hot: bool
     warmup: int = 0
-    clock_source: str | None = None
+    clock_source: str | None = None  # sm-cycles (the timer's stamps), nvml or nvidia-smi
     host_bound: bool = False        # some hold timed out before the host had enqueued the sample
     late_samples: int = 0           # how many
     batch: int = 1                  # launches per sample (hot mode)
@@ -129,6 +133,9 @@ class Timer(Protocol):
     # wait for the end event: (ms, hold timed out); past deadline_s seconds raise KernelHung
     def elapsed(self, deadline_s: float | None = None) -> tuple[float, bool]: ...
     def synchronize(self, deadline_s: float | None = None) -> None: ...
+    # optional: ``sample_clock_mhz()``, the SM clock the last sample ran at (None: unknown), read
+    # after elapsed(); a timer that has it is the clock's source (``clock_source``), else the
+    # ClockReader is read after each release
 
 
 # --------------------------------------------------------------------------- the clock
@@ -262,6 +269,25 @@ def device_identity(cuda_ordinal: int = 0) -> dict:
         return {}
 
 
+def stamped_mhz(begin, end) -> float | None:
+    """The SM clock over one sample, in MHz, from two stamp arrays taken before and after it:
+    row i is SM i's (global timer ns, cycle counter), zeros where no stamp block ran on SM i.
+    Each SM stamped both times gives cycles / ns over the same span; the clock is their median
+    (every SM of a GPU runs on one clock; the median ignores an SM a block reached late).
+    None when no SM was stamped twice."""
+    import numpy as np
+
+    b = np.asarray(begin, dtype=np.float64).reshape(-1, 2)
+    e = np.asarray(end, dtype=np.float64).reshape(-1, 2)
+    n = min(len(b), len(e))
+    b, e = b[:n], e[:n]
+    ok = (b[:, 0] > 0) & (e[:, 0] > b[:, 0]) & (b[:, 1] > 0) & (e[:, 1] > b[:, 1])
+    if not ok.any():
+        return None
+    ghz = (e[ok, 1] - b[ok, 1]) / (e[ok, 0] - b[ok, 0])
+    return float(np.median(ghz)) * 1e3
+
+
 # --------------------------------------------------------------------------- the loop
 
 
@@ -301,8 +327,10 @@ def time_interleaved(
     reason = {n: "" for n in names}
     gpu_ms = 0.0
     rounds = 0
-    if clock is not None:
-        clock.start()
+    stamped = callable(getattr(timer, "sample_clock_mhz", None))
+    reader = None if stamped else clock       # the timer's stamps make the reader's reads moot
+    if reader is not None:
+        reader.start()
     t0 = time.monotonic()
     try:
         while True:
@@ -313,7 +341,7 @@ def time_interleaved(
                 for j in range(per_round):
                     try:                     # the first wait covers the prime too
                         ms, was_late, mhz = _one_sample(
-                            fns[name], timer, clock, hot=hot, batch=batch[name],
+                            fns[name], timer, reader, hot=hot, batch=batch[name],
                             deadline_s=None if wait_s is None else wait_s * (2 if prime and j == 0 else 1))
                     except KernelHung as exc:
                         raise exc.at(name, name) from None
@@ -334,10 +362,13 @@ def time_interleaved(
                         reason[name] = limit
                 break
     finally:
-        if clock is not None:
-            clock.close()
+        if reader is not None:
+            reader.close()
 
     nominal = clock.nominal() if clock is not None else None
+    if nominal is None and callable(getattr(timer, "nominal_mhz", None)):
+        nominal = timer.nominal_mhz()
+    source = getattr(timer, "clock_source", "sm-cycles") if stamped else (clock.source if clock is not None else None)
     return {
         name: TimingResult(
             samples_ms=samples[name],
@@ -347,7 +378,7 @@ def time_interleaved(
             stop_reason=reason[name],
             hot=hot,
             warmup=warmup,
-            clock_source=clock.source if clock is not None else None,
+            clock_source=source,
             host_bound=late[name] > 0,
             late_samples=late[name],
             batch=batch[name],
@@ -358,7 +389,8 @@ def time_interleaved(
 
 def _one_sample(fn: Callable[[], None], timer: Timer, clock: ClockReader | None, *, hot: bool,
                 batch: int, deadline_s: float | None = None) -> tuple[float, bool, float | None]:
-    """One sample: (ms per launch, the hold timed out, SM clock)."""
+    """One sample: (ms per launch, the hold timed out, SM clock). The clock is the timer's
+    (``sample_clock_mhz``: what the sample ran at) where it has one, else ``clock``'s reading."""
     timer.hold()
     if not hot:
         timer.flush()
@@ -369,6 +401,9 @@ def _one_sample(fn: Callable[[], None], timer: Timer, clock: ClockReader | None,
     timer.release()
     mhz = clock.read() if clock is not None else None   # the GPU is working; outside the interval
     ms, late = timer.elapsed(deadline_s)
+    stamps = getattr(timer, "sample_clock_mhz", None)
+    if callable(stamps):
+        mhz = stamps()
     return ms / batch, late, mhz
 
 
@@ -405,6 +440,22 @@ extern "C" __global__ void pa_hold_stream(const volatile int* release, volatile 
     }
 }
 
+// Stamps the SM each block runs on: out[2*smid] = %globaltimer (ns), out[2*smid+1] = that SM's
+// cycle counter, both read back to back; launched with a block per SM right before the start
+// event and right after the end event of a sample (the interval's clock, as nvbench takes it).
+// CUDA C++ has no intrinsic for %smid or %globaltimer, hence the PTX.
+extern "C" __global__ void pa_sm_stamp(unsigned long long* out, unsigned capacity) {
+    unsigned smid;
+    unsigned long long t;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    const long long c = clock64();
+    if (threadIdx.x == 0 && smid < capacity) {
+        out[2 * smid] = t;
+        out[2 * smid + 1] = (unsigned long long)c;
+    }
+}
+
 // Reads n 16-byte words (the L2 flush); writes only if their XOR is a value zeros never give,
 // so the reads cannot be dropped and nothing is written.
 extern "C" __global__ void pa_l2_scrub(const uint4* buf, unsigned long long n, unsigned* sink) {
@@ -431,8 +482,15 @@ extern "C" __global__ void pa_l2_discard(const char* buf, unsigned long long lin
 """
 
 
+STAMP_CAPACITY = 1024      # SM ids a stamp array holds (%smid < %nsmid; 132 on the H200)
+
+
 class CupyTimer:
-    """:class:`Timer` on CuPy's current stream; ``flush_bytes``: the device's L2 size."""
+    """:class:`Timer` on CuPy's current stream; ``flush_bytes``: the device's L2 size. Each
+    sample's SM clock comes from its stamps (``sample_clock_mhz``, source ``sm-cycles``): the
+    stamp kernels write into pinned host memory, cleared by the host before each sample."""
+
+    clock_source = "sm-cycles"
 
     def __init__(self, flush_bytes: int, hold_timeout_s: float = HOLD_TIMEOUT_S, flush: str = "read"):
         import cupy as cp
@@ -463,6 +521,18 @@ class CupyTimer:
         self._discard_fn = mod.get_function("pa_l2_discard") if flush == "discard" else None
         self._discard_args = (self._flush, np.uint64(self._flush.nbytes // 128))
         self._start, self._end = cp.cuda.Event(), cp.cuda.Event()
+        self._done = cp.cuda.Event(disable_timing=True)   # after the end stamp
+        self._stamp_fn = mod.get_function("pa_sm_stamp")
+        self._stamp_mem = cp.cuda.alloc_pinned_memory(2 * STAMP_CAPACITY * 2 * 8)
+        self._stamps = np.frombuffer(self._stamp_mem, dtype=np.uint64,
+                                     count=2 * STAMP_CAPACITY * 2).reshape(2, STAMP_CAPACITY, 2)
+        self._stamps[:] = 0
+        sptr = self._stamp_mem.ptr
+        self._stamp_args = [(np.uint64(sptr + i * STAMP_CAPACITY * 16), np.uint32(STAMP_CAPACITY))
+                            for i in (0, 1)]
+        self._stamp_grid = (int(sms),)
+        rate_khz = cp.cuda.runtime.getDeviceProperties(dev.id).get("clockRate") or 0   # (gone in CUDA 13)
+        self._nominal = float(rate_khz) / 1e3 or None
 
     def hold(self) -> None:
         self._flags[0] = 0
@@ -475,20 +545,32 @@ class CupyTimer:
             self._discard_fn(self._scrub_grid, (512,), self._discard_args, stream=self.stream)
 
     def start(self) -> None:
+        self._stamps[:] = 0                # the last sample is done: elapsed() waited for its stamps
+        self._stamp_fn(self._stamp_grid, (32,), self._stamp_args[0], stream=self.stream)
         self._start.record(self.stream)
 
     def stop(self) -> None:
         self._end.record(self.stream)
+        self._stamp_fn(self._stamp_grid, (32,), self._stamp_args[1], stream=self.stream)
+        self._done.record(self.stream)
+
+    def sample_clock_mhz(self) -> float | None:
+        """The SM clock the last sample ran at (its two stamps), MHz; None if not stamped."""
+        return stamped_mhz(self._stamps[0], self._stamps[1])
+
+    def nominal_mhz(self) -> float | None:
+        """The device's rated SM clock (its ``clockRate`` property), MHz."""
+        return self._nominal
 
     def release(self) -> None:
         self._flags[0] = 1
 
     def elapsed(self, deadline_s: float | None = None) -> tuple[float, bool]:
         if deadline_s is None:
-            self._end.synchronize()
+            self._done.synchronize()
         else:
-            end = self._end
-            wait(lambda: end.done, deadline_s, "a timed call")
+            done = self._done
+            wait(lambda: done.done, deadline_s, "a timed call")
         return float(self.cp.cuda.get_elapsed_time(self._start, self._end)), bool(self._flags[1])
 
     def synchronize(self, deadline_s: float | None = None) -> None:

@@ -51,3 +51,37 @@ def test_a_timed_call_goes_through_the_hold():
     assert len(r.samples_ms) >= 5 and all(ms > 0 for ms in r.samples_ms)
     assert r.stop_reason in ("noise", "timeout", "max_samples")
     assert r.late_samples == 0
+
+
+_SPIN = r"""
+extern "C" __global__ void spin_cycles(long long cycles, long long* sink) {
+    const long long t0 = clock64();
+    while (clock64() - t0 < cycles) {}
+    if (threadIdx.x == 0 && blockIdx.x == 0) *sink = clock64() - t0;
+}
+"""
+
+
+def test_the_stamped_clock_is_the_clock_the_sample_ran_at():
+    """A kernel that spins a known number of SM cycles: cycles / event time is its clock, which
+    the stamps must give (within 3 %: the stamps' span holds the events' and a few us more)."""
+    spin = cp.RawModule(code=_SPIN).get_function("spin_cycles")
+    sink = cp.zeros(1, dtype=cp.int64)
+    sms = int(cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"])
+    cycles = 4_000_000                                     # about 2 ms at 2 GHz
+
+    def call():
+        spin((sms,), (128,), (cp.int64(cycles), sink))
+
+    from pa_bench.problem.config import TimingSettings
+
+    settings = TimingSettings(warmup=2, min_seconds=0.0, max_seconds=3.0, max_noise=1.0, min_samples=10,
+                              max_samples=10)
+    timer = timing.CupyTimer(_l2_bytes())
+    r = timing.time_interleaved({"spin": call}, settings, timer=timer, clock=timing.ClockReader())["spin"]
+    assert r.clock_source == "sm-cycles"
+    assert len(r.clocks_mhz) == len(r.samples_ms) >= 10 and all(c is not None for c in r.clocks_mhz)
+    for ms, mhz in zip(r.samples_ms, r.clocks_mhz):
+        ran_at = cycles / (ms * 1e-3) / 1e6               # MHz, from the event time
+        assert mhz == pytest.approx(ran_at, rel=0.03)
+    assert r.nominal_mhz is None or max(r.clocks_mhz) <= 1.02 * r.nominal_mhz
