@@ -142,7 +142,9 @@ class Timer(Protocol):
 
 
 class ClockReader:
-    """The SM clock in MHz, read outside the timed interval.
+    """The SM clock in MHz as NVML or ``nvidia-smi`` report it, read outside the timed interval:
+    the nominal clock of the throttle flags, and a sample's clock where the timer has no stamps
+    (NVML gives the clock the GPU is set to, not the lower one it runs at under load).
 
     NVML (``nvidia-ml-py``, in the cuda12/cuda13 extras) when importable: one cheap call per
     sample, made after the hold is released. Otherwise ``nvidia-smi`` in a background thread

@@ -58,10 +58,10 @@ class Record:
     samples: int | None = None  # number of timing samples
     tflops: float | None = None
     kv_gbps: float | None = None
-    sm_clock_mhz: float | None = None  # median SM clock during the samples
+    sm_clock_mhz: float | None = None  # median SM clock the samples ran at
     throttled: int | None = None  # number of throttled samples
     stop_reason: str | None = None  # why sampling stopped: noise, timeout or max_samples
-    clock_source: str | None = None  # where sm_clock_mhz came from: nvml or nvidia-smi
+    clock_source: str | None = None  # where sm_clock_mhz came from: sm-cycles (stamps), nvml or nvidia-smi
     host_bound: bool | None = None  # some sample's hold timed out before the host had enqueued it
     # parity
     max_abs_err: float | None = None
