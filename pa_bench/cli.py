@@ -419,14 +419,17 @@ def merge(runs, output, results_root, no_report):
               help="Exit 1 if a row is slower beyond noise or its parity went from pass to fail.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 @click.option("--wide", is_flag=True, help="The change and its interval in columns of their own.")
-def compare(runs, results_root, min_change, fail_on_slowdown, as_json, wide):
+@click.option("--cycles", is_flag=True,
+              help="Compare SM cycles (time x the clock each sample ran at), not times: runs "
+                   "from two GPUs of one kind whose clocks differ.")
+def compare(runs, results_root, min_change, fail_on_slowdown, as_json, wide, cycles):
     """A/B of two runs: change per shape x variant with a 95% interval (default: the two newest)."""
     from pa_bench.present import compare as compare_mod
 
     if len(runs) not in (0, 2):
         raise click.UsageError("compare takes two runs (A then B), or none for the two newest")
     run_a, run_b = resolve_runs(runs, results_root, 2)
-    df = compare_mod.compare_runs(run_a, run_b, min_change=min_change)
+    df = compare_mod.compare_runs(run_a, run_b, min_change=min_change, cycles=cycles)
     warnings = list(df.attrs.get("warnings", []))
     if as_json:
         console.print_json({"a": str(run_a.path), "b": str(run_b.path), "warnings": warnings,

@@ -205,3 +205,50 @@ def test_committed_h200_runs_compare_symmetrically():
     assert v["32Kx1024", "v3"] == v["64Kx512", "v3"] == "faster"
     assert all(verdict == "same" for (shape, variant), verdict in v.items() if variant != "v3")
     assert has_slowdown(ba) and not has_slowdown(ab)
+
+
+def _clocked(tmp_path, name, ms, mhz, minutes=0, source="sm-cycles", n=40, seed=0):
+    """A run of one row whose samples (ms) ran at ``mhz``, stored with their clocks."""
+    rng = np.random.default_rng(seed)
+    samples = list(ms * (1 + 0.002 * rng.standard_normal(n)))
+    run = make(tmp_path, name, [rec("32Kx1024", "v3", float(np.median(samples)), rel=0.002,
+                                    sm_clock_mhz=mhz, clock_source=source)], minutes)
+    run.save_samples("32Kx1024", "v3", samples, [mhz] * n)
+    return run
+
+
+def test_cycles_compare_two_gpus_whose_clocks_differ(tmp_path):
+    """The same launch (1,978 k cycles) on two GPUs at 1,805 and 1,750 MHz: 3 % slower in time,
+    the same in cycles; the time comparison warns of the clocks' difference."""
+    a = _clocked(tmp_path, "fast-clock", 1978.0 / 1805.0, 1805.0)
+    b = _clocked(tmp_path, "slow-clock", 1978.0 / 1750.0, 1750.0, minutes=5, seed=1)
+    by_time = compare_runs(a.path, b.path)
+    t = by_time.iloc[0]
+    assert t.verdict == "slower" and t.change == pytest.approx(1805 / 1750 - 1, abs=0.003)
+    assert t.mhz_a == 1805.0 and t.kcyc_a == pytest.approx(1978.0, rel=0.003)
+    assert any("SM clocks differ by up to -3.0%" in w and "--cycles" in w for w in by_time.attrs["warnings"])
+    by_cycles = compare_runs(a.path, b.path, cycles=True)
+    c = by_cycles.iloc[0]
+    assert by_cycles.attrs["measure"] == "cycles" and c.basis == "samples"
+    assert c.verdict == "same" and abs(c.change) < 0.003
+    assert c.change_lo < 0 < c.change_hi
+    assert any("compared in cycles" in w for w in by_cycles.attrs["warnings"])
+    assert "A kcyc" in format_compare(by_cycles) and "A ms" not in format_compare(by_cycles)
+
+
+def test_cycles_need_a_stamped_clock_on_both_sides(tmp_path):
+    """NVML's reading is the clock the GPU is set to, not the one the samples ran at: no verdict."""
+    a = _clocked(tmp_path, "stamped", 1.1, 1800.0)
+    b = _clocked(tmp_path, "nvml", 1.1, 1980.0, minutes=5, source="nvml")
+    c = compare_runs(a.path, b.path, cycles=True).iloc[0]
+    assert c.verdict == "no clock" and math.isnan(c.change)
+    assert math.isnan(c.kcyc_b) and c.kcyc_a == pytest.approx(1.1 * 1800.0, rel=0.01)
+    # and a time comparison of them warns of no clock difference it cannot measure
+    assert not any("SM clocks" in w for w in compare_runs(a.path, b.path).attrs["warnings"])
+
+
+def test_cycles_from_the_quartiles_without_raw_samples(tmp_path):
+    a = make(tmp_path, "a", [rec("32Kx1024", "v3", 1.0, sm_clock_mhz=1800.0, clock_source="sm-cycles")])
+    b = make(tmp_path, "b", [rec("32Kx1024", "v3", 1.2, sm_clock_mhz=1500.0, clock_source="sm-cycles")], 5)
+    c = compare_runs(a.path, b.path, cycles=True).iloc[0]
+    assert c.basis == "quartiles" and c.change == pytest.approx(0.0) and c.verdict == "same"

@@ -8,12 +8,20 @@ of comparing A with B, row for row. Where a run has no raw samples for a row, th
 comes from the records' quartiles (`stats.verdict`), as symmetric. Parity changes (pass -> fail
 and back) are reported beside it. Rows found in only one run are kept and marked; two runs with
 no row in common are an error. Differences between the runs' GPUs or parameters are listed in
-`df.attrs['warnings']`, since they make a comparison of times meaningless.
+`df.attrs['warnings']`, since they make a comparison of times meaningless; so are SM clocks that
+differ by more than CLOCK_TOLERANCE between the runs on a row both measured (``sm-cycles``).
+
+Two H200s run the same launch in the same number of SM cycles but at clocks up to a few per cent
+apart under load (results/reference/h200/20261203-sm-clock), so a time A/B of runs from two
+machines measures the machines as much as the change. ``cycles=True`` compares SM cycles
+instead: each sample's time x the clock it ran at (``kcyc``: thousands of cycles), which needs
+both runs' clocks measured by stamps; a row without them is 'no clock'.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +34,13 @@ from pa_bench.store.results import RunDir, open_run
 COMPARE_COLUMNS = (
     "shape", "variant", "presence", "status_a", "status_b", "ms_a", "ms_b", "change",
     "change_lo", "change_hi", "basis", "verdict", "parity_a", "parity_b", "parity_change",
-    "err_a", "err_b",
+    "err_a", "err_b", "mhz_a", "mhz_b", "kcyc_a", "kcyc_b",
 )
+
+#: The clock source whose figure is the clock a sample ran at (pa_bench.measure.timing's stamps).
+STAMPED = "sm-cycles"
+#: Median SM clocks of a row further apart than this between two runs are warned about.
+CLOCK_TOLERANCE = 0.01
 
 
 class NothingToCompare(PaBenchError):
@@ -56,6 +69,28 @@ def _parity_change(a: bool | None, b: bool | None) -> str:
     return ""
 
 
+def _stamped(r: Record | None) -> bool:
+    """The row's clock is the one its samples ran at (stamps), and known."""
+    return (r is not None and r.clock_source == STAMPED and r.sm_clock_mhz is not None
+            and math.isfinite(r.sm_clock_mhz) and r.sm_clock_mhz > 0)
+
+
+def _kcycles(samples: list | None, clocks: list | None) -> list[float] | None:
+    """Each sample's thousands of SM cycles (ms x MHz); None unless every sample has its clock."""
+    if not samples or not clocks or len(samples) != len(clocks):
+        return None
+    if any(c is None or not math.isfinite(float(c)) or not float(c) > 0 for c in clocks):
+        return None
+    return [float(ms) * float(c) for ms, c in zip(samples, clocks)]
+
+
+def _in_cycles(r: Record) -> Record:
+    """The record with its time statistics in thousands of cycles (for the quartile verdict)."""
+    f = float(r.sm_clock_mhz)
+    return replace(r, **{k: getattr(r, k) * f for k in ("ms_median", "ms_q1", "ms_q3")
+                         if getattr(r, k) is not None})
+
+
 def _judge(a: Record, b: Record, samples_a: list | None, samples_b: list | None,
            min_change: float) -> dict:
     """change, its interval and the verdict: from the raw samples where both runs kept them."""
@@ -73,7 +108,8 @@ def _judge(a: Record, b: Record, samples_a: list | None, samples_b: list | None,
 
 
 def _row(shape: str, variant: str, a: Record | None, b: Record | None, min_change: float,
-         samples_a: dict, samples_b: dict) -> dict:
+         samples_a: dict, samples_b: dict, clocks_a: dict | None = None, clocks_b: dict | None = None,
+         cycles: bool = False) -> dict:
     presence = "both" if a is not None and b is not None else ("only_a" if b is None else "only_b")
     row: dict[str, Any] = {
         "shape": shape, "variant": variant, "presence": presence,
@@ -83,17 +119,48 @@ def _row(shape: str, variant: str, a: Record | None, b: Record | None, min_chang
         "parity_a": a.parity_pass if a else None, "parity_b": b.parity_pass if b else None,
         "err_a": a.max_abs_err if a else None, "err_b": b.max_abs_err if b else None,
     }
+    for side, r in (("a", a), ("b", b)):
+        stamped = _stamped(r) and _timed(r)
+        row[f"mhz_{side}"] = r.sm_clock_mhz if stamped else None
+        row[f"kcyc_{side}"] = r.ms_median * r.sm_clock_mhz if stamped else None
+    key = f"{shape}|{variant}"
     if presence == "only_a":
         row["verdict"] = "only in A"
     elif presence == "only_b":
         row["verdict"] = "only in B"
+    elif _timed(a) and _timed(b) and cycles:
+        if not (_stamped(a) and _stamped(b)):
+            row["verdict"] = "no clock"   # a side's clock is not the one its samples ran at
+        else:
+            row.update(_judge(_in_cycles(a), _in_cycles(b),
+                              _kcycles(samples_a.get(key), (clocks_a or {}).get(key)),
+                              _kcycles(samples_b.get(key), (clocks_b or {}).get(key)), min_change))
     elif _timed(a) and _timed(b):
-        key = f"{shape}|{variant}"
         row.update(_judge(a, b, samples_a.get(key), samples_b.get(key), min_change))
     else:
         row["verdict"] = "n/a"  # not timed (ok) on both sides
     row["parity_change"] = _parity_change(row["parity_a"], row["parity_b"])
     return row
+
+
+def _clock_warning(ra: list[Record], rb: list[Record], cycles: bool) -> str | None:
+    """A warning where a row's measured clocks differ by more than CLOCK_TOLERANCE."""
+    by_b = {r.key(): r for r in rb}
+    worst = None
+    for a in ra:
+        b = by_b.get(a.key())
+        if not (_stamped(a) and _stamped(b) and _timed(a) and _timed(b)):
+            continue
+        d = b.sm_clock_mhz / a.sm_clock_mhz - 1.0
+        if worst is None or abs(d) > abs(worst[0]):
+            worst = (d, a, b)
+    if worst is None or abs(worst[0]) <= CLOCK_TOLERANCE:
+        return None
+    d, a, b = worst
+    text = (f"SM clocks differ by up to {fmt.pct(d, '+.1f')} ({a.shape} {a.variant}: A "
+            f"{a.sm_clock_mhz:.0f} MHz, B {b.sm_clock_mhz:.0f} MHz)")
+    return text + ("; compared in cycles" if cycles else
+                   ": the times hold the clocks' difference; --cycles compares SM cycles")
 
 
 def _warnings(ra: list[Record], rb: list[Record]) -> list[str]:
@@ -113,14 +180,17 @@ def _warnings(ra: list[Record], rb: list[Record]) -> list[str]:
     return out
 
 
-def compare_runs(run_a: str | Path | RunDir, run_b: str | Path | RunDir, min_change: float = 0.01):
+def compare_runs(run_a: str | Path | RunDir, run_b: str | Path | RunDir, min_change: float = 0.01,
+                 cycles: bool = False):
     """One row per (shape, variant) of either run (A's order, then B's new rows).
 
-    Columns: COMPARE_COLUMNS. `change` = median_b / median_a - 1 (negative: B is faster),
+    Columns: COMPARE_COLUMNS. `change` = median_b / median_a - 1 (negative: B is faster) of the
+    time, or with ``cycles`` of the SM cycles (`kcyc`: ms x the stamped MHz; verdict 'no clock'
+    where a side has no stamped clock); `mhz_*`, `kcyc_*` where the clock was stamped,
     `change_lo`/`change_hi` its 95 % interval, `basis` 'samples' (bootstrap of the raw samples)
     or 'quartiles' (no raw samples stored), `verdict` in {'faster', 'slower', 'same', 'n/a',
-    'only in A', 'only in B'}, `parity_change` in {'', 'regressed', 'fixed'}.
-    attrs: run_a, run_b (run ids), warnings (list of str).
+    'only in A', 'only in B', 'no clock'}, `parity_change` in {'', 'regressed', 'fixed'}.
+    attrs: run_a, run_b (run ids), warnings (list of str), measure ('time' or 'cycles').
     Raises NothingToCompare when the runs share no (shape, variant) row.
     """
     import pandas as pd  # noqa: PLC0415 - pandas only for the frame
@@ -134,16 +204,20 @@ def compare_runs(run_a: str | Path | RunDir, run_b: str | Path | RunDir, min_cha
             f"{a.run_id} ({len(by_a)} rows) and {b.run_id} ({len(by_b)} rows) have no shape x "
             "variant in common: nothing to compare")
     samples_a, samples_b = a.samples(), b.samples()
+    clocks_a, clocks_b = (a.clocks(), b.clocks()) if cycles else ({}, {})
     keys = list(by_a) + [k for k in by_b if k not in by_a]
     rows = [_row(shape, variant, by_a.get((shape, variant)), by_b.get((shape, variant)),
-                 min_change, samples_a, samples_b)
+                 min_change, samples_a, samples_b, clocks_a, clocks_b, cycles)
             for shape, variant in keys]
     df = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
-    for col in ("ms_a", "ms_b", "change", "change_lo", "change_hi", "err_a", "err_b"):
+    for col in ("ms_a", "ms_b", "change", "change_lo", "change_hi", "err_a", "err_b",
+                "mhz_a", "mhz_b", "kcyc_a", "kcyc_b"):
         df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
     df.attrs["run_a"] = a.run_id
     df.attrs["run_b"] = b.run_id
-    df.attrs["warnings"] = _warnings(ra, rb)
+    clock = _clock_warning(ra, rb, cycles)
+    df.attrs["warnings"] = _warnings(ra, rb) + ([clock] if clock else [])
+    df.attrs["measure"] = "cycles" if cycles else "time"
     return df
 
 
@@ -183,6 +257,17 @@ def _parity(a: Any, b: Any, change: str, presence: str) -> str:
     return f"{text} ({change})" if change else text
 
 
+def _kcyc(x: Any) -> str:
+    return "-" if _missing(x) else f"{float(x):,.1f}"
+
+
+def figure_columns(df) -> tuple[tuple[str, str], tuple[str, str]]:
+    """The cells and headers of the two compared figures: times, or cycles (``measure``)."""
+    if df.attrs.get("measure") == "cycles":
+        return ("kcyc_a", "kcyc_b"), ("A kcyc", "B kcyc")
+    return ("ms_a", "ms_b"), ("A ms", "B ms")
+
+
 def table_cells(df) -> list[dict[str, str]]:
     """Each row of `compare_runs`' frame as the text of its table cells: shape, variant, ms_a,
     ms_b, change, interval (``q`` after it: from the quartiles), verdict, parity."""
@@ -195,6 +280,7 @@ def table_cells(df) -> list[dict[str, str]]:
         out.append({
             "shape": str(row["shape"]), "variant": str(row["variant"]),
             "ms_a": fmt.ms(row["ms_a"], "-"), "ms_b": fmt.ms(row["ms_b"], "-"),
+            "kcyc_a": _kcyc(row["kcyc_a"]), "kcyc_b": _kcyc(row["kcyc_b"]),
             "change": fmt.pct(row["change"], "+.1f", "-"), "interval": interval,
             "verdict": str(row["verdict"]),
             "parity": _parity(row["parity_a"], row["parity_b"], row["parity_change"], row["presence"]),
@@ -225,8 +311,9 @@ def format_compare(df, names: bool = True) -> str:
         lines += [f"A: {df.attrs.get('run_a', '?')}", f"B: {df.attrs.get('run_b', '?')}"]
     for w in df.attrs.get("warnings", []):
         lines.append(f"warning: {w}")
-    header = ["shape", "variant", "A ms", "B ms", "change", "95% interval", "verdict", "parity"]
-    body = [[c[k] for k in ("shape", "variant", "ms_a", "ms_b", "change", "interval", "verdict", "parity")]
+    (fa, fb), (ha, hb) = figure_columns(df)
+    header = ["shape", "variant", ha, hb, "change", "95% interval", "verdict", "parity"]
+    body = [[c[k] for k in ("shape", "variant", fa, fb, "change", "interval", "verdict", "parity")]
             for c in table_cells(df)]
     if lines:
         lines.append("")

@@ -372,12 +372,13 @@ def show_compare(df, wide: bool = False) -> None:
         sys.stdout.write(C.format_compare(df, names=False) + "\n")
         return
     console = stdout_console()
-    rows = [[c["shape"], c["variant"], c["ms_a"], c["ms_b"],
+    (fa, fb), (ha, hb) = C.figure_columns(df)
+    rows = [[c["shape"], c["variant"], c[fa], c[fb],
              c["change"] if c["interval"] == "-" else f"{c['change']} {c['interval']}",
              c["verdict"], c["parity"]] for c in C.table_cells(df)]
     warnings = [f"warning: {w}" for w in df.attrs.get("warnings", [])]
     print_lines(console, warnings + [""] if warnings else [])
-    print_table(console, None, ["shape", "variant", "A ms", "B ms", "change [95%]", "verdict",
+    print_table(console, None, ["shape", "variant", ha, hb, "change [95%]", "verdict",
                                 "parity"], rows, right=[2, 3])
     print_lines(console, C.summary_lines(df))
 
