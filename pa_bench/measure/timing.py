@@ -15,7 +15,7 @@ a sample is the one it ran at: a one-warp kernel on every SM stamps each SM's cy
 the global timer right before the start event and right after the end event (nvbench's
 method), and the sample's clock is the median over the SMs of cycles / nanoseconds. NVML's or
 ``nvidia-smi``'s reading, taken after the release, is the fallback for a timer without stamps;
-on the H200 it reads the 1,980 MHz boost clock while v3 runs at about 1,750 (docs/TIMING.md).
+on the H200 it reads 1,980 MHz while v3 runs at about 1,800 (docs/TIMING.md).
 If the host has not released the hold within ``HOLD_TIMEOUT_S`` the hold gives up by itself and
 says so; such a sample may contain host time: it is counted (``late_samples``) and the result is
 marked ``host_bound`` (nvbench warns in that case).
