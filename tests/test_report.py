@@ -256,3 +256,17 @@ def test_rows_that_stopped_short_of_the_noise_limit_and_peers_are_marked(tmp_pat
     assert "⏱ timeout at 1.2% spread" in v1_row and "host-bound" in v1_row
     assert "⏱" not in v2_row and "host-bound" not in v2_row
     assert "peer: no model" in peer_row and "8.00e-06" in peer_row
+
+
+def test_report_says_whose_clock_it_is(tmp_path):
+    """A clock from the stamps is the one the samples ran at; NVML's (no source, or nvml) is the
+    clock the GPU is set to, and the report says so."""
+    md = build_report(make_run(tmp_path).path, plots=False)
+    clock = next(l for l in md.splitlines() if l.startswith("| SM clock |"))
+    assert "1975–1980 MHz as the driver reports it" in clock and "nominal 1980 MHz" in clock
+    run = new_run_dir(tmp_path / "stamped", "pr2092", "cuda", WHEN)
+    run.write_meta(META)
+    run.save_record(Record(**COMMON, shape="32Kx1024", context=32768, queries=1024, variant="v3",
+                           ms_median=1.1, samples=30, sm_clock_mhz=1805.0, clock_source="sm-cycles"))
+    clock = next(l for l in build_report(run.path, plots=False).splitlines() if l.startswith("| SM clock |"))
+    assert "1805 MHz, the clock the samples ran at" in clock

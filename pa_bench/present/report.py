@@ -182,7 +182,10 @@ def _parameters(records: list[Record], meta: RunMeta) -> list[str]:
     clock_text = DASH
     if clocks:
         clock_text = f"{min(clocks):.0f}" + (f"{DASH}{max(clocks):.0f}" if max(clocks) != min(clocks) else "")
-        clock_text += " MHz measured during samples"
+        sources = set(_unique(records, "clock_source"))
+        clock_text += (" MHz, the clock the samples ran at" if sources == {"sm-cycles"} else
+                       " MHz as the driver reports it (NVML or nvidia-smi: the clock the GPU is set to; "
+                       "under load it runs lower)")
     nominal = _env(meta, "sm_clock_max_mhz")
     if nominal is not None:
         clock_text = clock_text + f" (nominal {float(nominal):.0f} MHz)" if clocks else f"{float(nominal):.0f} MHz nominal"
