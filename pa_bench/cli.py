@@ -431,14 +431,14 @@ def compare(runs, results_root, min_change, fail_on_slowdown, as_json, wide, cyc
     run_a, run_b = resolve_runs(runs, results_root, 2)
     df = compare_mod.compare_runs(run_a, run_b, min_change=min_change, cycles=cycles)
     warnings = list(df.attrs.get("warnings", []))
-    if as_json:
+    if as_json:   # the warnings are in the document; stderr says them to whoever reads
         console.print_json({"a": str(run_a.path), "b": str(run_b.path), "warnings": warnings,
                             "rows": df.to_dict(orient="records")})
-    else:
+        for w in warnings:
+            console.note(f"warning: {w}")
+    else:         # the table's block prints them above the rows
         click.echo(f"A: {run_a.path}\nB: {run_b.path}")
         console.show_compare(df, wide=wide)
-    for w in warnings:
-        console.note(f"warning: {w}")
     if fail_on_slowdown and compare_mod.regressions(df):
         raise CliFailure("; ".join(compare_mod.regressions(df)))
 

@@ -95,6 +95,15 @@ def test_compare_warns_when_gpus_differ(tmp_path):
     assert "warning: gpu differs" in format_compare(df)
 
 
+@pytest.mark.parametrize("flags", [(), ("--wide",)])
+def test_the_compare_command_says_each_warning_once(invoke, tmp_path, flags):
+    a = make(tmp_path, "a", [rec("32Kx1024", "v1", 13.0, gpu="RTX 2080 Ti")])
+    b = make(tmp_path, "b", [rec("32Kx1024", "v1", 6.0)], minutes=1)
+    res = invoke("compare", a.path, b.path, *flags)
+    assert res.exit_code == 0
+    assert res.output.count("gpu differs") == 1
+
+
 def test_format_compare(runs):
     a, b = runs
     text = format_compare(compare_runs(a, b))

@@ -279,15 +279,15 @@ def stamped_mhz(begin, end) -> float | None:
     None when no SM was stamped twice."""
     import numpy as np
 
-    b = np.asarray(begin, dtype=np.float64).reshape(-1, 2)
-    e = np.asarray(end, dtype=np.float64).reshape(-1, 2)
+    b = np.asarray(begin).reshape(-1, 2)
+    e = np.asarray(end).reshape(-1, 2)
     n = min(len(b), len(e))
     b, e = b[:n], e[:n]
-    ok = (b[:, 0] > 0) & (e[:, 0] > b[:, 0]) & (b[:, 1] > 0) & (e[:, 1] > b[:, 1])
-    if not ok.any():
+    ok = np.flatnonzero((b[:, 0] > 0) & (e[:, 0] > b[:, 0]) & (b[:, 1] > 0) & (e[:, 1] > b[:, 1]))
+    if not ok.size:
         return None
-    ghz = (e[ok, 1] - b[ok, 1]) / (e[ok, 0] - b[ok, 0])
-    return float(np.median(ghz)) * 1e3
+    d = (e[ok] - b[ok]).astype(np.float64)     # exact in the stamps' own integer type first
+    return float(np.median(d[:, 1] / d[:, 0])) * 1e3
 
 
 # --------------------------------------------------------------------------- the loop
