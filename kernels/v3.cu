@@ -41,6 +41,16 @@
 #ifndef PA_KV_F16
 #define PA_KV_F16 0   // 1: the fp16 control (K/V fp16 in global memory, a copy-only producer)
 #endif
+#ifndef PA_V3_DQ
+#define PA_V3_DQ 0    // 1: the tiles arrive as fp16 stage images made by pa_v3_images, one bulk copy each
+#endif
+#ifndef PA_V3_SHARE
+#define PA_V3_SHARE 0 // 1: each tile converted once per KV range by whichever CTA claims it, shared as an image
+#endif
+#if PA_KV_F16 + PA_V3_DQ + PA_V3_SHARE > 1
+#error "PA_KV_F16, PA_V3_DQ and PA_V3_SHARE are three producers: build one"
+#endif
+#define PA_V3_IMAGES (PA_V3_DQ || PA_V3_SHARE)   // the stages arrive as images, one bulk copy each
 
 namespace v3 {
 using pa::u32;
@@ -101,6 +111,10 @@ constexpr int F16_V = NG * KV_BLOCK;
 constexpr int F16_KQ = 2 * NG * KV_BLOCK;
 constexpr int F16_VS = F16_KQ + BN * 4;
 constexpr int F16_STAGE = (F16_VS + BN * 4 + 1023) / 1024 * 1024;
+// A tile's stage image (PA_V3_DQ): the stage's bytes up to the end of vs, as pa_v3_images writes
+// them to global memory and one bulk copy brings them.
+constexpr int IMG_BYTES = F16_VS + BN * 4;
+static_assert(IMG_BYTES % 16 == 0, "bulk copies move multiples of 16 bytes");
 constexpr int F16_STAGES = 4;               // a consumer holds two (S of tile n, P.V of tile n-1)
 #ifndef PA_V3_I8_STAGES
 #define PA_V3_I8_STAGES (NCWG == 3 ? 2 : 3)    // int8 staging slots (three consumer warpgroups: Q takes 48 KB)
@@ -110,8 +124,10 @@ constexpr int F16_STAGES = 4;               // a consumer holds two (S of tile n
 [[maybe_unused]] constexpr int I8_V = BN * D;
 constexpr int I8_SC = 2 * BN * D;               // K scales [64], then V scales [64]
 constexpr int I8_STAGE = I8_SC + 2 * BN * 4;
-#if PA_KV_F16
-constexpr int I8_STAGES = 0;                    // the fp16 control stages nothing: its copies land in the fp16 stages
+#if PA_KV_F16 || PA_V3_DQ
+constexpr int I8_STAGES = 0;                    // the fp16 control and the image copies stage nothing: they land in the fp16 stages
+#elif PA_V3_SHARE
+constexpr int I8_STAGES = 1;                    // the sharing producer's converters: one tile at a time
 #else
 constexpr int I8_STAGES = PA_V3_I8_STAGES;
 #endif
@@ -120,7 +136,8 @@ constexpr int SM_Q = 0;
 constexpr int SM_F16 = NG * Q_BLOCK;
 constexpr int SM_I8 = SM_F16 + F16_STAGES * F16_STAGE;
 constexpr int SM_BAR = SM_I8 + I8_STAGES * I8_STAGE;   // full[F16_STAGES], empty[F16_STAGES], landed[I8_STAGES]: 8 bytes each
-constexpr int SM_BYTES = SM_BAR + 8 * (2 * F16_STAGES + I8_STAGES);
+constexpr int SM_CLAIM = SM_BAR + 8 * (2 * F16_STAGES + I8_STAGES);   // PA_V3_SHARE: the issuer's claim, for its warpgroup
+constexpr int SM_BYTES = SM_CLAIM + 8 * PA_V3_SHARE;   // (two words)
 // Named barriers: 0 is __syncthreads, 1 + wg a consumer warpgroup's own (Q stored), PP_BAR + wg the
 // pingpong turn of consumer warpgroup wg, PROD_BAR the producer warpgroup's (staging slot read).
 constexpr int PP_BAR = 1 + NCWG;
@@ -342,8 +359,89 @@ __device__ __forceinline__ Cta cta_of(const pa::Args& a) {
     return c;
 }
 
+#if PA_V3_IMAGES
+// Tile `tile` of KV head hkv as its stage image at `img`, by NT threads (tid): the fp16 stage
+// v3's converting producer stores for the tile, K and V rows converted exactly (i8x16_to_f16) into
+// their 128B-swizzled places, kq = k_scale * qk_scale_log2 and vs = v_scale * p_scale (fp32 _rn),
+// and zeros for keys past the cache (their S is masked, their p is 0). A thread loads BATCH chunks
+// before it converts any: a global-memory latency per batch, not per chunk.
+template <int NT>
+__device__ __forceinline__ void tile_image(const pa::Args& a, int hkv, int tile, unsigned char* img, int tid) {
+    static_assert(BN * CPR % NT == 0 && (2 * BN) % NT == 0, "tile_image: whole chunks and scales per thread");
+    constexpr int PER = BN * CPR / NT;           // 16-byte int8 chunks of K (and of V) per thread
+    const int nk = a.ctx + a.n_q, j0 = tile * BN;
+    constexpr int NS = 2 * BN / NT;              // scales per thread: kq of keys j0 + sc % BN (sc < BN), then vs
+    float x[NS];
+#pragma unroll
+    for (int i = 0; i < NS; ++i) {
+        const int sc = tid + NT * i, j = j0 + sc % BN;
+        x[i] = 0.f;
+        if (j < nk) {
+            const u32 row = pa::kv_row(a, hkv, j, pa::page_of(a, j));
+            const u32 sci = pa::scale_index(a, hkv, j, row);
+            x[i] = sc >= BN ? __fmul_rn(__ldg(a.v_scale + sci), a.p_scale) : __fmul_rn(__ldg(a.k_scale + sci), a.qk_scale_log2);
+        }
+    }
+    constexpr int BATCH = PER < 4 ? PER : 4;     // chunks in registers at a time (the producer has 56)
+    // batches in turn (not unrolled: ptxas would hoist every batch's loads above the first's stores)
+#pragma unroll 1
+    for (int step = 0; step < 2 * PER / BATCH; ++step) {   // K's batches, then V's
+        const int kv = step / (PER / BATCH), b = step % (PER / BATCH) * BATCH;
+        unsigned char* dst = img + (kv ? F16_V : F16_K);
+        const signed char* src = kv ? a.v : a.k;
+        uint4 x8[BATCH];
+#pragma unroll
+        for (int i = 0; i < BATCH; ++i) {
+            const int q = tid + NT * (b + i), r = q / CPR, ch = q % CPR, j = j0 + r;
+            x8[i] = make_uint4(0, 0, 0, 0);
+            if (j < nk) x8[i] = __ldg(reinterpret_cast<const uint4*>(src + (u64)pa::kv_row(a, hkv, j, pa::page_of(a, j)) * D + 16 * ch));
+        }
+#pragma unroll
+        for (int i = 0; i < BATCH; ++i) {
+            const int q = tid + NT * (b + i), r = q / CPR, ch = q % CPR;
+            uint4 lo, hi;
+            i8x16_to_f16(x8[i], lo, hi);
+            *reinterpret_cast<uint4*>(dst + sw128(r, ch * 2, KV_BLOCK)) = lo;
+            *reinterpret_cast<uint4*>(dst + sw128(r, ch * 2 + 1, KV_BLOCK)) = hi;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < NS; ++i) reinterpret_cast<float*>(img + F16_KQ)[tid + NT * i] = x[i];   // F16_VS = F16_KQ + BN*4
+}
+
+#if PA_V3_SHARE
+// The same image from tile `tile`'s int8 staging slot `st` (its copies landed; rows past the cache
+// stale, converted all the same: their scales are zeroed), by NT threads: 16-byte loads from the
+// slot, 16-byte global stores.
+template <int NT>
+__device__ __forceinline__ void slot_image(const pa::Args& a, const unsigned char* st, int tile, unsigned char* img, int tid) {
+    static_assert(BN * CPR % NT == 0 && (2 * BN) % NT == 0, "slot_image: whole chunks and scales per thread");
+    const int nk = a.ctx + a.n_q, j0 = tile * BN;
+#pragma unroll 2
+    for (int q = tid; q < BN * CPR; q += NT) {
+        const int r = q / CPR, ch = q % CPR;
+        const uint4 kx = *reinterpret_cast<const uint4*>((st + I8_K) + stage_off(r, ch));
+        const uint4 vx = *reinterpret_cast<const uint4*>((st + I8_V) + stage_off(r, ch));
+        uint4 lo, hi;
+        i8x16_to_f16(kx, lo, hi);
+        *reinterpret_cast<uint4*>(img + F16_K + sw128(r, ch * 2, KV_BLOCK)) = lo;
+        *reinterpret_cast<uint4*>(img + F16_K + sw128(r, ch * 2 + 1, KV_BLOCK)) = hi;
+        i8x16_to_f16(vx, lo, hi);
+        *reinterpret_cast<uint4*>(img + F16_V + sw128(r, ch * 2, KV_BLOCK)) = lo;
+        *reinterpret_cast<uint4*>(img + F16_V + sw128(r, ch * 2 + 1, KV_BLOCK)) = hi;
+    }
+#pragma unroll
+    for (int sc = tid; sc < 2 * BN; sc += NT) {   // K scales [0, BN), V scales [BN, 2BN): the stage's kq, vs
+        const float raw = reinterpret_cast<const float*>(st + I8_SC)[sc];
+        const float x = j0 + sc % BN < nk ? __fmul_rn(raw, sc < BN ? a.qk_scale_log2 : a.p_scale) : 0.f;
+        reinterpret_cast<float*>(img + F16_KQ)[sc] = x;
+    }
+}
+#endif
+#endif
+
 // ---------------------------------------------------------------- the producer warpgroup
-#if !PA_KV_F16
+#if !PA_KV_F16 && !PA_V3_DQ
 // The issuer starts tile n's bulk copies into staging slot n % I8_STAGES: K and V rows and their
 // scales, one copy of each per run of keys that is contiguous in memory (a page, or the whole tile
 // where a page holds it or the cache is contiguous), only keys below nk (what lies past them in
@@ -373,7 +471,138 @@ __device__ __forceinline__ void issue_tile(const pa::Args& a, const Cta& c, int 
         bulk_g2s(st + I8_SC + BN * 4 + 4 * r, a.v_scale + sci, 4u * sc, bar);
     }
 }
+#endif
 
+#if PA_V3_DQ
+// The image producer: K/V come converted, as each tile's stage image (pa_v3_images, launched
+// before: a.k points at the images of [Hkv][ceil(nk / BN)] tiles). One thread waits for stage s
+// to be free, arms full[s] with the image's bytes and starts its bulk copy; full's phase completes
+// when they have landed (its count is 1). No staging, no conversion, no proxy fence: the TMA
+// writes through the async proxy that wgmma reads.
+__device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsigned char*, u32 base) {
+    if (threadIdx.x != ISSUER) return;
+    const int n_tiles = c.t_end - c.t_begin, tiles_all = (a.ctx + a.n_q + BN - 1) / BN;
+    const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
+    const unsigned char* img = reinterpret_cast<const unsigned char*>(a.k) +
+                               ((u64)c.hkv * tiles_all + c.t_begin) * IMG_BYTES;
+    for (int n = 0; n < n_tiles; ++n) {
+        const int s = n % F16_STAGES;
+        if (n >= F16_STAGES) mbar_wait(bar_empty + 8 * s, ((n / F16_STAGES) & 1) ^ 1);   // tile n-4 released stage s
+        mbar_arrive_expect_tx(bar_full + 8 * s, IMG_BYTES);
+        bulk_g2s(base + SM_F16 + s * F16_STAGE, img + (u64)n * IMG_BYTES, IMG_BYTES, bar_full + 8 * s);
+    }
+}
+#elif PA_V3_SHARE
+// The sharing producer. The CTAs of one KV head and key segment (its row blocks, blockIdx.y: a
+// group) read the same tiles; each tile is converted once, by one of them, into its stage image in
+// global memory (tile_image), and every CTA brings each tile's image into its stage with one bulk
+// copy, as PA_V3_DQ does. The images, a flag a tile and a ticket counter a group live in
+// Args::part after the segment workspace (share_base); Args::pair_heads is the launch's epoch
+// e >= 1. Roles in the producer warpgroup:
+// - the converters, warps 0-1: thread 0 takes the group's next tile by an atomicAdd on its counter
+//   (the counter holds e << 20 plus the tiles taken, raised to e << 20 by each CTA's atomicMax
+//   first: never reset), but only while it is below this CTA's own tiles and less than
+//   SHARE_LEAD tiles ahead of what this CTA has brought in (word[1], a progress hint read without
+//   synchronisation: compute-sanitizer's racecheck reports it), so that the images are made just
+//   before they are needed and stay in the L2. Thread 0 brings the tile's int8 rows into the
+//   CTA's one staging slot (issue_tile, landed[0]); the 64 threads convert them from there
+//   (slot_image) and publish the image: their stores, fence.proxy.async.global, their barrier,
+//   then thread 0's __threadfence and a release store of e into the tile's flag;
+// - the issuer (lane 0 of warp 3): for each tile, polls its flag (relaxed loads) until it reads e,
+//   fences to the async proxy, waits for the stage to be free and starts the bulk copy of the
+//   image (full's count is 1), as PA_V3_DQ.
+// No deadlock: a tile is converted without waiting on anything; when the issuer waits for tile n,
+// the counter has passed n (another CTA took it) or this CTA's converters may still take it (n is
+// below its tiles and its fed count + SHARE_LEAD).
+constexpr int SHARE_LEAD = 12;
+constexpr int SHARE_TICKET_SHIFT = 20;          // tiles of a group: below 2^20 (2^26 keys)
+__device__ __forceinline__ u32 ld_relaxed_gpu(const u32* p) {
+    u32 v;
+    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ u64 ld_relaxed_gpu(const u64* p) {
+    u64 v;
+    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];\n" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void st_release_gpu(u32* p, u32 v) {
+    asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+// Generic-proxy global writes (the images) ordered with async-proxy (bulk copy) accesses.
+__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
+// The workspace: after the segment floats (1024-aligned) images [Hkv][tiles], flags [Hkv][tiles]
+// (u32), counters [Hkv][n_seg] (u64, 8-aligned).
+__device__ __forceinline__ unsigned char* share_base(const pa::Args& a) {
+    const u64 seg = a.seg_keys ? (u64)gridDim.z * a.heads_q * a.n_q * (D + 2) : 0;   // the segment workspace's floats
+    return reinterpret_cast<unsigned char*>((reinterpret_cast<u64>(a.part + seg) + 1023) & ~1023ull);
+}
+
+__device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsigned char* sm, u32 base) {
+    const int tid = threadIdx.x;
+    const int n_tiles = c.t_end - c.t_begin, tiles_all = (a.ctx + a.n_q + BN - 1) / BN;
+    // the group's tiles: those of its longest row block (blockIdx.y = 0), from t_begin
+    const int group_tiles = (a.seg_keys ? min(tiles_all, c.t_begin + a.seg_keys / BN) : tiles_all) - c.t_begin;
+    unsigned char* const ws = share_base(a);
+    unsigned char* const imgs = ws + ((u64)c.hkv * tiles_all + c.t_begin) * IMG_BYTES;
+    u32* const flag_all = reinterpret_cast<u32*>(ws + (u64)a.heads_kv * tiles_all * IMG_BYTES);
+    u32* const flags = flag_all + (u64)c.hkv * tiles_all + c.t_begin;
+    u64* const ctr = reinterpret_cast<u64*>(reinterpret_cast<u64>(flag_all + (u64)a.heads_kv * tiles_all + 1) & ~7ull) +
+                     (u64)c.hkv * gridDim.z + blockIdx.z;
+    const u32 epoch = (u32)a.pair_heads;
+    volatile int* const word = reinterpret_cast<volatile int*>(sm + SM_CLAIM);   // [0] the tile taken, [1] tiles brought in
+    if (tid == ISSUER) {
+        const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
+        for (int n = 0; n < n_tiles; ++n) {
+            const int s = n % F16_STAGES;
+            while (ld_relaxed_gpu(flags + n) != epoch) {
+            }
+            fence_proxy_async_global();
+            if (n >= F16_STAGES) mbar_wait(bar_empty + 8 * s, ((n / F16_STAGES) & 1) ^ 1);   // tile n-4 released stage s
+            mbar_arrive_expect_tx(bar_full + 8 * s, IMG_BYTES);
+            bulk_g2s(base + SM_F16 + s * F16_STAGE, imgs + (u64)n * IMG_BYTES, IMG_BYTES, bar_full + 8 * s);
+            word[1] = n + 1;
+        }
+        return;
+    }
+    if (tid >= 64) return;
+    const u64 e0 = (u64)epoch << SHARE_TICKET_SHIFT;
+    if (tid == 0) atomicMax(reinterpret_cast<unsigned long long*>(ctr), (unsigned long long)e0);
+    u32 k = 0;                               // conversions so far (landed's phase)
+    for (;;) {
+        if (tid == 0) {
+            int t = -1;
+            for (;;) {
+                const int next = (int)(ld_relaxed_gpu(ctr) - e0);
+                if (next >= n_tiles) break;                  // the rest is for longer row blocks
+                if (next < word[1] + SHARE_LEAD) {
+                    t = (int)(atomicAdd(reinterpret_cast<unsigned long long*>(ctr), 1ull) - e0);
+                    if (t >= group_tiles) t = -1;
+                    break;
+                }
+                __nanosleep(200);
+            }
+            word[0] = t;
+        }
+        named_barrier_sync(PROD_BAR, 64);
+        const int t = word[0];
+        if (t < 0) break;
+        if (tid == 0) {
+            fence_proxy_async();             // the slot's generic reads of the last tile, before the async proxy writes it
+            issue_tile(a, c, t, base);       // (slot 0: t % I8_STAGES)
+        }
+        mbar_wait(base + SM_BAR + 16 * F16_STAGES, k & 1);   // landed[0], this CTA's k-th conversion
+        ++k;
+        slot_image<64>(a, sm + SM_I8, c.t_begin + t, imgs + (u64)t * IMG_BYTES, tid);
+        fence_proxy_async_global();
+        named_barrier_sync(PROD_BAR, 64);    // every store of the image (and word[0] read)
+        if (tid == 0) {
+            __threadfence();
+            st_release_gpu(flags + t, epoch);
+        }
+    }
+}
+#elif !PA_KV_F16
 // Every producer thread owns fixed 16-byte chunks of every tile (prod_row, prod_chunk): it waits
 // for the tile's `landed`, loads all its chunks into registers, waits for the fp16 stage to be
 // free, and converts them exactly to fp16 (0x6400|x+128 is the f16 1024+x+128, minus 1152:
@@ -928,11 +1157,14 @@ extern "C" __global__ void __launch_bounds__(v3::THREADS, 1) pa_v3(PA_KERNEL_PAR
     if (threadIdx.x == 0) {
 #pragma unroll
         for (int s = 0; s < F16_STAGES; ++s) {
-            mbar_init(base + SM_BAR + 8 * s, 128);                   // full: the producer's threads
+            mbar_init(base + SM_BAR + 8 * s, PA_V3_IMAGES ? 1 : 128);     // full: the producer's threads (the issuer's copy)
             mbar_init(base + SM_BAR + 8 * (F16_STAGES + s), 128 * NCWG);   // empty: the consumers' threads
         }
 #pragma unroll
         for (int s = 0; s < I8_STAGES; ++s) mbar_init(base + SM_BAR + 8 * (2 * F16_STAGES + s), 1);   // landed: the issuer + bytes
+#if PA_V3_SHARE
+        reinterpret_cast<volatile int*>(sm + SM_CLAIM)[1] = 0;   // tiles brought in (the converters' pace)
+#endif
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
@@ -947,3 +1179,19 @@ extern "C" __global__ void __launch_bounds__(v3::THREADS, 1) pa_v3(PA_KERNEL_PAR
 
 // The dynamic shared memory pa_v3 needs (a kernel the backend may query; launched with one thread).
 extern "C" __global__ void pa_v3_smem_bytes(int* out) { *out = v3::SMEM_ALLOC; }
+
+#if PA_V3_IMAGES
+extern "C" __global__ void pa_v3_image_bytes(int* out) { *out = v3::IMG_BYTES; }   // the bytes of one tile's image
+#endif
+#if PA_V3_DQ
+// The stage images of every tile of every KV head (tile_image), written to a.out (bytes: Hkv x
+// ceil(nk / BN) x pa_v3_image_bytes): grid (tiles, Hkv) x 128 threads. pa_v3 then reads the images
+// through a.k. The same bytes reach the same consumers, so the output keeps v3's bits.
+extern "C" __global__ void __launch_bounds__(128) pa_v3_images(PA_KERNEL_PARAMS) {
+    using namespace v3;
+    PA_MAKE_ARGS(a);
+    const int hkv = blockIdx.y;
+    unsigned char* img = reinterpret_cast<unsigned char*>(a.out) + ((u64)hkv * gridDim.x + blockIdx.x) * IMG_BYTES;
+    tile_image<128>(a, hkv, blockIdx.x, img, threadIdx.x);
+}
+#endif

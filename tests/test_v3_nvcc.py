@@ -157,3 +157,18 @@ def test_v3_f16_consumer_loop_is_v3s_instruction_for_instruction():
 
     f16, i8 = step_loop(True), step_loop(False)
     assert len(f16) > 500 and f16 == i8
+
+
+# ---- v3 on fp16 stage images: the conversion in a pass of its own (-DPA_V3_DQ=1, the peer v3-dq)
+# or once per tile for all the CTAs of a KV range (-DPA_V3_SHARE=1, the peer v3-share)
+@pytest.mark.parametrize("producer,head_dim,paged,out_f16,rows", [
+    ("shared", 128, True, False, 192), ("shared", 128, True, False, 128), ("shared", 64, False, True, 192),
+    ("images", 128, True, False, 192)])
+def test_v3_image_builds_compile_without_spills(producer, head_dim, paged, out_f16, rows):
+    r = ki.compile_one("v3", "sm_90", head_dim, False, paged, out_f16, cta_rows=rows,
+                       kv_images=producer == "images", kv_shared=producer == "shared")
+    assert r["compiled"], r["reason"]
+    assert r["spill_bytes"] == 0 and r["stack_bytes"] == 0, f"{producer}: {r['spill_bytes']} bytes spilled"
+    assert r["wgmma_serialized"] is None, r["wgmma_serialized"]
+    assert r["bulk_copy"] and not r["cp_async"]   # the images (and v3-share's int8 rows) by bulk copies
+    assert 32 <= r["registers"] <= 65536 // K.kv_group_threads(rows) // 8 * 8

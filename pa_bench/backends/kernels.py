@@ -37,6 +37,8 @@ class KernelBuild:
     force_turing: bool = False
     tiles: int = DEFAULT_TILES      # warp_tiles variants only: m16 query tiles per warp
     kv_f16: bool = False            # v3 only: its fp16-K/V control (-DPA_KV_F16=1, the peer v3-f16)
+    kv_images: bool = False         # v3 only: K/V tiles as fp16 stage images (-DPA_V3_DQ=1, the peer v3-dq)
+    kv_shared: bool = False         # v3 only: each tile converted once for all row blocks (-DPA_V3_SHARE=1, v3-share)
     cta_rows: int = 0               # a variant with fill_rows options: the launch's (-DPA_CTA_ROWS,
                                     # model.cta_rows); 0: the kernel's default
 
@@ -51,7 +53,8 @@ class KernelBuild:
             f"-DPA_PAGED={int(self.paged)}",
             f"-DPA_OUT_F16={int(self.out_f16)}",
             f"-DPA_FORCE_TURING={int(self.force_turing)}",
-        ) + tiles + (("-DPA_KV_F16=1",) if self.kv_f16 else ()) + \
+        ) + tiles + (("-DPA_KV_F16=1",) if self.kv_f16 else ()) + (("-DPA_V3_DQ=1",) if self.kv_images else ()) + \
+            (("-DPA_V3_SHARE=1",) if self.kv_shared else ()) + \
             ((f"-DPA_CTA_ROWS={self.cta_rows}",) if self.cta_rows else ())
 
     def options(self) -> tuple[str, ...]:
