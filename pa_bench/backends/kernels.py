@@ -42,6 +42,11 @@ class KernelBuild:
     cta_rows: int = 0               # a variant with fill_rows options: the launch's (-DPA_CTA_ROWS,
                                     # model.cta_rows); 0: the kernel's default
 
+    def __post_init__(self):
+        producers = [f for f in ("kv_f16", "kv_images", "kv_shared") if getattr(self, f)]
+        if len(producers) > 1:   # kernels/v3.cu builds one producer (#error otherwise)
+            raise ValueError(f"KernelBuild: {' and '.join(producers)} are two producers of v3; set one")
+
     @property
     def function(self) -> str:
         return f"pa_{self.variant}"

@@ -21,23 +21,12 @@ import numpy as np
 
 from pa_bench import variants as registry
 from pa_bench.peers import CannotRun, Peer, register_peer
-from pa_bench.peers.v3_f16 import _device, _include_options
+from pa_bench.peers.v3_f16 import _device, _include_options, _reason
 
 NAME = "v3-dq"
-HEAD_DIMS = (64, 128)
-ARCH_CC = 90
 
 _built: dict = {}
 
-
-def _reason(problem, cc: int) -> str | None:
-    if cc != ARCH_CC:
-        return f"{NAME} needs sm_90a (wgmma, setmaxnreg), not sm_{cc}"
-    if problem.head_dim not in HEAD_DIMS:
-        return f"{NAME} has no head_dim {problem.head_dim} (it builds {' and '.join(map(str, HEAD_DIMS))})"
-    if problem.heads_q % problem.heads_kv or problem.heads_q // problem.heads_kv > 128:
-        return f"{NAME} needs heads_kv to divide heads_q with at most 128 query heads per KV head"
-    return None
 
 
 def _build(cp, build, cc: int):
@@ -78,13 +67,13 @@ class V3DQ(Peer):
 
     @classmethod
     def unavailable(cls, problem) -> str | None:
-        why, cc = _device()
-        return why or _reason(problem, cc)
+        why, cc = _device(NAME)
+        return why or _reason(problem, cc, NAME)
 
     def __init__(self, inputs, device: str = "cuda"):
         super().__init__(inputs, device)
-        why, cc = _device()
-        why = why or _reason(inputs.problem, cc)
+        why, cc = _device(NAME)
+        why = why or _reason(inputs.problem, cc, NAME)
         if why:
             raise CannotRun(why)
         import cupy as cp

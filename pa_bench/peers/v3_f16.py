@@ -33,30 +33,32 @@ ARCH_CC = 90               # sm_90a only (wgmma, setmaxnreg)
 _built: dict = {}          # KernelBuild -> (kernel, pa_combine, dynamic shared memory, compiler)
 
 
-def _device() -> tuple[str | None, int | None]:
-    """(why there is no GPU to run on, None) or (None, the current GPU's compute capability)."""
+def _device(name: str = NAME) -> tuple[str | None, int | None]:
+    """(why there is no GPU to run on, None) or (None, the current GPU's compute capability); the
+    reason names the peer ``name`` (this control, or another peer built from v3.cu)."""
     try:
         import cupy as cp
     except Exception:
-        return f"{NAME} needs CuPy (pip install 'pa-bench[cuda13]')", None
+        return f"{name} needs CuPy (pip install 'pa-bench[cuda13]')", None
     try:
         if cp.cuda.runtime.getDeviceCount() < 1:
-            return f"{NAME}: CuPy sees no NVIDIA GPU", None
+            return f"{name}: CuPy sees no NVIDIA GPU", None
         props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     except Exception as exc:
-        return f"{NAME}: CuPy sees no NVIDIA GPU ({type(exc).__name__})", None
+        return f"{name}: CuPy sees no NVIDIA GPU ({type(exc).__name__})", None
     return None, int(props["major"]) * 10 + int(props["minor"])
 
 
-def _reason(problem, cc: int) -> str | None:
-    """Why the control cannot run ``problem`` on a GPU of compute capability ``cc``, or None."""
+def _reason(problem, cc: int, name: str = NAME) -> str | None:
+    """Why a peer built from v3.cu (``name``: this control by default) cannot run ``problem`` on a
+    GPU of compute capability ``cc``, or None."""
     if cc != ARCH_CC:
-        return f"{NAME} needs sm_90a (wgmma, setmaxnreg), not sm_{cc}"
+        return f"{name} needs sm_90a (wgmma, setmaxnreg), not sm_{cc}"
     if problem.head_dim not in HEAD_DIMS:
-        return f"{NAME} has no head_dim {problem.head_dim} (it builds {' and '.join(map(str, HEAD_DIMS))})"
+        return f"{name} has no head_dim {problem.head_dim} (it builds {' and '.join(map(str, HEAD_DIMS))})"
     group = problem.heads_q // problem.heads_kv
     if problem.heads_q % problem.heads_kv or group > 128:
-        return f"{NAME} needs heads_kv to divide heads_q with at most 128 query heads per KV head"
+        return f"{name} needs heads_kv to divide heads_q with at most 128 query heads per KV head"
     return None
 
 

@@ -1,0 +1,82 @@
+"""The v3-dq and v3-share plug-in peers (pa_bench/peers/v3_dq.py, v3_share.py) without a GPU: their
+refusals name them, and v3-share's workspace holds what the kernel's share_base lays out (their
+GPU checks: tests/gpu/test_v3_dq_gpu.py, tests/gpu/test_v3_share_gpu.py)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from pa_bench import variants as registry
+from pa_bench.peers import CannotRun, peer_class, runs_on
+
+MODULES = {"v3-dq": "pa_bench.peers.v3_dq", "v3-share": "pa_bench.peers.v3_share"}
+
+
+@pytest.fixture(params=list(MODULES))
+def peer(request):
+    """(name, module), its peer registered for the test and unregistered after it."""
+    mod = importlib.import_module(MODULES[request.param])
+    mod.register()
+    yield request.param, mod
+    registry.unregister(mod.NAME)
+
+
+def _problem(head_dim=128, heads_q=32, heads_kv=8):
+    return SimpleNamespace(head_dim=head_dim, heads_q=heads_q, heads_kv=heads_kv)
+
+
+def test_each_is_a_cuda_peer_of_its_own_class(peer):
+    name, mod = peer
+    assert mod.NAME == name and peer_class(name).name == name
+    assert runs_on(name, "cuda") and not runs_on(name, "numpy")
+
+
+def test_without_cupy_each_says_so_in_its_own_name(peer, monkeypatch):
+    name, mod = peer
+    monkeypatch.setitem(sys.modules, "cupy", None)        # import cupy now fails
+    cls = peer_class(name)
+    why = cls.unavailable(_problem())
+    assert why.startswith(f"{name} needs CuPy") and "\n" not in why
+    with pytest.raises(CannotRun, match=f"^{name} needs CuPy"):
+        cls(SimpleNamespace(problem=_problem()))
+
+
+def test_each_refuses_what_v3_cannot_build_in_its_own_name(peer, monkeypatch):
+    name, mod = peer
+    cls = peer_class(name)
+    monkeypatch.setattr(mod, "_device", lambda who: (None, 80))
+    assert cls.unavailable(_problem()) == f"{name} needs sm_90a (wgmma, setmaxnreg), not sm_80"
+    monkeypatch.setattr(mod, "_device", lambda who: (None, 90))
+    assert cls.unavailable(_problem(128)) is None and cls.unavailable(_problem(64, 16, 16)) is None
+    assert cls.unavailable(_problem(96)) == f"{name} has no head_dim 96 (it builds 64 and 128)"
+    assert cls.unavailable(_problem(128, 24, 16)).startswith(f"{name} needs heads_kv to divide heads_q")
+
+
+@pytest.mark.parametrize("base", [0, 4, 256, 512, 1020])
+@pytest.mark.parametrize("seg,hkv,tiles,segs", [(0, 8, 33, 1), (3 * 32 * 1024 * 130, 8, 529, 3), (37, 1, 1, 1)])
+def test_share_workspace_holds_the_kernels_layout_at_any_alignment(base, seg, hkv, tiles, segs):
+    """kernels/v3.cu share_base and producer: images at the first 1,024-byte boundary past the
+    segment floats, a u32 flag a tile after them, then u64 counters at (flag end + 4) rounded down
+    to 8; the buffer (``base`` bytes past an aligned address) must hold the last counter."""
+    from pa_bench.peers.v3_share import workspace_bytes
+
+    img = 33280
+    images = (base + 4 * seg + 1023) // 1024 * 1024
+    flags_end = images + hkv * tiles * img + 4 * hkv * tiles
+    counters = (flags_end + 4) // 8 * 8
+    end = counters + 8 * hkv * segs
+    assert end - base <= workspace_bytes(seg, hkv, tiles, img, segs)
+
+
+@pytest.mark.parametrize("flags", [("kv_f16", "kv_images"), ("kv_f16", "kv_shared"), ("kv_images", "kv_shared")])
+def test_a_build_takes_one_v3_producer(flags):
+    from pa_bench.backends import kernels as K
+
+    with pytest.raises(ValueError, match="two producers"):
+        K.KernelBuild("v3", **{f: True for f in flags})
+    assert "-DPA_V3_SHARE=1" in K.KernelBuild("v3", kv_shared=True).defines()
+    assert "-DPA_V3_DQ=1" in K.KernelBuild("v3", kv_images=True).defines()
