@@ -17,6 +17,12 @@
 //   converted once for M_CTA rows, where v2 converts every fragment once per warp
 //   (docs/PERF_NOTES.md). The pipeline and its barriers, the layouts, descriptors and fragments
 //   are described where they are set up.
+// Shared tiles (-DPA_V3_SHARE=1, which the launch takes where a KV head and segment has many
+//   long row blocks: pa_bench.numerics.fill.shares_tiles): the CTAs of one KV head and segment
+//   read the same tiles, so each tile is converted once, by whichever of them takes its ticket,
+//   into its stage image in global memory, and every CTA brings each image into its stage with one
+//   bulk copy. The consumers are the same code on the same bytes: the same bits (the producer is
+//   described where it is defined).
 // The fp16 control (-DPA_KV_F16=1, the peer v3-f16: pa_bench/peers/v3_f16.py): the same kernel on
 //   fp16 K/V (int8 * scale rounded to fp16, the values the torch peers read), in the pool layout
 //   v3 reads (paged or contiguous, PA_PAGED). Only the producer and what it needs change: no int8
@@ -219,6 +225,7 @@ __host__ __device__ constexpr bool producer_staging_conflict_free() {
     return true;
 }
 static_assert(producer_staging_conflict_free(), "producer staging reads must be bank-conflict free");
+
 
 // ---------------------------------------------------------------- PTX wrappers (no CUDA C++ intrinsics exist)
 __device__ __forceinline__ u32 smem_u32(const void* p) { return static_cast<u32>(__cvta_generic_to_shared(p)); }
@@ -495,39 +502,43 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
 #elif PA_V3_SHARE
 // The sharing producer. The CTAs of one KV head and key segment (its row blocks, blockIdx.y: a
 // group) read the same tiles; each tile is converted once, by one of them, into its stage image in
-// global memory (tile_image), and every CTA brings each tile's image into its stage with one bulk
+// global memory (slot_image), and every CTA brings each tile's image into its stage with one bulk
 // copy, as PA_V3_DQ does. The images, a flag a tile and a ticket counter a group live in
 // Args::part after the segment workspace (share_base); Args::pair_heads is the launch's epoch
 // e >= 1. Roles in the producer warpgroup:
 // - the converters, warps 0-1: thread 0 takes the group's next tile by an atomicAdd on its counter
 //   (the counter holds e << 20 plus the tiles taken, raised to e << 20 by each CTA's atomicMax
 //   first: never reset), but only while it is below this CTA's own tiles and less than
-//   SHARE_LEAD tiles ahead of what this CTA has brought in (word[1], a progress hint read without
-//   synchronisation: compute-sanitizer's racecheck reports it), so that the images are made just
+//   SHARE_LEAD tiles ahead of what this CTA has brought in (word[1], which the issuer sets and
+//   thread 0 reads by shared-memory atomics: a pace, not an ordering), so that the images are made just
 //   before they are needed and stay in the L2. Thread 0 brings the tile's int8 rows into the
 //   CTA's one staging slot (issue_tile, landed[0]); the 64 threads convert them from there
 //   (slot_image) and publish the image: their stores, fence.proxy.async.global, their barrier,
-//   then thread 0's __threadfence and a release store of e into the tile's flag;
-// - the issuer (lane 0 of warp 3): for each tile, polls its flag (relaxed loads) until it reads e,
+//   then thread 0's __threadfence (cumulative: the stores its barrier saw) and a store of e into the
+//   tile's flag;
+// - the issuer (lane 0 of warp 3): for each tile, polls its flag (acquire loads) until it reads e,
 //   fences to the async proxy, waits for the stage to be free and starts the bulk copy of the
 //   image (full's count is 1), as PA_V3_DQ.
 // No deadlock: a tile is converted without waiting on anything; when the issuer waits for tile n,
 // the counter has passed n (another CTA took it) or this CTA's converters may still take it (n is
 // below its tiles and its fed count + SHARE_LEAD).
-constexpr int SHARE_LEAD = 12;
+#ifndef PA_V3_SHARE_LEAD
+#define PA_V3_SHARE_LEAD 12
+#endif
+constexpr int SHARE_LEAD = PA_V3_SHARE_LEAD;    // tiles a CTA's converters may run ahead of its issuer
 constexpr int SHARE_TICKET_SHIFT = 20;          // tiles of a group: below 2^20 (2^26 keys)
-__device__ __forceinline__ u32 ld_relaxed_gpu(const u32* p) {
-    u32 v;
-    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
 __device__ __forceinline__ u64 ld_relaxed_gpu(const u64* p) {
     u64 v;
     asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];\n" : "=l"(v) : "l"(p) : "memory");
     return v;
 }
-__device__ __forceinline__ void st_release_gpu(u32* p, u32 v) {
-    asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+__device__ __forceinline__ u32 ld_acquire_gpu(const u32* p) {
+    u32 v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void st_relaxed_gpu(u32* p, u32 v) {
+    asm volatile("st.relaxed.gpu.global.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
 // Generic-proxy global writes (the images) ordered with async-proxy (bulk copy) accesses.
 __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
@@ -555,13 +566,13 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
         const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
         for (int n = 0; n < n_tiles; ++n) {
             const int s = n % F16_STAGES;
-            while (ld_relaxed_gpu(flags + n) != epoch) {
+            while (ld_acquire_gpu(flags + n) != epoch) {
             }
             fence_proxy_async_global();
             if (n >= F16_STAGES) mbar_wait(bar_empty + 8 * s, ((n / F16_STAGES) & 1) ^ 1);   // tile n-4 released stage s
             mbar_arrive_expect_tx(bar_full + 8 * s, IMG_BYTES);
             bulk_g2s(base + SM_F16 + s * F16_STAGE, imgs + (u64)n * IMG_BYTES, IMG_BYTES, bar_full + 8 * s);
-            word[1] = n + 1;
+            atomicExch(const_cast<int*>(word) + 1, n + 1);   // the converters' pace: a shared atomic, read by one
         }
         return;
     }
@@ -575,7 +586,7 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
             for (;;) {
                 const int next = (int)(ld_relaxed_gpu(ctr) - e0);
                 if (next >= n_tiles) break;                  // the rest is for longer row blocks
-                if (next < word[1] + SHARE_LEAD) {
+                if (next < atomicAdd(const_cast<int*>(word) + 1, 0) + SHARE_LEAD) {
                     t = (int)(atomicAdd(reinterpret_cast<unsigned long long*>(ctr), 1ull) - e0);
                     if (t >= group_tiles) t = -1;
                     break;
@@ -597,8 +608,8 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
         fence_proxy_async_global();
         named_barrier_sync(PROD_BAR, 64);    // every store of the image (and word[0] read)
         if (tid == 0) {
-            __threadfence();
-            st_release_gpu(flags + t, epoch);
+            __threadfence();                 // the CTA's image stores (seen by thread 0 at the barrier), cumulatively
+            st_relaxed_gpu(flags + t, epoch);
         }
     }
 }

@@ -54,6 +54,8 @@ class Variant:
                                     # (model.cta_rows; built with -DPA_CTA_ROWS); its keys may run
                                     # in segments to fill the GPU (model.segment_keys; both by
                                     # pa_bench.numerics.fill); None: never (v1, v2, v2t)
+    tile_sharing: bool = False      # may convert each K/V tile once for all the row blocks of a KV
+                                    # head and segment (v3: -DPA_V3_SHARE, model.shares_tiles)
     pv_chain_keys: int | None = None  # keys one P.V accumulator sums before it is added (_rn) into O:
                                       # None = one MMA chain over the whole key range (every kernel
                                       # today; 64 would be a fresh accumulator per 64-key tile)
@@ -195,12 +197,13 @@ register(Variant(
     threads=64, cta="64 threads: 2 warps x T m16 tiles (query heads of one KV group)", warp_tiles=True,
     bitwise_twin="v2"))
 register(Variant(
-    "v3", CUDA_KERNEL, "Hopper: a producer warpgroup converts K/V to fp16 once per CTA, consumer warpgroups run wgmma",
+    "v3", CUDA_KERNEL, "Hopper: a producer warpgroup converts K/V to fp16 once per CTA (on long chunks once per KV "
+    "head and segment, for all its CTAs), consumer warpgroups run wgmma",
     source="v3.cu", min_arch=90, max_arch=90, arch_suffix="a", arch_needs="wgmma, setmaxnreg", tile_keys=64,
     threads=512, cta="512 threads: a producer warpgroup + 3 consumer warpgroups x 64 rows (the query heads of "
     "one KV group packed into the rows; 384 threads and 2 warpgroups where those fill the GPU faster, "
     "by pa_bench.numerics.fill's estimate); 214 KB of dynamic shared memory at D=128, 110 KB at D=64",
-    turing_path=False, fill_rows=(128, 192)))
+    turing_path=False, fill_rows=(128, 192), tile_sharing=True))
 register(Variant(
     "triton", TRITON_KERNEL, "the same problem in Triton: int8 K/V gathered and converted in the kernel, "
     "the query heads of a KV group packed into a program's rows",

@@ -317,3 +317,43 @@ def test_the_fill_estimate_takes_row_counts_it_has_not_measured():
     rows, seg = fill.fill_launch((64,), 2150, 256, 32, 8)
     assert rows == 64 and seg % 64 == 0
     assert fill.estimate(64, seg, 2150, 256, 32, 8) <= fill.estimate(64, 0, 2150, 256, 32, 8)
+
+
+@pytest.mark.parametrize("ctx,queries,expect", [
+    (31744, 1024, True),     # 32Kx1024: 22 row blocks of 192 rows a KV head and segment, 171 tiles
+    (65024, 512, True),      # 64Kx512: 11 blocks, 342 tiles
+    (4096, 2048, True),      # 4Kx2048: 64 blocks of 128 rows, 96 tiles
+    (1024, 2048, False),     # 1Kx2048: 48 tiles
+    (0, 1536, False),        # 0x1536: 32 blocks, but 24 tiles at most
+    (2048, 256, False),      # 2.1Kx256: 8 blocks of 20 tiles
+    (65472, 64, False),      # 64Kx64: 2 row blocks
+])
+def test_v3_shares_tiles_where_many_long_row_blocks_read_them(ctx, queries, expect):
+    from pa_bench.numerics import fill
+    from pa_bench.numerics.model import cta_rows, segment_keys, shares_tiles
+
+    rows, seg = cta_rows("v3", ctx, queries, 32, 8), segment_keys(ctx, "v3", queries, 32, 8)
+    assert fill.shares_tiles(rows, seg, ctx, queries, 32, 8) is expect
+    assert shares_tiles("v3", ctx, queries, 32, 8) is expect
+    assert shares_tiles("v2", ctx, queries, 32, 8) is False     # no tile_sharing: never
+
+
+def test_tile_sharing_thresholds_are_inclusive():
+    from pa_bench.numerics import fill
+
+    tiles = fill.SHARE_MIN_TILES
+    ppc = 128 // 4                                   # 128-row CTAs, 4 query heads a KV head
+    queries = fill.SHARE_MIN_BLOCKS * ppc
+    keys = tiles * 64
+    assert fill.shares_tiles(128, 0, keys - queries, queries, 32, 8)
+    assert not fill.shares_tiles(128, 0, keys - queries - 64, queries, 32, 8)      # one tile short
+    assert not fill.shares_tiles(128, 0, keys - queries + ppc, queries - ppc, 32, 8)   # one block short
+    assert not fill.shares_tiles(128, 64 * (tiles - 1), keys - queries, queries, 32, 8)   # segments too short
+
+
+def test_v3_builds_carry_tile_sharing_and_share_workspace_bytes_grow_with_it():
+    b = K.KernelBuild("v3", kv_shared=True, cta_rows=192)
+    assert "-DPA_V3_SHARE=1" in b.defines() and "-DPA_CTA_ROWS=192" in b.defines()
+    small = K.share_workspace_bytes(0, 8, 10, 33280, 1)
+    assert K.share_workspace_bytes(0, 8, 11, 33280, 1) - small == 8 * (33280 + 4)
+    assert K.share_workspace_bytes(0, 8, 10, 33280, 3) - small == 8 * 8 * 2

@@ -1,6 +1,6 @@
-"""The v3-dq and v3-share plug-in peers (pa_bench/peers/v3_dq.py, v3_share.py) without a GPU: their
-refusals name them, and v3-share's workspace holds what the kernel's share_base lays out (their
-GPU checks: tests/gpu/test_v3_dq_gpu.py, tests/gpu/test_v3_share_gpu.py)."""
+"""v3 on fp16 stage images without a GPU: the v3-dq plug-in peer (pa_bench/peers/v3_dq.py) refuses
+in its own name, and the workspace of v3's shared tiles holds what the kernel's share_base lays out
+(the GPU checks: tests/gpu/test_v3_dq_gpu.py, tests/gpu/test_v3_shared_tiles_gpu.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from pa_bench import variants as registry
 from pa_bench.peers import CannotRun, peer_class, runs_on
 
-MODULES = {"v3-dq": "pa_bench.peers.v3_dq", "v3-share": "pa_bench.peers.v3_share"}
+MODULES = {"v3-dq": "pa_bench.peers.v3_dq"}
 
 
 @pytest.fixture(params=list(MODULES))
@@ -62,7 +62,7 @@ def test_share_workspace_holds_the_kernels_layout_at_any_alignment(base, seg, hk
     """kernels/v3.cu share_base and producer: images at the first 1,024-byte boundary past the
     segment floats, a u32 flag a tile after them, then u64 counters at (flag end + 4) rounded down
     to 8; the buffer (``base`` bytes past an aligned address) must hold the last counter."""
-    from pa_bench.peers.v3_share import workspace_bytes
+    from pa_bench.backends.kernels import share_workspace_bytes as workspace_bytes
 
     img = 33280
     images = (base + 4 * seg + 1023) // 1024 * 1024

@@ -160,7 +160,7 @@ def test_v3_f16_consumer_loop_is_v3s_instruction_for_instruction():
 
 
 # ---- v3 on fp16 stage images: the conversion in a pass of its own (-DPA_V3_DQ=1, the peer v3-dq)
-# or once per tile for all the CTAs of a KV range (-DPA_V3_SHARE=1, the peer v3-share)
+# or once per tile for all the CTAs of a KV range (-DPA_V3_SHARE=1, v3's shared tiles)
 @pytest.mark.parametrize("producer,head_dim,paged,out_f16,rows", [
     ("shared", 128, True, False, 192), ("shared", 128, True, False, 128), ("shared", 64, False, True, 192),
     ("images", 128, True, False, 192)])
@@ -170,5 +170,5 @@ def test_v3_image_builds_compile_without_spills(producer, head_dim, paged, out_f
     assert r["compiled"], r["reason"]
     assert r["spill_bytes"] == 0 and r["stack_bytes"] == 0, f"{producer}: {r['spill_bytes']} bytes spilled"
     assert r["wgmma_serialized"] is None, r["wgmma_serialized"]
-    assert r["bulk_copy"] and not r["cp_async"]   # the images (and v3-share's int8 rows) by bulk copies
+    assert r["bulk_copy"] and not r["cp_async"]   # the images (and the shared tiles' int8 rows) by bulk copies
     assert 32 <= r["registers"] <= 65536 // K.kv_group_threads(rows) // 8 * 8

@@ -59,6 +59,7 @@ class Prepared:
     outputs: dict = field(default_factory=dict)   # variant -> full output (device, float32 view)
     runners: dict = field(default_factory=dict)   # variant -> its prepared peer or Python kernel
     part: object = None                    # key-segment workspace (float32, grown on demand)
+    shared: dict = field(default_factory=dict)   # build -> v3's shared-tile workspace and launch count
 
 
 class CudaBackend:
@@ -93,6 +94,8 @@ class CudaBackend:
         self.split: bool | None = None  # v2/v2t: split keys between a CTA's warps (None: the model's rule)
         self.segments: bool | int | None = None  # key segments (None: the model's rule; see segment_keys)
         self.rows: int | None = None  # v3: rows of a CTA, 128 or 192 (None: the model's cta_rows)
+        self.share: bool | None = None  # v3: each tile converted once for all row blocks (None: fill.shares_tiles)
+        self._image_bytes: dict[K.KernelBuild, int] = {}   # a shared-tile build's bytes per tile image
         self._timer = None
 
     # ------------------------------------------------------------------ description
@@ -226,6 +229,7 @@ class CudaBackend:
         prepared.outputs.clear()
         prepared.runners.clear()
         prepared.part = None
+        prepared.shared.clear()
         torch_util.release()
         self.cp.get_default_memory_pool().free_all_blocks()
 
@@ -239,7 +243,22 @@ class CudaBackend:
             force_turing=self.force_turing,
             tiles=self._tiles(variant, self.tiles_for(problem)),
             cta_rows=self.cta_rows(variant, problem),
+            kv_shared=self.shares_tiles(variant, problem),
         )
+
+    def shares_tiles(self, variant: str, problem) -> bool:
+        """Whether ``variant``'s launch on ``problem`` converts each K/V tile once for all the row
+        blocks of a KV head and segment (a Variant with ``tile_sharing``: v3): ``self.share`` where
+        set, else pa_bench.numerics.fill.shares_tiles on the launch's rows and segments. The
+        output's bits are the same either way."""
+        from pa_bench.numerics.fill import shares_tiles
+
+        if not registry.get(variant).tile_sharing:
+            return False
+        if self.share is not None:
+            return bool(self.share)
+        return shares_tiles(self.cta_rows(variant, problem), self.segment_keys(variant, problem), problem.context,
+                            problem.queries, problem.heads_q, problem.heads_kv)
 
     def cta_rows(self, variant: str, problem) -> int:
         """The rows of ``variant``'s CTAs on ``problem`` where it offers a choice (v3: 128 or 192,
@@ -266,6 +285,8 @@ class CudaBackend:
                                         "cache": K.cache_outcome(cache, before)
                                         if self.compilers.get(build) == "nvrtc" else None}
                 self._smem[build] = self._dynamic_smem(mod, fn, build)
+                if build.kv_shared:
+                    self._image_bytes[build] = self._probe_int(mod, "pa_v3_image_bytes")
             except Exception as exc:
                 raise PaBenchError(f"compiling {build.variant} failed: {fmt.error_line(exc)}") from exc
             self._kernels[build] = fn
@@ -299,16 +320,19 @@ class CudaBackend:
             self.compilers[build] = "nvcc"
         return mod, fn
 
+    def _probe_int(self, mod, name: str) -> int:
+        """What the module's one-thread kernel ``name`` writes to its int."""
+        buf = self.cp.zeros(1, dtype=self.cp.int32)
+        mod.get_function(name)((1,), (1,), (buf,))
+        return int(buf.get()[0])
+
     def _dynamic_smem(self, mod, fn, build: K.KernelBuild) -> int:
         """The dynamic shared memory of a kernel whose module exports ``<function>_smem_bytes``
         (v3: over 48 KB), asked once and the kernel's limit raised to it; 0 for the others."""
         try:
-            probe = mod.get_function(build.function + "_smem_bytes")
-        except Exception:
+            smem = self._probe_int(mod, build.function + "_smem_bytes")
+        except self.cp.cuda.driver.CUDADriverError:   # no such kernel in the module
             return 0
-        buf = self.cp.zeros(1, dtype=self.cp.int32)
-        probe((1,), (1,), (buf,))
-        smem = int(buf.get()[0])
         fn.max_dynamic_shared_size_bytes = smem
         return smem
 
@@ -394,15 +418,19 @@ class CudaBackend:
         geo = self.geometry(variant, pb)
         grid, block = geo.grid, (geo.block,)
         n_part = max(K.workspace_floats(geo, pb.queries, pb.heads_q, pb.head_dim), 2)
-        if prep.part is None or prep.part.size < n_part:   # once per shape (the largest any variant needs)
-            prep.part = self.cp.empty(n_part, dtype=self.cp.float32)
-        part = prep.part
+        if build.kv_shared:   # its own workspace: the segment floats, then the images, flags and counters
+            part = self._shared_workspace(prep, build, geo, n_part)
+        else:
+            if prep.part is None or prep.part.size < n_part:   # once per shape (the largest any variant needs)
+                prep.part = self.cp.empty(n_part, dtype=self.cp.float32)
+            part = prep.part
         cgrid, cblock = K.combine_geometry(pb.queries, pb.heads_q)
         self._launches[(variant, repr(pb))] = {
             "variant": variant, "shape": pb.shape.label, "grid": list(grid), "block": geo.block,
             "tiles": self._tiles(variant, self.tiles_for(pb)), "pair_heads": geo.pair_heads,
             "split_keys": geo.split_keys, "segment_keys": geo.segment_keys, "segments": geo.segments,
-            "combine_grid": list(cgrid) if geo.segment_keys else None}
+            "combine_grid": list(cgrid) if geo.segment_keys else None,
+            **({"shares_tiles": True, "workspace_bytes": int(part.nbytes)} if build.kv_shared else {})}
         args = (
             prep.q, prep.k, prep.v, prep.ks, prep.vs, prep.table, body,
             np.int32(pb.queries), np.int32(pb.context), np.int32(pb.heads_q), np.int32(pb.heads_kv),
@@ -410,20 +438,42 @@ class CudaBackend:
             np.float32(1.0 / inp.p_scale), np.int32(prep.ks.shape[-1]), np.int32(geo.pair_heads),
             np.int32(geo.split_keys), part, np.int32(geo.segment_keys),
         )
-        if not geo.segment_keys:
-            def launch():
-                fn(grid, block, args, shared_mem=smem)
-
-            return launch
-        combine = self.combine_kernel(build)
+        if build.kv_shared:   # Args::pair_heads carries the launch's epoch (kernels/v3.cu, PA_V3_SHARE)
+            args = self._epoch_args(prep.shared[build], args)
+        combine = self.combine_kernel(build) if geo.segment_keys else None
         cargs = (part, body, np.int32(pb.queries), np.int32(pb.context), np.int32(pb.heads_q),
                  np.int32(geo.segments), np.int32(geo.segment_keys), np.float32(1.0 / inp.p_scale))
 
-        def launch_segments():
-            fn(grid, block, args, shared_mem=smem)
-            combine(cgrid, (cblock,), cargs)
+        def launch():
+            fn(grid, block, args() if callable(args) else args, shared_mem=smem)
+            if combine is not None:
+                combine(cgrid, (cblock,), cargs)
 
-        return launch_segments
+        return launch
+
+    def _shared_workspace(self, prep: Prepared, build: K.KernelBuild, geo: K.LaunchGeometry, seg_floats: int):
+        """The workspace of a shared-tile build on this shape (kernels/v3.cu's share_base: the segment
+        floats, then an image, a flag per tile and a ticket counter per KV head and segment), zeroed
+        once: the flags and counters carry the launch's epoch and are never cleared."""
+        got = prep.shared.get(build)
+        if got is None:
+            pb = prep.inputs.problem
+            nbytes = K.share_workspace_bytes(seg_floats, pb.heads_kv, -(-pb.keys // 64), self._image_bytes[build],
+                                             geo.segments)
+            got = prep.shared[build] = {"part": self.cp.zeros(-(-nbytes // 4), dtype=self.cp.float32), "epoch": 0}
+        return got["part"]
+
+    @staticmethod
+    def _epoch_args(state: dict, args: tuple):
+        """The kernel's arguments with the next epoch (1, 2, ...) where Args::pair_heads goes."""
+        head, tail = args[:16], args[17:]
+
+        def next_args():
+            state["epoch"] += 1
+            if state["epoch"] >= 2**31:
+                raise PaBenchError("v3: 2^31 launches on one shared-tile workspace")
+            return head + (np.int32(state["epoch"]),) + tail
+        return next_args
 
     def _python_launcher(self, prep: Prepared, variant: str, out):
         """A Python (Triton) kernel on this shape's buffers, viewed by torch without a copy,
@@ -698,8 +748,10 @@ def estimate_bytes(problem, peer: bool = False) -> int:
     out = 2 * (hq * nq * d + 2 * GUARD_ELEMS) * 4 + hq * nq * d * 4 * 2
     ref = 2 * hkv * nk * d * 8 + 256 * nk * 8 * 4 + hq * nq * d * 8
     peer_bytes = (2 * hkv * nk * d * 2 + hq * nq * d * 2) * 2 if peer else 0
-    from pa_bench.numerics.model import segment_keys
+    from pa_bench.numerics.model import segment_keys, shares_tiles
 
     seg = segment_keys(problem.context)
     part = -(-nk // seg) * hq * nq * (d + 2) * 4 if seg else 0     # the key-segment workspace
-    return kv + q + out + ref + peer_bytes + part
+    # v3's shared tiles: an fp16 image of every 64-key tile (K, V and both scales), twice the int8 K/V
+    images = hkv * -(-nk // 64) * (64 * d * 4 + 516) if shares_tiles("v3", problem.context, nq, hq, hkv) else 0
+    return kv + q + out + ref + peer_bytes + part + images

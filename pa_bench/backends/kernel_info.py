@@ -78,7 +78,7 @@ def compile_one(variant: str, arch: str, head_dim: int = 128, force_turing: bool
                 kv_images: bool = False, kv_shared: bool = False) -> dict:
     """Compile one build with nvcc and describe it (cached per process); ``kv_f16``: v3's fp16-K/V
     control (KernelBuild.kv_f16); ``kv_images``, ``kv_shared``: v3 on fp16 stage images
-    (KernelBuild.kv_images, the peer v3-dq; KernelBuild.kv_shared, v3-share); ``cta_rows``: the
+    (KernelBuild.kv_images, the peer v3-dq; KernelBuild.kv_shared, v3's shared tiles); ``cta_rows``: the
     rows of a CTA where the variant offers several (KernelBuild.cta_rows; 0: the kernel's default)."""
     cc = int(arch.removeprefix("sm_").rstrip("a"))  # sm_90a: the variant adds its suffix itself
     row = {"variant": variant, "arch": arch, "head_dim": head_dim, "force_turing": force_turing,

@@ -38,7 +38,8 @@ class KernelBuild:
     tiles: int = DEFAULT_TILES      # warp_tiles variants only: m16 query tiles per warp
     kv_f16: bool = False            # v3 only: its fp16-K/V control (-DPA_KV_F16=1, the peer v3-f16)
     kv_images: bool = False         # v3 only: K/V tiles as fp16 stage images (-DPA_V3_DQ=1, the peer v3-dq)
-    kv_shared: bool = False         # v3 only: each tile converted once for all row blocks (-DPA_V3_SHARE=1, v3-share)
+    kv_shared: bool = False         # v3 only: each tile converted once for all row blocks (-DPA_V3_SHARE=1,
+                                    # where pa_bench.numerics.fill.shares_tiles says)
     cta_rows: int = 0               # a variant with fill_rows options: the launch's (-DPA_CTA_ROWS,
                                     # model.cta_rows); 0: the kernel's default
 
@@ -239,6 +240,13 @@ def workspace_floats(geo: LaunchGeometry, queries: int, heads_q: int, head_dim: 
     if not geo.segment_keys:
         return 0
     return geo.segments * heads_q * queries * (head_dim + 2)
+
+
+def share_workspace_bytes(seg_floats: int, heads_kv: int, tiles: int, image_bytes: int, segments: int) -> int:
+    """Bytes of v3's shared-tile workspace (kernels/v3.cu, share_base): the segment floats, up to
+    1,024 bytes of alignment, the images [Hkv][tiles], a u32 flag per image, up to 8 bytes of
+    alignment, then a u64 ticket counter per KV head and segment."""
+    return 4 * seg_floats + 1024 + heads_kv * tiles * (image_bytes + 4) + 8 + 8 * heads_kv * segments
 
 
 def _rows_per_cta(threads: int, queries: int, heads_q: int, heads_kv: int, tiles: int, pair_heads: bool,

@@ -16,6 +16,11 @@ FILL_SMS SMs, each to the SM that frees first, and adds the merge's memory traff
 - the fastest candidate wins, but fewer segments (then more rows) are kept while within
   FILL_PREFER of it.
 
+Whether v3's CTAs share their converted tiles (shares_tiles) is decided here too, after the
+launch: where a KV head and segment has SHARE_MIN_BLOCKS row blocks or more and its longest block
+SHARE_MIN_TILES tiles or more, each tile is converted once for all of them (kernels/v3.cu,
+PA_V3_SHARE); the bits are the same either way.
+
 The constants are H200 measurements (results/reference/h200/20261203-v3-fill-rule/EVIDENCE.md):
 a 192-row tile takes 1.40 the 128-row one's time (1.5 the rows, a little more efficient); a
 CTA's fixed work about two tiles; about 4,000 rows of partial O a segment (512 bytes a row at
@@ -39,6 +44,12 @@ FILL_CTA_TILES = 2.0
 FILL_MERGE_TILES = 2.56e-4     # per query row (of every query head) and segment
 FILL_PREFER = 1.03
 TILE = 64
+# v3's shared conversion (shares_tiles), from launches timed in turns on an H200
+# (results/reference/h200/20261204-v3-shared-tiles/EVIDENCE.md): it is faster wherever the CTAs
+# run 96 tiles or more (4Kx2048, 32Kx256 ... 32Kx1024), slower where they run two dozen (0x1536,
+# 2.1Kx256: each CTA's first tiles wait for another CTA's conversion and its publication).
+SHARE_MIN_BLOCKS = 8
+SHARE_MIN_TILES = 96
 
 
 def row_cost(rows: int) -> float:
@@ -112,3 +123,14 @@ def fill_launch(options: tuple[int, ...], context: int, queries: int, heads_q: i
         return -(-keys // seg) if seg else 1
     _, seg, rows = min(near, key=lambda c: (count(c[1]), -c[2]))
     return rows, seg
+
+
+def shares_tiles(rows: int, seg_keys: int, context: int, queries: int, heads_q: int, heads_kv: int) -> bool:
+    """Whether a launch of ``rows``-row CTAs (``seg_keys`` keys a segment, 0: one) converts each
+    K/V tile once for all the row blocks of its KV head and segment: at least SHARE_MIN_BLOCKS
+    blocks, and SHARE_MIN_TILES tiles in the longest one."""
+    group = max(1, heads_q // max(1, heads_kv))
+    blocks = -(-queries // max(1, rows // group))
+    keys = context + queries
+    tiles = -(-min(seg_keys or keys, keys) // TILE)
+    return blocks >= SHARE_MIN_BLOCKS and tiles >= SHARE_MIN_TILES

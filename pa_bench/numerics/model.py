@@ -109,6 +109,17 @@ def cta_rows(variant: str | None, context: int, queries: int, heads_q: int = 1, 
     return _fill(variant, context, queries, heads_q, heads_kv)[0]
 
 
+def shares_tiles(variant: str | None, context: int, queries: int, heads_q: int = 1, heads_kv: int = 1) -> bool:
+    """Whether ``variant``'s launch on a chunk converts each K/V tile once for all the row blocks
+    of a KV head and key segment (a Variant with ``tile_sharing``, v3; pa_bench.numerics.fill.
+    shares_tiles). The bits are the same either way: this is a launch choice, not numerics."""
+    entry = registry.find(variant) if variant else None
+    if entry is None or not entry.tile_sharing or queries <= 0:
+        return False
+    rows, seg = _fill(variant, context, queries, heads_q, heads_kv)
+    return fill.shares_tiles(rows, seg, int(context), int(queries), max(1, int(heads_q)), max(1, int(heads_kv)))
+
+
 def segment_keys(context: int, variant: str | None = None, queries: int = 0, heads_q: int = 1,
                  heads_kv: int = 1) -> int:
     """The keys per segment for a chunk of ``queries`` rows after ``context`` keys (0: one
