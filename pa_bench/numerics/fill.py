@@ -45,11 +45,12 @@ FILL_MERGE_TILES = 2.56e-4     # per query row (of every query head) and segment
 FILL_PREFER = 1.03
 TILE = 64
 # v3's shared conversion (shares_tiles), from launches timed in turns on an H200
-# (results/reference/h200/20261204-v3-shared-tiles/EVIDENCE.md): it is faster wherever the CTAs
-# run 96 tiles or more (4Kx2048, 32Kx256 ... 32Kx1024), slower where they run two dozen (0x1536,
-# 2.1Kx256: each CTA's first tiles wait for another CTA's conversion and its publication).
+# (results/reference/h200/20261204-v3-shared-tiles/EVIDENCE.md): 3-8 % faster wherever a KV head
+# and segment had 8 row blocks or more of 48 tiles or more (1Kx2048, 8Kx256 ... 32Kx1024), 1-3 %
+# slower where the CTAs run two dozen tiles (0x1536, 2.1Kx256: each CTA's first tiles wait for
+# another CTA's conversion and its publication).
 SHARE_MIN_BLOCKS = 8
-SHARE_MIN_TILES = 96
+SHARE_MIN_TILES = 48
 
 
 def row_cost(rows: int) -> float:
