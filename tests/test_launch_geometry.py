@@ -320,8 +320,8 @@ def test_the_fill_estimate_takes_row_counts_it_has_not_measured():
 
 
 @pytest.mark.parametrize("ctx,queries,expect", [
-    (31744, 1024, True),     # 32Kx1024: 22 row blocks of 192 rows a KV head and segment, 171 tiles
-    (65024, 512, True),      # 64Kx512: 11 blocks, 342 tiles
+    (31744, 1024, True),     # 32Kx1024: 22 row blocks of 192 rows a KV head and segment, 176 tiles
+    (65024, 512, True),      # 64Kx512: 11 blocks, 344 tiles
     (4096, 2048, True),      # 4Kx2048: 64 blocks of 128 rows, 96 tiles
     (1024, 2048, True),      # 1Kx2048: 48 tiles
     (4096, 256, False),      # 4Kx256: 8 blocks of 34 tiles a segment
