@@ -967,40 +967,68 @@ __device__ __forceinline__ void merge_segments(const pa::Args& a, const Cta& c, 
     if (!*merge_here) return;
     __threadfence();                             // the count seen, before the other CTAs' stores are read
     (void)ppc;
+    // Both of the thread's rows at once, so that their loads overlap: the m pass over the segments
+    // in fours, then per segment its (m, l) and the row's O together.
     const float2* ml = reinterpret_cast<const float2*>(a.part + (u64)gridDim.z * rows_all * D);
-#pragma unroll 1
+    u64 row[2];
+    int segs[2];
+#pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
         const int R = 64 * wg + 16 * warp + g + 8 * rr, pos = p0 + R / group;
-        if (R >= rows || pos >= a.n_q) continue;
-        const u64 row = (u64)(hkv * group + R % group) * a.n_q + pos;
-        const int segs = min((int)gridDim.z, (a.ctx + pos) / a.seg_keys + 1);
-        float m = PA_NEG_INF;
-        for (int z = 0; z < segs; ++z) m = fmaxf(m, __ldcg(ml + z * rows_all + row).x);
-        const float msafe = m == PA_NEG_INF ? 0.f : m;
-        float lsum = 0.f, o[D / 4];
+        const bool ok = R < rows && pos < a.n_q;
+        row[rr] = ok ? (u64)(hkv * group + R % group) * a.n_q + pos : 0;
+        segs[rr] = ok ? min((int)gridDim.z, (a.ctx + pos) / a.seg_keys + 1) : 0;
+    }
+    const int zs = max(segs[0], segs[1]);
+    float m[2] = {PA_NEG_INF, PA_NEG_INF};
+    for (int z0 = 0; z0 < zs; z0 += 4) {
+        float mz[2][4];
 #pragma unroll
-        for (int i = 0; i < D / 4; ++i) o[i] = 0.f;
-        for (int z = 0; z < segs; ++z) {
-            const float2 mlz = __ldcg(ml + z * rows_all + row);
-            const float az = pa::exp2_ftz(__fsub_rn(mlz.x, msafe));   // exp2(-inf) = 0
-            lsum = __fadd_rn(lsum, __fmul_rn(mlz.y, az));
-            const float2* oz = reinterpret_cast<const float2*>(a.part + (z * rows_all + row) * D + 2 * t);
+        for (int rr = 0; rr < 2; ++rr)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) mz[rr][i] = z0 + i < segs[rr] ? __ldcg(ml + (z0 + i) * rows_all + row[rr]).x : PA_NEG_INF;
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) m[rr] = fmaxf(m[rr], mz[rr][i]);   // fmaxf(x, -inf) = x: the same max
+    }
+    float msafe[2], lsum[2] = {0.f, 0.f}, o[2][D / 4];
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+        msafe[rr] = m[rr] == PA_NEG_INF ? 0.f : m[rr];
+#pragma unroll
+        for (int i = 0; i < D / 4; ++i) o[rr][i] = 0.f;
+    }
+    for (int z = 0; z < zs; ++z) {
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+            if (z >= segs[rr]) continue;
+            const float2 mlz = __ldcg(ml + z * rows_all + row[rr]);
+            const float2* oz = reinterpret_cast<const float2*>(a.part + (z * rows_all + row[rr]) * D + 2 * t);
+            float2 x[D / 8];
+#pragma unroll
+            for (int j = 0; j < D / 8; ++j) x[j] = __ldcg(oz + 4 * j);
+            const float az = pa::exp2_ftz(__fsub_rn(mlz.x, msafe[rr]));   // exp2(-inf) = 0
+            lsum[rr] = __fadd_rn(lsum[rr], __fmul_rn(mlz.y, az));
 #pragma unroll
             for (int j = 0; j < D / 8; ++j) {
-                const float2 x = __ldcg(oz + 4 * j);
-                o[2 * j] = __fadd_rn(o[2 * j], __fmul_rn(x.x, az));
-                o[2 * j + 1] = __fadd_rn(o[2 * j + 1], __fmul_rn(x.y, az));
+                o[rr][2 * j] = __fadd_rn(o[rr][2 * j], __fmul_rn(x[j].x, az));
+                o[rr][2 * j + 1] = __fadd_rn(o[rr][2 * j + 1], __fmul_rn(x[j].y, az));
             }
         }
-        const float inv = 1.f / lsum;
+    }
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+        if (!segs[rr]) continue;
+        const float inv = 1.f / lsum[rr];
 #pragma unroll
         for (int j = 0; j < D / 8; ++j) {
-            const float x0 = __fmul_rn(__fmul_rn(o[2 * j], inv), a.inv_p_scale);
-            const float x1 = __fmul_rn(__fmul_rn(o[2 * j + 1], inv), a.inv_p_scale);
+            const float x0 = __fmul_rn(__fmul_rn(o[rr][2 * j], inv), a.inv_p_scale);
+            const float x1 = __fmul_rn(__fmul_rn(o[rr][2 * j + 1], inv), a.inv_p_scale);
 #if PA_OUT_F16
-            *reinterpret_cast<__half2*>(reinterpret_cast<__half*>(a.out) + row * D + 8 * j + 2 * t) = __floats2half2_rn(x0, x1);
+            *reinterpret_cast<__half2*>(reinterpret_cast<__half*>(a.out) + row[rr] * D + 8 * j + 2 * t) = __floats2half2_rn(x0, x1);
 #else
-            *reinterpret_cast<float2*>(reinterpret_cast<float*>(a.out) + row * D + 8 * j + 2 * t) = make_float2(x0, x1);
+            *reinterpret_cast<float2*>(reinterpret_cast<float*>(a.out) + row[rr] * D + 8 * j + 2 * t) = make_float2(x0, x1);
 #endif
         }
     }

@@ -95,7 +95,7 @@ class CudaBackend:
         self.segments: bool | int | None = None  # key segments (None: the model's rule; see segment_keys)
         self.rows: int | None = None  # v3: rows of a CTA, 128 or 192 (None: the model's cta_rows)
         self.share: bool | None = None  # v3: each tile converted once for all row blocks (None: fill.shares_tiles)
-        self.merge: bool | None = None  # v3: its segments merged in the kernel (None: wherever it has segments)
+        self.merge: bool | None = None  # v3: its segments merged in the kernel (None: fill.shares_tiles' long CTAs)
         self._image_bytes: dict[K.KernelBuild, int] = {}   # a shared-tile build's bytes per tile image
         self._timer = None
 
@@ -249,12 +249,19 @@ class CudaBackend:
         )
 
     def merges_segments(self, variant: str, problem) -> bool:
-        """Whether ``variant``'s launch merges its key segments itself (a Variant with
-        ``merges_segments``: v3, wherever it runs segments; ``self.merge`` False: pa_combine). The
-        bits are pa_combine's either way."""
-        if not registry.get(variant).merges_segments or not self.segment_keys(variant, problem):
+        """Whether ``variant``'s launch with key segments merges them itself (a Variant with
+        ``merges_segments``: v3), not by a pa_combine launch: ``self.merge`` where set, else where its
+        CTAs are long enough to hide the last CTA's merge (the launches fill.shares_tiles takes).
+        The bits are pa_combine's either way."""
+        from pa_bench.numerics.fill import shares_tiles
+
+        seg = self.segment_keys(variant, problem)
+        if not registry.get(variant).merges_segments or not seg:
             return False
-        return self.merge is None or bool(self.merge)
+        if self.merge is not None:
+            return bool(self.merge)
+        return shares_tiles(self.cta_rows(variant, problem), seg, problem.context, problem.queries,
+                            problem.heads_q, problem.heads_kv)
 
     def shares_tiles(self, variant: str, problem) -> bool:
         """Whether ``variant``'s launch on ``problem`` converts each K/V tile once for all the row

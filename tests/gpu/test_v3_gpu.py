@@ -131,7 +131,7 @@ def test_v3_merged_segments_give_pa_combines_bits_on_every_launch(backend, case,
         backend.merge = False
         assert not backend.build("v3", pb).fused_merge and backend.segment_keys("v3", pb)
         ref = backend.compute(prep, "v3", check_determinism=False).out.copy()
-        backend.merge = None
+        backend.merge = True
         assert backend.build("v3", pb).fused_merge
         for launch in range(8):
             got = backend.compute(prep, "v3", check_determinism=False)
