@@ -53,9 +53,6 @@
 #ifndef PA_V3_SHARE
 #define PA_V3_SHARE 0 // 1: each tile converted once per KV range by whichever CTA claims it, shared as an image
 #endif
-#ifndef PA_V3_MERGE
-#define PA_V3_MERGE 0 // 1: with key segments, the last CTA of a row block merges them (no pa_combine launch)
-#endif
 #if PA_KV_F16 + PA_V3_DQ + PA_V3_SHARE > 1
 #error "PA_KV_F16, PA_V3_DQ and PA_V3_SHARE are three producers: build one"
 #endif
@@ -146,13 +143,11 @@ constexpr int SM_F16 = NG * Q_BLOCK;
 constexpr int SM_I8 = SM_F16 + F16_STAGES * F16_STAGE;
 constexpr int SM_BAR = SM_I8 + I8_STAGES * I8_STAGE;   // full[F16_STAGES], empty[F16_STAGES], landed[I8_STAGES]: 8 bytes each
 constexpr int SM_CLAIM = SM_BAR + 8 * (2 * F16_STAGES + I8_STAGES);   // PA_V3_SHARE: the issuer's claim, for its warpgroup
-constexpr int SM_MERGE = SM_CLAIM + 8 * PA_V3_SHARE;   // PA_V3_MERGE: "this CTA merges", for the consumers
-constexpr int SM_BYTES = SM_MERGE + 8 * PA_V3_MERGE;
+constexpr int SM_BYTES = SM_CLAIM + 8 * PA_V3_SHARE;   // (two words)
 // Named barriers: 0 is __syncthreads, 1 + wg a consumer warpgroup's own (Q stored), PP_BAR + wg the
 // pingpong turn of consumer warpgroup wg, PROD_BAR the producer warpgroup's (staging slot read).
 constexpr int PP_BAR = 1 + NCWG;
 [[maybe_unused]] constexpr int PROD_BAR = PP_BAR + NCWG;   // (unused by the fp16 control)
-[[maybe_unused]] constexpr int MERGE_BAR = PROD_BAR + 1;  // PA_V3_MERGE: every consumer thread, at the end
 constexpr int SMEM_ALLOC = SM_BYTES + 1024;             // + slack to align the base to 1024
 static_assert(SM_F16 % 1024 == 0 && F16_STAGE % 1024 == 0 && F16_V % 1024 == 0, "swizzle atoms");
 static_assert(SM_I8 % 16 == 0 && I8_STAGE % 16 == 0 && SM_BAR % 8 == 0, "alignment");
@@ -547,13 +542,13 @@ __device__ __forceinline__ void st_relaxed_gpu(u32* p, u32 v) {
 }
 // Generic-proxy global writes (the images) ordered with async-proxy (bulk copy) accesses.
 __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
-// The workspace: after the segment floats (and with PA_V3_MERGE the merge's counters; then
-// 1024-aligned) images [Hkv][tiles], flags [Hkv][tiles] (u32), counters [Hkv][n_seg] (u64, 8-aligned).
+// The workspace: after the segment floats (1024-aligned) images [Hkv][tiles], flags [Hkv][tiles]
+// (u32), counters [Hkv][n_seg] (u64, 8-aligned).
 __device__ __forceinline__ unsigned char* share_base(const pa::Args& a) {
     const u64 seg = a.seg_keys ? (u64)gridDim.z * a.heads_q * a.n_q * (D + 2) : 0;   // the segment workspace's floats
-    const u64 ctrs = a.seg_keys && PA_V3_MERGE ? (u64)a.heads_kv * gridDim.y : 0;      // and the merge's counters
-    return reinterpret_cast<unsigned char*>((reinterpret_cast<u64>(a.part + seg + ctrs) + 1023) & ~1023ull);
+    return reinterpret_cast<unsigned char*>((reinterpret_cast<u64>(a.part + seg) + 1023) & ~1023ull);
 }
+
 __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsigned char* sm, u32 base) {
     const int tid = threadIdx.x;
     const int n_tiles = c.t_end - c.t_begin, tiles_all = (a.ctx + a.n_q + BN - 1) / BN;
@@ -934,107 +929,6 @@ __device__ __forceinline__ void p_fragments(const float (&s)[S_REGS], u32 (&pf)[
     }
 }
 
-#if PA_V3_MERGE
-// The key segments merged in the kernel, by the last CTA of each row block to finish (PA_V3_MERGE:
-// no pa_combine launch). Every CTA of the row block (blockIdx.x, blockIdx.y) has stored its
-// segment's unnormalised (O, m, l) for its rows, as for pa_combine; each consumer thread fences
-// its stores (__threadfence), the consumers meet, and one thread counts the CTA in: an atomicAdd
-// on the row block's counter (after the segment floats in Args::part, zeroed once by the host).
-// The CTA that brings it to the row block's segment count (the z whose CTAs run: z * S below the
-// block's last key) resets it for the next launch and, after a fence, merges every row of the
-// block from the workspace in pa_combine's arithmetic and order (so the same bits): per row, over
-// the segments z it sees (z * S <= ctx + pos), m = max m_z, a_z = exp2(m_z - msafe), l = sum
-// l_z * a_z and O = sum O_z * a_z from 0, out = O * (1 / l) * inv_p_scale. The other CTAs' stores
-// are read through the L2 (ld.global.cg).
-__device__ __forceinline__ void merge_segments(const pa::Args& a, const Cta& c, unsigned char* sm, int group,
-                                               int ppc, int rows, int p0, int hkv) {
-    const int ctid = threadIdx.x - 128, wg = ctid >> 7, warp = (ctid >> 5) & 3, lane = ctid & 31;
-    const int g = lane >> 2, t = lane & 3;
-    const u64 rows_all = (u64)a.heads_q * a.n_q;
-    u32* const ctr = reinterpret_cast<u32*>(a.part + (u64)gridDim.z * rows_all * (D + 2)) +
-                     (u64)hkv * gridDim.y + blockIdx.y;
-    volatile int* const merge_here = reinterpret_cast<volatile int*>(sm + SM_MERGE);
-    __threadfence();                             // this thread's segment stores, before the count
-    named_barrier_sync(MERGE_BAR, 128 * NCWG);
-    if (ctid == 0) {
-        const int seg_tiles = a.seg_keys / BN, block_tiles = (a.ctx + c.p_end + BN - 1) / BN;
-        const u32 n_z = (u32)min((int)gridDim.z, (block_tiles + seg_tiles - 1) / seg_tiles);
-        const bool last = atomicAdd(ctr, 1u) + 1 == n_z;
-        if (last) atomicExch(ctr, 0u);           // for the next launch: no CTA of this one counts again
-        *merge_here = last;
-    }
-    named_barrier_sync(MERGE_BAR, 128 * NCWG);
-    if (!*merge_here) return;
-    __threadfence();                             // the count seen, before the other CTAs' stores are read
-    (void)ppc;
-    // Both of the thread's rows at once, so that their loads overlap: the m pass over the segments
-    // in fours, then per segment its (m, l) and the row's O together.
-    const float2* ml = reinterpret_cast<const float2*>(a.part + (u64)gridDim.z * rows_all * D);
-    u64 row[2];
-    int segs[2];
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-        const int R = 64 * wg + 16 * warp + g + 8 * rr, pos = p0 + R / group;
-        const bool ok = R < rows && pos < a.n_q;
-        row[rr] = ok ? (u64)(hkv * group + R % group) * a.n_q + pos : 0;
-        segs[rr] = ok ? min((int)gridDim.z, (a.ctx + pos) / a.seg_keys + 1) : 0;
-    }
-    const int zs = max(segs[0], segs[1]);
-    float m[2] = {PA_NEG_INF, PA_NEG_INF};
-    for (int z0 = 0; z0 < zs; z0 += 4) {
-        float mz[2][4];
-#pragma unroll
-        for (int rr = 0; rr < 2; ++rr)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) mz[rr][i] = z0 + i < segs[rr] ? __ldcg(ml + (z0 + i) * rows_all + row[rr]).x : PA_NEG_INF;
-#pragma unroll
-        for (int rr = 0; rr < 2; ++rr)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) m[rr] = fmaxf(m[rr], mz[rr][i]);   // fmaxf(x, -inf) = x: the same max
-    }
-    float msafe[2], lsum[2] = {0.f, 0.f}, o[2][D / 4];
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-        msafe[rr] = m[rr] == PA_NEG_INF ? 0.f : m[rr];
-#pragma unroll
-        for (int i = 0; i < D / 4; ++i) o[rr][i] = 0.f;
-    }
-    for (int z = 0; z < zs; ++z) {
-#pragma unroll
-        for (int rr = 0; rr < 2; ++rr) {
-            if (z >= segs[rr]) continue;
-            const float2 mlz = __ldcg(ml + z * rows_all + row[rr]);
-            const float2* oz = reinterpret_cast<const float2*>(a.part + (z * rows_all + row[rr]) * D + 2 * t);
-            float2 x[D / 8];
-#pragma unroll
-            for (int j = 0; j < D / 8; ++j) x[j] = __ldcg(oz + 4 * j);
-            const float az = pa::exp2_ftz(__fsub_rn(mlz.x, msafe[rr]));   // exp2(-inf) = 0
-            lsum[rr] = __fadd_rn(lsum[rr], __fmul_rn(mlz.y, az));
-#pragma unroll
-            for (int j = 0; j < D / 8; ++j) {
-                o[rr][2 * j] = __fadd_rn(o[rr][2 * j], __fmul_rn(x[j].x, az));
-                o[rr][2 * j + 1] = __fadd_rn(o[rr][2 * j + 1], __fmul_rn(x[j].y, az));
-            }
-        }
-    }
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-        if (!segs[rr]) continue;
-        const float inv = 1.f / lsum[rr];
-#pragma unroll
-        for (int j = 0; j < D / 8; ++j) {
-            const float x0 = __fmul_rn(__fmul_rn(o[rr][2 * j], inv), a.inv_p_scale);
-            const float x1 = __fmul_rn(__fmul_rn(o[rr][2 * j + 1], inv), a.inv_p_scale);
-#if PA_OUT_F16
-            *reinterpret_cast<__half2*>(reinterpret_cast<__half*>(a.out) + row[rr] * D + 8 * j + 2 * t) = __floats2half2_rn(x0, x1);
-#else
-            *reinterpret_cast<float2*>(reinterpret_cast<float*>(a.out) + row[rr] * D + 8 * j + 2 * t) = make_float2(x0, x1);
-#endif
-        }
-    }
-}
-#endif
-
 // A consumer warpgroup runs steps n = 0 .. n_tiles (the loop below): step n issues S of tile n
 // and, behind it, O += P.V of tile n-1 (O first rescaled by tile n-1's alpha), waits for S only
 // (wgmma.wait_group 1), runs tile n's softmax while P.V still runs (and loads the V scales), waits
@@ -1217,12 +1111,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
         turn_end(n);
         if (n >= 1) release(n);
     }
-#if PA_V3_MERGE
-    const bool wrote = wg_end > c.t_begin;   // its rows see a key of this segment (all meet to merge below)
-#else
     if (wg_end <= c.t_begin) return;         // no row of this warpgroup sees a key of this segment
-    constexpr bool wrote = true;
-#endif
 
     // ---- row sums across the 4 lanes of a row, normalise, store (or the segment's state)
     // The CTA's rows are formed again here (cta_of's arithmetic), not kept across the loop: at 152
@@ -1233,7 +1122,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     const int group = heads_q / a.heads_kv, ppc = M_CTA / group, rows = ppc * group;
     const int p0 = (gridDim.y - 1 - blockIdx.y) * ppc, hkv = blockIdx.x;
 #pragma unroll
-    for (int rr = 0; rr < 2 && wrote; ++rr) {
+    for (int rr = 0; rr < 2; ++rr) {
         float lt = l[rr];
         lt = __fadd_rn(lt, __shfl_xor_sync(0xffffffffu, lt, 1));
         lt = __fadd_rn(lt, __shfl_xor_sync(0xffffffffu, lt, 2));
@@ -1263,9 +1152,6 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
 #endif
         }
     }
-#if PA_V3_MERGE
-    if (a.seg_keys) merge_segments(a, c, sm, group, ppc, rows, p0, hkv);
-#endif
 }
 }  // namespace v3
 

@@ -56,8 +56,6 @@ class Variant:
                                     # pa_bench.numerics.fill); None: never (v1, v2, v2t)
     tile_sharing: bool = False      # may convert each K/V tile once for all the row blocks of a KV
                                     # head and segment (v3: -DPA_V3_SHARE, model.shares_tiles)
-    merges_segments: bool = False   # with key segments its last CTA of a row block merges them (v3:
-                                    # -DPA_V3_MERGE), not a pa_combine launch
     pv_chain_keys: int | None = None  # keys one P.V accumulator sums before it is added (_rn) into O:
                                       # None = one MMA chain over the whole key range (every kernel
                                       # today; 64 would be a fresh accumulator per 64-key tile)
@@ -205,7 +203,7 @@ register(Variant(
     threads=512, cta="512 threads: a producer warpgroup + 3 consumer warpgroups x 64 rows (the query heads of "
     "one KV group packed into the rows; 384 threads and 2 warpgroups where those fill the GPU faster, "
     "by pa_bench.numerics.fill's estimate); 214 KB of dynamic shared memory at D=128, 110 KB at D=64",
-    turing_path=False, fill_rows=(128, 192), tile_sharing=True, merges_segments=True))
+    turing_path=False, fill_rows=(128, 192), tile_sharing=True))
 register(Variant(
     "triton", TRITON_KERNEL, "the same problem in Triton: int8 K/V gathered and converted in the kernel, "
     "the query heads of a KV group packed into a program's rows",

@@ -18,16 +18,14 @@ _spec.loader.exec_module(fill_pairs)
 
 def test_launches_read_rows_segments_and_the_share_suffix():
     pb = Problem(parse_shape("32Kx1024"))
-    got = fill_pairs.launches("128/1,192/3:share,rule:own,rule,rule:combine", pb)
+    got = fill_pairs.launches("128/1,192/3:share,rule:own,rule", pb)
     size = fill.segment_size(pb.context + pb.queries, 3)
-    assert got[0] == ("128/1", 128, 0, None, False)
-    assert got[1] == ("192/3:share", 192, size, True, False)
-    assert got[2][0].startswith("rule:192/3") and got[2][1:] == (192, size, False, False)
+    assert got[0] == ("128/1", 128, 0, None)
+    assert got[1] == ("192/3:share", 192, size, True)
+    assert got[2][0].startswith("rule:192/3") and got[2][1:] == (192, size, False)
     assert got[3][3] is None and got[3][1:3] == got[2][1:3]
-    assert got[4][0].endswith(":combine") and got[4][3:] == (None, True)
 
 
 def test_a_bad_suffix_is_refused_by_name():
-    for bad in ("128/1:both", "128/1:own:share"):
-        with pytest.raises(SystemExit, match=f"'{bad}': the suffixes are :own or :share, and :combine"):
-            fill_pairs.launches(bad, Problem(parse_shape("2.1Kx256")))
+    with pytest.raises(SystemExit, match="'128/1:both': the suffix is :own or :share"):
+        fill_pairs.launches("128/1:both", Problem(parse_shape("2.1Kx256")))

@@ -358,12 +358,3 @@ def test_v3_builds_carry_tile_sharing_and_share_workspace_bytes_grow_with_it():
     small = K.share_workspace_bytes(0, 8, 10, 33280, 1)
     assert K.share_workspace_bytes(0, 8, 11, 33280, 1) - small == 8 * (33280 + 4)
     assert K.share_workspace_bytes(0, 8, 10, 33280, 3) - small == 8 * 8 * 2
-
-
-def test_v3_merge_counters_one_per_row_block_and_builds_say_so():
-    geo = K.launch_geometry("v3", 1024, 32, 8, context=31744, segment_keys=11264, cta_rows=192)
-    assert geo.grid == (8, 22, 3) and K.merge_counters(geo, 8) == 8 * 22
-    assert K.merge_counters(K.launch_geometry("v3", 1024, 32, 8, context=31744, cta_rows=192), 8) == 0
-    assert "-DPA_V3_MERGE=1" in K.KernelBuild("v3", fused_merge=True).defines()
-    assert "-DPA_V3_MERGE=1" not in K.KernelBuild("v3").defines()
-    assert registry.get("v3").merges_segments and not registry.get("v2").merges_segments

@@ -172,17 +172,3 @@ def test_v3_image_builds_compile_without_spills(producer, head_dim, paged, out_f
     assert r["wgmma_serialized"] is None, r["wgmma_serialized"]
     assert r["bulk_copy"] and not r["cp_async"]   # the images (and the shared tiles' int8 rows) by bulk copies
     assert 32 <= r["registers"] <= 65536 // K.kv_group_threads(rows) // 8 * 8
-
-
-# ---- the segment merge in the kernel (-DPA_V3_MERGE=1, KernelBuild.fused_merge): the last CTA of a
-# row block merges the key segments, with v3's own producer or the shared tiles
-@pytest.mark.parametrize("shared,head_dim,out_f16,rows", [
-    (False, 128, False, 192), (False, 128, False, 128), (True, 128, False, 192), (True, 128, False, 128),
-    (False, 64, True, 192)])
-def test_v3_merge_builds_compile_without_spills(shared, head_dim, out_f16, rows):
-    r = ki.compile_one("v3", "sm_90", head_dim, False, True, out_f16, cta_rows=rows, kv_shared=shared,
-                       fused_merge=True)
-    assert r["compiled"], r["reason"]
-    assert r["spill_bytes"] == 0 and r["stack_bytes"] == 0, f"{r['spill_bytes']} bytes spilled"
-    assert r["wgmma_serialized"] is None, r["wgmma_serialized"]
-    assert 32 <= r["registers"] <= 65536 // K.kv_group_threads(rows) // 8 * 8

@@ -59,7 +59,7 @@ class Prepared:
     outputs: dict = field(default_factory=dict)   # variant -> full output (device, float32 view)
     runners: dict = field(default_factory=dict)   # variant -> its prepared peer or Python kernel
     part: object = None                    # key-segment workspace (float32, grown on demand)
-    shared: dict = field(default_factory=dict)   # build -> v3's own workspace (merge counters, shared tiles), launch count
+    shared: dict = field(default_factory=dict)   # build -> v3's shared-tile workspace and launch count
 
 
 class CudaBackend:
@@ -95,7 +95,6 @@ class CudaBackend:
         self.segments: bool | int | None = None  # key segments (None: the model's rule; see segment_keys)
         self.rows: int | None = None  # v3: rows of a CTA, 128 or 192 (None: the model's cta_rows)
         self.share: bool | None = None  # v3: each tile converted once for all row blocks (None: fill.shares_tiles)
-        self.merge: bool | None = None  # v3: its segments merged in the kernel (None: fill.shares_tiles' long CTAs)
         self._image_bytes: dict[K.KernelBuild, int] = {}   # a shared-tile build's bytes per tile image
         self._timer = None
 
@@ -245,23 +244,7 @@ class CudaBackend:
             tiles=self._tiles(variant, self.tiles_for(problem)),
             cta_rows=self.cta_rows(variant, problem),
             kv_shared=self.shares_tiles(variant, problem),
-            fused_merge=self.merges_segments(variant, problem),
         )
-
-    def merges_segments(self, variant: str, problem) -> bool:
-        """Whether ``variant``'s launch with key segments merges them itself (a Variant with
-        ``merges_segments``: v3), not by a pa_combine launch: ``self.merge`` where set, else where its
-        CTAs are long enough to hide the last CTA's merge (the launches fill.shares_tiles takes).
-        The bits are pa_combine's either way."""
-        from pa_bench.numerics.fill import shares_tiles
-
-        seg = self.segment_keys(variant, problem)
-        if not registry.get(variant).merges_segments or not seg:
-            return False
-        if self.merge is not None:
-            return bool(self.merge)
-        return shares_tiles(self.cta_rows(variant, problem), seg, problem.context, problem.queries,
-                            problem.heads_q, problem.heads_kv)
 
     def shares_tiles(self, variant: str, problem) -> bool:
         """Whether ``variant``'s launch on ``problem`` converts each K/V tile once for all the row
@@ -435,8 +418,8 @@ class CudaBackend:
         geo = self.geometry(variant, pb)
         grid, block = geo.grid, (geo.block,)
         n_part = max(K.workspace_floats(geo, pb.queries, pb.heads_q, pb.head_dim), 2)
-        if build.kv_shared or build.fused_merge:   # its own workspace, zeroed once (_own_workspace)
-            part = self._own_workspace(prep, build, geo, n_part)
+        if build.kv_shared:   # its own workspace: the segment floats, then the images, flags and counters
+            part = self._shared_workspace(prep, build, geo, n_part)
         else:
             if prep.part is None or prep.part.size < n_part:   # once per shape (the largest any variant needs)
                 prep.part = self.cp.empty(n_part, dtype=self.cp.float32)
@@ -447,9 +430,7 @@ class CudaBackend:
             "tiles": self._tiles(variant, self.tiles_for(pb)), "pair_heads": geo.pair_heads,
             "split_keys": geo.split_keys, "segment_keys": geo.segment_keys, "segments": geo.segments,
             "combine_grid": list(cgrid) if geo.segment_keys else None,
-            **({"shares_tiles": True} if build.kv_shared else {}),
-            **({"merges_segments": True, "combine_grid": None} if build.fused_merge else {}),
-            **({"workspace_bytes": int(part.nbytes)} if build.kv_shared or build.fused_merge else {})}
+            **({"shares_tiles": True, "workspace_bytes": int(part.nbytes)} if build.kv_shared else {})}
         args = (
             prep.q, prep.k, prep.v, prep.ks, prep.vs, prep.table, body,
             np.int32(pb.queries), np.int32(pb.context), np.int32(pb.heads_q), np.int32(pb.heads_kv),
@@ -459,7 +440,7 @@ class CudaBackend:
         )
         if build.kv_shared:   # Args::pair_heads carries the launch's epoch (kernels/v3.cu, PA_V3_SHARE)
             args = self._epoch_args(prep.shared[build], args)
-        combine = self.combine_kernel(build) if geo.segment_keys and not build.fused_merge else None
+        combine = self.combine_kernel(build) if geo.segment_keys else None
         cargs = (part, body, np.int32(pb.queries), np.int32(pb.context), np.int32(pb.heads_q),
                  np.int32(geo.segments), np.int32(geo.segment_keys), np.float32(1.0 / inp.p_scale))
 
@@ -470,19 +451,15 @@ class CudaBackend:
 
         return launch
 
-    def _own_workspace(self, prep: Prepared, build: K.KernelBuild, geo: K.LaunchGeometry, seg_floats: int):
-        """v3's own workspace on this shape, zeroed once (kernels/v3.cu): the segment floats; with
-        the in-kernel merge a counter per row block (each launch's last CTA of a block resets its
-        own); with shared tiles (share_base) an image, a flag per tile and a ticket counter per KV
-        head and segment, which carry the launch's epoch and are never cleared."""
+    def _shared_workspace(self, prep: Prepared, build: K.KernelBuild, geo: K.LaunchGeometry, seg_floats: int):
+        """The workspace of a shared-tile build on this shape (kernels/v3.cu's share_base: the segment
+        floats, then an image, a flag per tile and a ticket counter per KV head and segment), zeroed
+        once: the flags and counters carry the launch's epoch and are never cleared."""
         got = prep.shared.get(build)
         if got is None:
             pb = prep.inputs.problem
-            floats = seg_floats + (K.merge_counters(geo, pb.heads_kv) if build.fused_merge else 0)
-            nbytes = 4 * max(floats, 2)
-            if build.kv_shared:
-                nbytes = K.share_workspace_bytes(floats, pb.heads_kv, -(-pb.keys // 64), self._image_bytes[build],
-                                                 geo.segments)
+            nbytes = K.share_workspace_bytes(seg_floats, pb.heads_kv, -(-pb.keys // 64), self._image_bytes[build],
+                                             geo.segments)
             got = prep.shared[build] = {"part": self.cp.zeros(-(-nbytes // 4), dtype=self.cp.float32), "epoch": 0}
         return got["part"]
 

@@ -40,8 +40,6 @@ class KernelBuild:
     kv_images: bool = False         # v3 only: K/V tiles as fp16 stage images (-DPA_V3_DQ=1, the peer v3-dq)
     kv_shared: bool = False         # v3 only: each tile converted once for all row blocks (-DPA_V3_SHARE=1,
                                     # where pa_bench.numerics.fill.shares_tiles says)
-    fused_merge: bool = False       # v3 only: with key segments, the last CTA of a row block merges them
-                                    # (-DPA_V3_MERGE=1; no pa_combine launch)
     cta_rows: int = 0               # a variant with fill_rows options: the launch's (-DPA_CTA_ROWS,
                                     # model.cta_rows); 0: the kernel's default
 
@@ -62,7 +60,7 @@ class KernelBuild:
             f"-DPA_OUT_F16={int(self.out_f16)}",
             f"-DPA_FORCE_TURING={int(self.force_turing)}",
         ) + tiles + (("-DPA_KV_F16=1",) if self.kv_f16 else ()) + (("-DPA_V3_DQ=1",) if self.kv_images else ()) + \
-            (("-DPA_V3_SHARE=1",) if self.kv_shared else ()) + (("-DPA_V3_MERGE=1",) if self.fused_merge else ()) + \
+            (("-DPA_V3_SHARE=1",) if self.kv_shared else ()) + \
             ((f"-DPA_CTA_ROWS={self.cta_rows}",) if self.cta_rows else ())
 
     def options(self) -> tuple[str, ...]:
@@ -242,12 +240,6 @@ def workspace_floats(geo: LaunchGeometry, queries: int, heads_q: int, head_dim: 
     if not geo.segment_keys:
         return 0
     return geo.segments * heads_q * queries * (head_dim + 2)
-
-
-def merge_counters(geo: LaunchGeometry, heads_kv: int) -> int:
-    """u32 counters (one a float) of v3's in-kernel segment merge (KernelBuild.fused_merge): one per
-    row block, after the segment floats; 0 without segments."""
-    return heads_kv * geo.grid[1] if geo.segment_keys else 0
 
 
 def share_workspace_bytes(seg_floats: int, heads_kv: int, tiles: int, image_bytes: int, segments: int) -> int:

@@ -19,8 +19,7 @@ FILL_SMS SMs, each to the SM that frees first, and adds the merge's memory traff
 Whether v3's CTAs share their converted tiles (shares_tiles) is decided here too, after the
 launch: where a KV head and segment has SHARE_MIN_BLOCKS row blocks or more and its longest block
 SHARE_MIN_TILES tiles or more, each tile is converted once for all of them (kernels/v3.cu,
-PA_V3_SHARE), and its key segments are merged by the last CTA of each row block (PA_V3_MERGE)
-rather than by a pa_combine launch; the bits are the same either way.
+PA_V3_SHARE); the bits are the same either way.
 
 The constants are H200 measurements (results/reference/h200/20261203-v3-fill-rule/EVIDENCE.md):
 a 192-row tile takes 1.40 the 128-row one's time (1.5 the rows, a little more efficient); a

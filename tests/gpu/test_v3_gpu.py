@@ -111,32 +111,3 @@ def test_v3_key_segments(backend):
 def test_v3_refused_on_the_turing_path(backend):
     pb = Problem(parse_shape("1023x113"))
     assert "no Turing path" in CudaBackend(force_turing=True).unsupported_parity("v3", pb)
-
-
-@pytest.mark.parametrize("case,segments,rows", [
-    ("odd-d128-gqa-p64", 512, None),          # 1,136 keys in 3 segments; rows whose keys end before the last
-    ("ragged-d64-gqa-p64", 256, 192),         # 1,037 keys in 5 segments, the last tile ragged, fp16 out
-    ("pr-d128-gqa-p64", None, None),          # the rule's two segments at 2.1Kx256
-    ("first-d128-gqa-p64", 512, 128),         # a causal first chunk: row blocks with 1, 2 or 3 segments
-])
-def test_v3_merged_segments_give_pa_combines_bits_on_every_launch(backend, case, segments, rows):
-    """The in-kernel merge (the last CTA of a row block; PA_V3_MERGE) against pa_combine's launch:
-    the same bits on each of 8 launches (the counters reset themselves)."""
-    shape, d, hq, hkv, layout, page, data, out = CASES[case]
-    pb = Problem(parse_shape(shape), heads_q=hq, heads_kv=hkv, head_dim=d, layout=layout, page=page,
-                 data=data, seed=1, out_dtype=out)
-    prep = backend.prepare(make_inputs(pb))
-    backend.segments, backend.rows = segments, rows
-    try:
-        backend.merge = False
-        assert not backend.build("v3", pb).fused_merge and backend.segment_keys("v3", pb)
-        ref = backend.compute(prep, "v3", check_determinism=False).out.copy()
-        backend.merge = True
-        assert backend.build("v3", pb).fused_merge
-        for launch in range(8):
-            got = backend.compute(prep, "v3", check_determinism=False)
-            assert got.canary_ok, f"launch {launch}: guard overwritten or an element left unwritten"
-            assert got.out.tobytes() == ref.tobytes(), f"{case}, launch {launch}: the merged output differs"
-    finally:
-        backend.segments = backend.rows = backend.merge = None
-        backend.release(prep)
