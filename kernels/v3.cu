@@ -57,6 +57,12 @@
 #error "PA_KV_F16, PA_V3_DQ and PA_V3_SHARE are three producers: build one"
 #endif
 #define PA_V3_IMAGES (PA_V3_DQ || PA_V3_SHARE)   // the stages arrive as images, one bulk copy each
+#ifndef PA_V3_STEP_KEYS
+#define PA_V3_STEP_KEYS 64 // keys of a consumer step: one 64-key tile, or two (128) with shared tiles at 128 rows
+#endif
+#if PA_V3_STEP_KEYS != 64 && (PA_V3_STEP_KEYS != 128 || !PA_V3_SHARE || PA_CTA_ROWS != 128)
+#error "PA_V3_STEP_KEYS is 64, or 128 with PA_V3_SHARE=1 and PA_CTA_ROWS=128"
+#endif
 
 namespace v3 {
 using pa::u32;
@@ -69,8 +75,10 @@ using pa::D;
 constexpr int NCWG = PA_CTA_ROWS / 64;          // consumer warpgroups
 static_assert(PA_CTA_ROWS == 128 || PA_CTA_ROWS == 192, "two or three consumer warpgroups");
 // Q as S's shared-memory operand (SS) where the consumers cannot hold its 32 registers: three
-// consumer warpgroups get 152 registers a thread, two get 216.
-constexpr bool Q_SS = NCWG == 3;
+// consumer warpgroups get 152 registers a thread, two get 216 (at 128-key steps, S, P and O take
+// 160 of those).
+constexpr bool STEP2 = PA_V3_STEP_KEYS == 128;  // a consumer step is two tiles (see the layout below)
+constexpr bool Q_SS = NCWG == 3 || STEP2;
 constexpr int THREADS = 128 * (1 + NCWG);       // producer warpgroup + consumers
 constexpr int M_CTA = 64 * NCWG;                // rows of a CTA
 constexpr int BN = 64;                          // keys per tile
@@ -137,12 +145,33 @@ constexpr int I8_STAGES = 1;                    // the sharing producer's conver
 #else
 constexpr int I8_STAGES = PA_V3_I8_STAGES;
 #endif
+// 128-key steps (STEP2): a consumer step takes two tiles, a pair. K and V of a pair are staged
+// apart, in a ring of K_PAIRS K slots and one of V_PAIRS V slots, each with its own full and empty
+// barriers, so that K is released once the step's softmax has read its scales and V once its P.V
+// is done. A K slot holds the pair's 128 key rows per 64-dim block (block b at b * 2 * KV_BLOCK:
+// S of 128 keys is one m64n128k16 per k-step), then each tile's kq[64] and vs[64] (PAIR_SC + 512 *
+// tile); a V slot holds the two tiles' V one after the other (tile h at h * NG * KV_BLOCK).
+constexpr int K_PAIRS = 3, V_PAIRS = 2;
+constexpr int PAIR_SC = 2 * NG * KV_BLOCK;      // a K slot's scales: [kq, vs] of its first tile, then its second
+constexpr int K_SLOT = (PAIR_SC + 4 * BN * 4 + 1023) / 1024 * 1024;
+constexpr int V_SLOT = 2 * NG * KV_BLOCK;
 // the whole CTA (offsets from a 1024-aligned base)
 constexpr int SM_Q = 0;
 constexpr int SM_F16 = NG * Q_BLOCK;
+#if PA_V3_STEP_KEYS == 128
+constexpr int SM_K = SM_F16, SM_V = SM_K + K_PAIRS * K_SLOT;
+constexpr int SM_I8 = SM_V + V_PAIRS * V_SLOT;
+constexpr int SM_BAR = SM_I8 + I8_STAGES * I8_STAGE;   // full_k, empty_k [K_PAIRS], full_v, empty_v [V_PAIRS], landed[1]
+constexpr int BAR_FULL_K = SM_BAR, BAR_EMPTY_K = BAR_FULL_K + 8 * K_PAIRS;
+constexpr int BAR_FULL_V = BAR_EMPTY_K + 8 * K_PAIRS, BAR_EMPTY_V = BAR_FULL_V + 8 * V_PAIRS;
+constexpr int BAR_LANDED = BAR_EMPTY_V + 8 * V_PAIRS;
+static_assert(SM_V % 1024 == 0 && K_SLOT % 1024 == 0 && V_SLOT % 1024 == 0, "swizzle atoms");
+#else
 constexpr int SM_I8 = SM_F16 + F16_STAGES * F16_STAGE;
 constexpr int SM_BAR = SM_I8 + I8_STAGES * I8_STAGE;   // full[F16_STAGES], empty[F16_STAGES], landed[I8_STAGES]: 8 bytes each
-constexpr int SM_CLAIM = SM_BAR + 8 * (2 * F16_STAGES + I8_STAGES);   // PA_V3_SHARE: the issuer's claim, for its warpgroup
+constexpr int BAR_LANDED = SM_BAR + 16 * F16_STAGES;
+#endif
+constexpr int SM_CLAIM = BAR_LANDED + 8 * I8_STAGES;   // PA_V3_SHARE: the issuer's claim, for its warpgroup
 constexpr int SM_BYTES = SM_CLAIM + 8 * PA_V3_SHARE;   // (two words)
 // Named barriers: 0 is __syncthreads, 1 + wg a consumer warpgroup's own (Q stored), PP_BAR + wg the
 // pingpong turn of consumer warpgroup wg, PROD_BAR the producer warpgroup's (staging slot read).
@@ -457,7 +486,7 @@ __device__ __forceinline__ void issue_tile(const pa::Args& a, const Cta& c, int 
     const int nk = a.ctx + a.n_q;
     const int j0 = (c.t_begin + n) * BN, j1 = min(j0 + BN, nk);
     const int slot = n % I8_STAGES;
-    const u32 st = base + SM_I8 + slot * I8_STAGE, bar = base + SM_BAR + 8 * (2 * F16_STAGES + slot);
+    const u32 st = base + SM_I8 + slot * I8_STAGE, bar = base + BAR_LANDED + 8 * slot;
 #if PA_PAGED
     const int span_log2 = min(BN_LOG2, a.page_shift);   // keys contiguous in memory: a page, at most a tile
 #else
@@ -563,6 +592,34 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
     const u32 epoch = (u32)a.pair_heads;
     volatile int* const word = reinterpret_cast<volatile int*>(sm + SM_CLAIM);   // [0] the tile taken, [1] tiles brought in
     if (tid == ISSUER) {
+#if PA_V3_STEP_KEYS == 128
+        // Pair p = n / 2 of K and V slots: its K barrier is armed with both tiles' K and scale bytes,
+        // its V barrier with both tiles' V, at its first tile. A pair whose second tile lies past the
+        // CTA's keys (an odd count) gets the first tile's image twice: finite values, whose keys the
+        // consumers mask (S) and whose P is then 0.
+        for (int n = 0; n < ((n_tiles + 1) & ~1); ++n) {
+            const int p = n >> 1, h = n & 1, src = min(n, n_tiles - 1);
+            while (ld_acquire_gpu(flags + src) != epoch) {
+            }
+            fence_proxy_async_global();
+            const unsigned char* img = imgs + (u64)src * IMG_BYTES;
+            const u32 ks = base + SM_K + (p % K_PAIRS) * K_SLOT, vs = base + SM_V + (p % V_PAIRS) * V_SLOT;
+            const u32 fk = base + BAR_FULL_K + 8 * (p % K_PAIRS), fv = base + BAR_FULL_V + 8 * (p % V_PAIRS);
+            if (h == 0) {
+                if (p >= K_PAIRS) mbar_wait(base + BAR_EMPTY_K + 8 * (p % K_PAIRS), ((p / K_PAIRS) & 1) ^ 1);
+                mbar_arrive_expect_tx(fk, 2 * (NG * KV_BLOCK + 2 * BN * 4));
+            }
+#pragma unroll
+            for (int b = 0; b < NG; ++b) bulk_g2s(ks + b * 2 * KV_BLOCK + h * KV_BLOCK, img + F16_K + b * KV_BLOCK, KV_BLOCK, fk);
+            bulk_g2s(ks + PAIR_SC + h * 2 * BN * 4, img + F16_KQ, 2 * BN * 4, fk);   // kq and vs (F16_VS = F16_KQ + BN*4)
+            if (h == 0) {
+                if (p >= V_PAIRS) mbar_wait(base + BAR_EMPTY_V + 8 * (p % V_PAIRS), ((p / V_PAIRS) & 1) ^ 1);
+                mbar_arrive_expect_tx(fv, 2 * NG * KV_BLOCK);
+            }
+            bulk_g2s(vs + h * NG * KV_BLOCK, img + F16_V, NG * KV_BLOCK, fv);
+            atomicExch(const_cast<int*>(word) + 1, n + 1);   // the converters' pace: a shared atomic, read by one
+        }
+#else
         const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
         for (int n = 0; n < n_tiles; ++n) {
             const int s = n % F16_STAGES;
@@ -574,6 +631,7 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
             bulk_g2s(base + SM_F16 + s * F16_STAGE, imgs + (u64)n * IMG_BYTES, IMG_BYTES, bar_full + 8 * s);
             atomicExch(const_cast<int*>(word) + 1, n + 1);   // the converters' pace: a shared atomic, read by one
         }
+#endif
         return;
     }
     if (tid >= 64) return;
@@ -602,7 +660,7 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
             fence_proxy_async();             // the slot's generic reads of the last tile, before the async proxy writes it
             issue_tile(a, c, t, base);       // (slot 0: t % I8_STAGES)
         }
-        mbar_wait(base + SM_BAR + 16 * F16_STAGES, k & 1);   // landed[0], this CTA's k-th conversion
+        mbar_wait(base + BAR_LANDED, k & 1);   // landed[0], this CTA's k-th conversion
         ++k;
         slot_image<64>(a, sm + SM_I8, c.t_begin + t, imgs + (u64)t * IMG_BYTES, tid);
         fence_proxy_async_global();
@@ -863,15 +921,18 @@ __device__ __forceinline__ void issue_pv(float (&o)[O_REGS], const u32 (&pf)[PV_
 // fp32 arithmetic uses the _rn intrinsics (no contraction).
 // Register fragments (PTX ISA, wgmma m64nNk16): warp w of a warpgroup holds rows 16w..16w+15;
 // element 4j+e of s (lane g = lane/4, t = lane%4): row g + 8*(e>>1), key j0 + 8j + 2t + (e&1).
-template <bool MASKED>
-__device__ __forceinline__ void softmax_tile(const unsigned char* f_ptr, int j0, const int (&lim)[2],
-                                             float (&s)[S_REGS], float (&m)[2], float (&l)[2], float (&alpha)[2]) {
+// A step of NJ n8 blocks: one tile (NJ = 8) or, at 128-key steps, two (16). `sc` points at the
+// scales of the step's first tile: per tile kq[BN] then vs[BN], the next tile's 2*BN floats on
+// (sc_index).
+__host__ __device__ constexpr int sc_index(int j) { return (j >> 3) * 2 * BN + (j & 7) * 8; }
+template <bool MASKED, int NJ = BN / 8>
+__device__ __forceinline__ void softmax_tile(const float* kq, int j0, const int (&lim)[2],
+                                             float (&s)[4 * NJ], float (&m)[2], float (&l)[2], float (&alpha)[2]) {
     const int t = threadIdx.x & 3;
-    const float* kq = reinterpret_cast<const float*>(f_ptr + F16_KQ);
     float mx[2] = {PA_NEG_INF, PA_NEG_INF};
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-        const float2 k2 = *reinterpret_cast<const float2*>(kq + 8 * j + 2 * t);
+    for (int j = 0; j < NJ; ++j) {
+        const float2 k2 = *reinterpret_cast<const float2*>(kq + sc_index(j) + 2 * t);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             float v = __fmul_rn(s[4 * j + e], (e & 1) ? k2.y : k2.x);
@@ -894,7 +955,7 @@ __device__ __forceinline__ void softmax_tile(const unsigned char* f_ptr, int j0,
         l[rr] = __fmul_rn(l[rr], alpha[rr]);
     }
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j)
+    for (int j = 0; j < NJ; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             s[4 * j + e] = pa::exp2_ftz(__fsub_rn(s[4 * j + e], mref[e >> 1]));
@@ -909,25 +970,40 @@ __device__ __forceinline__ void softmax_tile(const unsigned char* f_ptr, int j0,
 // The A fragment of k-step kk is {(g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)} of
 // columns 16kk.., so the S accumulators of n8 blocks 2kk and 2kk+1 become P's A fragment of k-step
 // kk in place (as in FlashAttention-2).
-__device__ __forceinline__ void scale_by_vs(const unsigned char* f_ptr, float (&s)[S_REGS]) {
+template <int NJ = BN / 8>
+__device__ __forceinline__ void scale_by_vs(const float* kq, float (&s)[4 * NJ]) {
     const int t = threadIdx.x & 3;
-    const float* vs = reinterpret_cast<const float*>(f_ptr + F16_VS);
+    const float* vs = kq + BN;               // (F16_VS = F16_KQ + BN*4)
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-        const float2 v2 = *reinterpret_cast<const float2*>(vs + 8 * j + 2 * t);
+    for (int j = 0; j < NJ; ++j) {
+        const float2 v2 = *reinterpret_cast<const float2*>(vs + sc_index(j) + 2 * t);
         s[4 * j] = __fmul_rn(s[4 * j], v2.x);
         s[4 * j + 1] = __fmul_rn(s[4 * j + 1], v2.y);
         s[4 * j + 2] = __fmul_rn(s[4 * j + 2], v2.x);
         s[4 * j + 3] = __fmul_rn(s[4 * j + 3], v2.y);
     }
 }
-__device__ __forceinline__ void p_fragments(const float (&s)[S_REGS], u32 (&pf)[PV_STEPS][4]) {
+// The same on a 64-key stage (its kq and vs at F16_KQ, F16_VS).
+template <bool MASKED>
+__device__ __forceinline__ void softmax_tile(const unsigned char* f_ptr, int j0, const int (&lim)[2],
+                                             float (&s)[S_REGS], float (&m)[2], float (&l)[2], float (&alpha)[2]) {
+    softmax_tile<MASKED>(reinterpret_cast<const float*>(f_ptr + F16_KQ), j0, lim, s, m, l, alpha);
+}
+__device__ __forceinline__ void scale_by_vs(const unsigned char* f_ptr, float (&s)[S_REGS]) {
+    scale_by_vs(reinterpret_cast<const float*>(f_ptr + F16_KQ), s);
+}
+template <int NJ = BN / 8>
+__device__ __forceinline__ void p_fragments(const float (&s)[4 * NJ], u32 (&pf)[NJ / 2][4]) {
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
+    for (int j = 0; j < NJ; ++j) {
         pf[j >> 1][2 * (j & 1) + 0] = pa::half2_as_u32(__floats2half2_rn(s[4 * j], s[4 * j + 1]));
         pf[j >> 1][2 * (j & 1) + 1] = pa::half2_as_u32(__floats2half2_rn(s[4 * j + 2], s[4 * j + 3]));
     }
 }
+
+#if PA_V3_STEP_KEYS == 128
+#include "v3_pairs.cuh"
+#endif
 
 // A consumer warpgroup runs steps n = 0 .. n_tiles (the loop below): step n issues S of tile n
 // and, behind it, O += P.V of tile n-1 (O first rescaled by tile n-1's alpha), waits for S only
@@ -943,7 +1019,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int rows_used = c.ppc * c.group;   // rows of the CTA that hold a query (at most M_CTA)
     const int r0 = 64 * wg;                  // this warpgroup's first row
-    const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
+    [[maybe_unused]] const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
 
     // ---- Q rows r0 .. r0+63 into shared memory (128B-swizzled, K-major) once, then (two consumer
     // warpgroups) into each thread's A fragments of all KSTEPS k-steps for the whole loop: S's
@@ -987,7 +1063,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     // Q's A fragments for all KSTEPS k-steps, from the swizzled rows just stored: lane (g, t) of warp
     // w holds rows 16w+g and 16w+g+8 of this warpgroup, dims 16kk+2t.., 16kk+2t+8.. (PTX ISA, wgmma
     // register fragment of A). 32 registers that stay for the whole loop.
-    u32 qf[KSTEPS][4];
+    [[maybe_unused]] u32 qf[KSTEPS][4];
     if constexpr (!Q_SS) {
 #pragma unroll
         for (int kk = 0; kk < KSTEPS; ++kk)
@@ -1000,6 +1076,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     // with Q_SS: the descriptor of this warpgroup's 64 rows of Q (K-major, as K's)
     const u64 dq = desc_sw128(base + SM_Q + r0 * 128, 16, 1024);
 
+#if PA_V3_STEP_KEYS == 64
     float o[O_REGS], s[S_REGS], m[2] = {PA_NEG_INF, PA_NEG_INF}, l[2] = {0.f, 0.f};
     float alpha[2] = {1.f, 1.f};             // the rescale of O that the pending P.V's tile asks for
     u32 pf[PV_STEPS][4];                     // the pending P.V's A fragments
@@ -1111,6 +1188,10 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
         turn_end(n);
         if (n >= 1) release(n);
     }
+#else
+    float o[O_REGS], m[2], l[2];
+    consume_pairs(c, sm, base, wg, dq, lim, wg_end, first_masked, o, m, l);
+#endif
     if (wg_end <= c.t_begin) return;         // no row of this warpgroup sees a key of this segment
 
     // ---- row sums across the 4 lanes of a row, normalise, store (or the segment's state)
@@ -1166,13 +1247,26 @@ extern "C" __global__ void __launch_bounds__(v3::THREADS, 1) pa_v3(PA_KERNEL_PAR
     const Cta c = cta_of(a);
     if (c.t_begin >= c.t_end) return;                        // no key of this segment for these rows
     if (threadIdx.x == 0) {
+#if PA_V3_STEP_KEYS == 128
+#pragma unroll
+        for (int s = 0; s < K_PAIRS; ++s) {
+            mbar_init(base + BAR_FULL_K + 8 * s, 1);              // the issuer (and the bytes)
+            mbar_init(base + BAR_EMPTY_K + 8 * s, 128 * NCWG);    // the consumers' threads
+        }
+#pragma unroll
+        for (int s = 0; s < V_PAIRS; ++s) {
+            mbar_init(base + BAR_FULL_V + 8 * s, 1);
+            mbar_init(base + BAR_EMPTY_V + 8 * s, 128 * NCWG);
+        }
+#else
 #pragma unroll
         for (int s = 0; s < F16_STAGES; ++s) {
             mbar_init(base + SM_BAR + 8 * s, PA_V3_IMAGES ? 1 : 128);     // full: the producer's threads (the issuer's copy)
             mbar_init(base + SM_BAR + 8 * (F16_STAGES + s), 128 * NCWG);   // empty: the consumers' threads
         }
+#endif
 #pragma unroll
-        for (int s = 0; s < I8_STAGES; ++s) mbar_init(base + SM_BAR + 8 * (2 * F16_STAGES + s), 1);   // landed: the issuer + bytes
+        for (int s = 0; s < I8_STAGES; ++s) mbar_init(base + BAR_LANDED + 8 * s, 1);   // landed: the issuer + bytes
 #if PA_V3_SHARE
         reinterpret_cast<volatile int*>(sm + SM_CLAIM)[1] = 0;   // tiles brought in (the converters' pace)
 #endif

@@ -67,10 +67,10 @@ _STORES_DONE = re.compile(r"(\n        if \(pw == 0\) \{   // lanes 0-15: K scal
 _TURN_SYNC = re.compile(r"\n        named_barrier_sync\(PP_BAR \+ wg, 256\);")
 _TURN_ARRIVE = re.compile(r"\n        if \(wg != NCWG - 1 \|\| n < n_tiles\) named_barrier_arrive\(PP_BAR \+ \(wg \+ 1\) % NCWG, 256\);")
 _TURN_OPEN = re.compile(r"\n    if \(wg == NCWG - 1\) named_barrier_arrive\(PP_BAR, 256\);")
-_K_SCALE = re.compile(r"        const float2 k2 = \*reinterpret_cast<const float2\*>\(kq \+ 8 \* j \+ 2 \* t\);\n"
+_K_SCALE = re.compile(r"        const float2 k2 = \*reinterpret_cast<const float2\*>\(kq \+ sc_index\(j\) \+ 2 \* t\);\n"
                       r"(#pragma unroll\n        for \(int e = 0; e < 4; \+\+e\) \{\n)"
                       r"            float v = __fmul_rn\(s\[4 \* j \+ e\], \(e & 1\) \? k2\.y : k2\.x\);\n")
-_V_SCALE = re.compile(r"        const float2 v2 = \*reinterpret_cast<const float2\*>\(vs \+ 8 \* j \+ 2 \* t\);\n"
+_V_SCALE = re.compile(r"        const float2 v2 = \*reinterpret_cast<const float2\*>\(vs \+ sc_index\(j\) \+ 2 \* t\);\n"
                       r"(?:        s\[4 \* j( \+ \d)?\] = __fmul_rn\(s\[4 \* j( \+ \d)?\], v2\.[xy]\);\n){4}")
 _SOFTMAX = re.compile(r"(    auto softmax = \[&\]\(int n, float \(&al\)\[2\]\) \{\n).*?(\n    \};\n)", re.S)
 
@@ -118,9 +118,7 @@ def no_softmax(src: str) -> str:
 
 
 def no_k_scales(src: str) -> str:
-    src = _sub(_K_SCALE, r"\1            float v = s[4 * j + e];   // knock-out: no key-scale multiply\n", src, "no-k-scales")
-    return src.replace("    const float* kq = reinterpret_cast<const float*>(f_ptr + F16_KQ);\n",
-                       "    [[maybe_unused]] const float* kq = reinterpret_cast<const float*>(f_ptr + F16_KQ);\n", 1)
+    return _sub(_K_SCALE, r"\1            float v = s[4 * j + e];   // knock-out: no key-scale multiply\n", src, "no-k-scales")
 
 
 _Q_STORE = re.compile(r"(\n#pragma unroll\n    for \(int i = 0; i < Q_CHUNKS; \+\+i\) \{\n        const int idx = tid \+ 128 \* i;\n"
@@ -142,8 +140,8 @@ def kscale_in_q(src: str) -> str:
 
 def no_v_scales(src: str) -> str:
     src = _sub(_V_SCALE, "        (void)j, (void)t;   // knock-out: no V-scale multiply\n", src, "no-v-scales")
-    return src.replace("    const float* vs = reinterpret_cast<const float*>(f_ptr + F16_VS);\n",
-                       "    [[maybe_unused]] const float* vs = reinterpret_cast<const float*>(f_ptr + F16_VS);\n", 1)
+    return src.replace("    const float* vs = kq + BN;",
+                       "    [[maybe_unused]] const float* vs = kq + BN;", 1)
 
 
 def no_pingpong(src: str) -> str:
