@@ -593,31 +593,41 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
     volatile int* const word = reinterpret_cast<volatile int*>(sm + SM_CLAIM);   // [0] the tile taken, [1] tiles brought in
     if (tid == ISSUER) {
 #if PA_V3_STEP_KEYS == 128
-        // Pair p = n / 2 of K and V slots: its K barrier is armed with both tiles' K and scale bytes,
-        // its V barrier with both tiles' V, at its first tile. A pair whose second tile lies past the
-        // CTA's keys (an odd count) gets the first tile's image twice: finite values, whose keys the
-        // consumers mask (S) and whose P is then 0.
-        for (int n = 0; n < ((n_tiles + 1) & ~1); ++n) {
-            const int p = n >> 1, h = n & 1, src = min(n, n_tiles - 1);
-            while (ld_acquire_gpu(flags + src) != epoch) {
-            }
-            fence_proxy_async_global();
-            const unsigned char* img = imgs + (u64)src * IMG_BYTES;
-            const u32 ks = base + SM_K + (p % K_PAIRS) * K_SLOT, vs = base + SM_V + (p % V_PAIRS) * V_SLOT;
-            const u32 fk = base + BAR_FULL_K + 8 * (p % K_PAIRS), fv = base + BAR_FULL_V + 8 * (p % V_PAIRS);
-            if (h == 0) {
+        // Pair p (tiles 2p, 2p+1): its K rows and scales into K slot p % K_PAIRS, its V rows into V
+        // slot p % V_PAIRS, each slot's barrier armed with both tiles' bytes. K runs a pair ahead of
+        // V (K of pair p, then V of pair p-1), so that waiting for a V slot, which the consumers
+        // release only once a P.V is done, never holds up the K that the next S needs. A pair whose
+        // second tile lies past the CTA's keys (an odd count) gets the first tile's image twice:
+        // finite values, whose keys the consumers mask (S) and whose P is then 0.
+        const int n_pairs = (n_tiles + 1) >> 1;
+        auto image = [&](int n) { return imgs + (u64)min(n, n_tiles - 1) * IMG_BYTES; };
+        for (int p = 0; p <= n_pairs; ++p) {
+            if (p < n_pairs) {
+                for (int h = 0; h < 2; ++h)
+                    while (ld_acquire_gpu(flags + min(2 * p + h, n_tiles - 1)) != epoch) {
+                    }
+                fence_proxy_async_global();
+                const u32 ks = base + SM_K + (p % K_PAIRS) * K_SLOT, fk = base + BAR_FULL_K + 8 * (p % K_PAIRS);
                 if (p >= K_PAIRS) mbar_wait(base + BAR_EMPTY_K + 8 * (p % K_PAIRS), ((p / K_PAIRS) & 1) ^ 1);
                 mbar_arrive_expect_tx(fk, 2 * (NG * KV_BLOCK + 2 * BN * 4));
-            }
 #pragma unroll
-            for (int b = 0; b < NG; ++b) bulk_g2s(ks + b * 2 * KV_BLOCK + h * KV_BLOCK, img + F16_K + b * KV_BLOCK, KV_BLOCK, fk);
-            bulk_g2s(ks + PAIR_SC + h * 2 * BN * 4, img + F16_KQ, 2 * BN * 4, fk);   // kq and vs (F16_VS = F16_KQ + BN*4)
-            if (h == 0) {
-                if (p >= V_PAIRS) mbar_wait(base + BAR_EMPTY_V + 8 * (p % V_PAIRS), ((p / V_PAIRS) & 1) ^ 1);
-                mbar_arrive_expect_tx(fv, 2 * NG * KV_BLOCK);
+                for (int h = 0; h < 2; ++h) {
+                    const unsigned char* img = image(2 * p + h);
+#pragma unroll
+                    for (int b = 0; b < NG; ++b)
+                        bulk_g2s(ks + b * 2 * KV_BLOCK + h * KV_BLOCK, img + F16_K + b * KV_BLOCK, KV_BLOCK, fk);
+                    bulk_g2s(ks + PAIR_SC + h * 2 * BN * 4, img + F16_KQ, 2 * BN * 4, fk);   // kq, vs (F16_VS = F16_KQ + BN*4)
+                }
             }
-            bulk_g2s(vs + h * NG * KV_BLOCK, img + F16_V, NG * KV_BLOCK, fv);
-            atomicExch(const_cast<int*>(word) + 1, n + 1);   // the converters' pace: a shared atomic, read by one
+            if (p >= 1) {
+                const int q = p - 1;             // its flags were read (acquire) before K of pair q
+                const u32 vs = base + SM_V + (q % V_PAIRS) * V_SLOT, fv = base + BAR_FULL_V + 8 * (q % V_PAIRS);
+                if (q >= V_PAIRS) mbar_wait(base + BAR_EMPTY_V + 8 * (q % V_PAIRS), ((q / V_PAIRS) & 1) ^ 1);
+                mbar_arrive_expect_tx(fv, 2 * NG * KV_BLOCK);
+#pragma unroll
+                for (int h = 0; h < 2; ++h) bulk_g2s(vs + h * NG * KV_BLOCK, image(2 * q + h) + F16_V, NG * KV_BLOCK, fv);
+            }
+            atomicExch(const_cast<int*>(word) + 1, 2 * p + 2);   // the converters' pace: a shared atomic, read by one
         }
 #else
         const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
