@@ -95,7 +95,7 @@ class CudaBackend:
         self.segments: bool | int | None = None  # key segments (None: the model's rule; see segment_keys)
         self.rows: int | None = None  # v3: rows of a CTA, 128 or 192 (None: the model's cta_rows)
         self.share: bool | None = None  # v3: each tile converted once for all row blocks (None: fill.shares_tiles)
-        self.step: int | None = None  # v3: keys of a consumer step, 64 or 128 (None: 64; see step_keys)
+        self.step: int | None = None  # v3: keys of a consumer step, 64 or 128 (None: fill.pair_steps; see step_keys)
         self._image_bytes: dict[K.KernelBuild, int] = {}   # a shared-tile build's bytes per tile image
         self._timer = None
 
@@ -250,12 +250,20 @@ class CudaBackend:
 
     def step_keys(self, variant: str, problem) -> int:
         """Keys of one consumer step of ``variant``'s launch on ``problem``: 128 (two tiles, K and V
-        staged apart: kernels/v3.cu, PA_V3_STEP_KEYS) where ``self.step`` asks for it and the launch
-        shares its tiles at 128 rows, else 64. The numerics model follows (tile_keys)."""
-        if self.step != 128 or not registry.get(variant).tile_sharing:
+        staged apart: kernels/v3_pairs.cuh) where the launch shares its tiles at 128 rows and
+        ``self.step`` asks for it, or, with ``self.step`` None, where pa_bench.numerics.fill.pair_steps
+        takes it (long CTAs); else 64. The numerics model follows (tile_keys)."""
+        from pa_bench.numerics.fill import pair_steps
+
+        if not registry.get(variant).tile_sharing:
             return 64
-        ok = self.shares_tiles(variant, problem) and self.cta_rows(variant, problem) == 128
-        return 128 if ok else 64
+        rows = self.cta_rows(variant, problem)
+        if rows != 128 or not self.shares_tiles(variant, problem) or self.step == 64:
+            return 64
+        if self.step == 128:
+            return 128
+        seg = self.segment_keys(variant, problem)
+        return 128 if pair_steps(rows, seg, problem.context, problem.queries, problem.heads_q, problem.heads_kv) else 64
 
     def shares_tiles(self, variant: str, problem) -> bool:
         """Whether ``variant``'s launch on ``problem`` converts each K/V tile once for all the row
