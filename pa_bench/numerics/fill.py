@@ -104,13 +104,17 @@ def makespan(costs: list[float], sms: int = FILL_SMS) -> float:
     return max(free)
 
 
-def estimate(rows: int, seg_keys: int, context: int, queries: int, heads_q: int, heads_kv: int) -> float:
-    """A launch's estimated time in 128-row tile times: the CTAs' schedule plus the merge."""
+def estimate(rows: int, seg_keys: int, context: int, queries: int, heads_q: int, heads_kv: int,
+             pairs: bool | None = None) -> float:
+    """A launch's estimated time in 128-row tile times: the CTAs' schedule plus the merge. ``pairs``:
+    whether its consumers take 128-key steps (None: where pair_steps takes them)."""
     group = max(1, heads_q // max(1, heads_kv))
     keys = context + queries
     n = -(-keys // seg_keys) if seg_keys else 1
     merge = FILL_MERGE_TILES * heads_q * queries * n if n >= 2 else 0.0
-    cost = row_cost(rows) * (PAIR_COST if pair_steps(rows, seg_keys, context, queries, heads_q, heads_kv) else 1.0)
+    if pairs is None:
+        pairs = pair_steps(rows, seg_keys, context, queries, heads_q, heads_kv)
+    cost = row_cost(rows) * (PAIR_COST if pairs else 1.0)
     return makespan(cta_costs(rows, seg_keys, context, queries, group, heads_kv, cost)) + merge
 
 
