@@ -1,6 +1,7 @@
 // v3: int8-KV prompt attention for Hopper (sm_90a only). A chunk of Nq query rows per query
 // head attends causally to Nk = ctx + Nq int8 keys of its KV head (one fp32 scale per token and
-// head), with the arithmetic of pa_bench.numerics.model at 64-key tiles, as v1 computes it.
+// head), with the arithmetic of pa_bench.numerics.model at 64-key tiles, as v1 computes it (or at
+// 128-key tiles with 128-key steps, below).
 // Tiling: grid (Hkv, ceil(Nq / PPC), n_seg), one CTA per SM; a CTA owns one KV head and M_CTA =
 //   PA_CTA_ROWS rows (192: 512 threads, or 128: 384 threads, whichever launch
 //   pa_bench.numerics.fill estimates faster for the chunk) into which the G = Hq/Hkv query heads of its
@@ -23,6 +24,11 @@
 //   into its stage image in global memory, and every CTA brings each image into its stage with one
 //   bulk copy. The consumers are the same code on the same bytes: the same bits (the producer is
 //   described where it is defined).
+// 128-key steps (-DPA_V3_STEP_KEYS=128, at 128 rows on images or in the fp16 control; the launch
+//   takes them with shared tiles over long CTAs: pa_bench.numerics.fill.pair_steps): a consumer
+//   step takes two 64-key tiles, FlashAttention-3's tile shape, with K and V staged apart in rings
+//   of their own (kernels/v3_pairs.cuh; its issuer, issue_pairs, and the control's producer are
+//   here). The online softmax runs every 128 keys, so the numerics model follows at 128-key tiles.
 // The fp16 control (-DPA_KV_F16=1, the peer v3-f16: pa_bench/peers/v3_f16.py): the same kernel on
 //   fp16 K/V (int8 * scale rounded to fp16, the values the torch peers read), in the pool layout
 //   v3 reads (paged or contiguous, PA_PAGED). Only the producer and what it needs change: no int8
@@ -57,6 +63,12 @@
 #error "PA_KV_F16, PA_V3_DQ and PA_V3_SHARE are three producers: build one"
 #endif
 #define PA_V3_IMAGES (PA_V3_DQ || PA_V3_SHARE)   // the stages arrive as images, one bulk copy each
+#ifndef PA_V3_STEP_KEYS
+#define PA_V3_STEP_KEYS 64 // keys of a consumer step: one 64-key tile, or two (128) with shared tiles at 128 rows
+#endif
+#if PA_V3_STEP_KEYS != 64 && (PA_V3_STEP_KEYS != 128 || !(PA_V3_IMAGES || PA_KV_F16) || PA_CTA_ROWS != 128)
+#error "PA_V3_STEP_KEYS is 64, or 128 with PA_CTA_ROWS=128 on images (PA_V3_SHARE=1, PA_V3_DQ=1) or in the fp16 control"
+#endif
 
 namespace v3 {
 using pa::u32;
@@ -69,8 +81,10 @@ using pa::D;
 constexpr int NCWG = PA_CTA_ROWS / 64;          // consumer warpgroups
 static_assert(PA_CTA_ROWS == 128 || PA_CTA_ROWS == 192, "two or three consumer warpgroups");
 // Q as S's shared-memory operand (SS) where the consumers cannot hold its 32 registers: three
-// consumer warpgroups get 152 registers a thread, two get 216.
-constexpr bool Q_SS = NCWG == 3;
+// consumer warpgroups get 152 registers a thread, two get 216 (at 128-key steps, S, P and O take
+// 160 of those).
+constexpr bool STEP2 = PA_V3_STEP_KEYS == 128;  // a consumer step is two tiles (see the layout below)
+constexpr bool Q_SS = NCWG == 3 || STEP2;
 constexpr int THREADS = 128 * (1 + NCWG);       // producer warpgroup + consumers
 constexpr int M_CTA = 64 * NCWG;                // rows of a CTA
 constexpr int BN = 64;                          // keys per tile
@@ -137,12 +151,33 @@ constexpr int I8_STAGES = 1;                    // the sharing producer's conver
 #else
 constexpr int I8_STAGES = PA_V3_I8_STAGES;
 #endif
+// 128-key steps (STEP2): a consumer step takes two tiles, a pair. K and V of a pair are staged
+// apart, in a ring of K_PAIRS K slots and one of V_PAIRS V slots, each with its own full and empty
+// barriers, so that K is released once the step's softmax has read its scales and V once its P.V
+// is done. A K slot holds the pair's 128 key rows per 64-dim block (block b at b * 2 * KV_BLOCK:
+// S of 128 keys is one m64n128k16 per k-step), then each tile's kq[64] and vs[64] (PAIR_SC + 512 *
+// tile); a V slot holds the two tiles' V one after the other (tile h at h * NG * KV_BLOCK).
+constexpr int K_PAIRS = 3, V_PAIRS = 2;
+constexpr int PAIR_SC = 2 * NG * KV_BLOCK;      // a K slot's scales: [kq, vs] of its first tile, then its second
+constexpr int K_SLOT = (PAIR_SC + 4 * BN * 4 + 1023) / 1024 * 1024;
+constexpr int V_SLOT = 2 * NG * KV_BLOCK;
 // the whole CTA (offsets from a 1024-aligned base)
 constexpr int SM_Q = 0;
 constexpr int SM_F16 = NG * Q_BLOCK;
+#if PA_V3_STEP_KEYS == 128
+constexpr int SM_K = SM_F16, SM_V = SM_K + K_PAIRS * K_SLOT;
+constexpr int SM_I8 = SM_V + V_PAIRS * V_SLOT;
+constexpr int SM_BAR = SM_I8 + I8_STAGES * I8_STAGE;   // full_k, empty_k [K_PAIRS], full_v, empty_v [V_PAIRS], landed[1]
+constexpr int BAR_FULL_K = SM_BAR, BAR_EMPTY_K = BAR_FULL_K + 8 * K_PAIRS;
+constexpr int BAR_FULL_V = BAR_EMPTY_K + 8 * K_PAIRS, BAR_EMPTY_V = BAR_FULL_V + 8 * V_PAIRS;
+constexpr int BAR_LANDED = BAR_EMPTY_V + 8 * V_PAIRS;
+static_assert(SM_V % 1024 == 0 && K_SLOT % 1024 == 0 && V_SLOT % 1024 == 0, "swizzle atoms");
+#else
 constexpr int SM_I8 = SM_F16 + F16_STAGES * F16_STAGE;
 constexpr int SM_BAR = SM_I8 + I8_STAGES * I8_STAGE;   // full[F16_STAGES], empty[F16_STAGES], landed[I8_STAGES]: 8 bytes each
-constexpr int SM_CLAIM = SM_BAR + 8 * (2 * F16_STAGES + I8_STAGES);   // PA_V3_SHARE: the issuer's claim, for its warpgroup
+constexpr int BAR_LANDED = SM_BAR + 16 * F16_STAGES;
+#endif
+constexpr int SM_CLAIM = BAR_LANDED + 8 * I8_STAGES;   // PA_V3_SHARE: the issuer's claim, for its warpgroup
 constexpr int SM_BYTES = SM_CLAIM + 8 * PA_V3_SHARE;   // (two words)
 // Named barriers: 0 is __syncthreads, 1 + wg a consumer warpgroup's own (Q stored), PP_BAR + wg the
 // pingpong turn of consumer warpgroup wg, PROD_BAR the producer warpgroup's (staging slot read).
@@ -457,7 +492,7 @@ __device__ __forceinline__ void issue_tile(const pa::Args& a, const Cta& c, int 
     const int nk = a.ctx + a.n_q;
     const int j0 = (c.t_begin + n) * BN, j1 = min(j0 + BN, nk);
     const int slot = n % I8_STAGES;
-    const u32 st = base + SM_I8 + slot * I8_STAGE, bar = base + SM_BAR + 8 * (2 * F16_STAGES + slot);
+    const u32 st = base + SM_I8 + slot * I8_STAGE, bar = base + BAR_LANDED + 8 * slot;
 #if PA_PAGED
     const int span_log2 = min(BN_LOG2, a.page_shift);   // keys contiguous in memory: a page, at most a tile
 #else
@@ -480,6 +515,48 @@ __device__ __forceinline__ void issue_tile(const pa::Args& a, const Cta& c, int 
 }
 #endif
 
+#if PA_V3_STEP_KEYS == 128
+// The issuer of 128-key steps on images (PA_V3_DQ, PA_V3_SHARE; kernels/v3_pairs.cuh has the
+// consumers' side). Pair p (tiles 2p, 2p+1): its K rows and scales into K slot p % K_PAIRS, its V
+// rows into V slot p % V_PAIRS, each slot's barrier armed with both tiles' bytes. K runs a pair
+// ahead of V (K of pair p, then V of pair p-1), so that waiting for a V slot, which the consumers
+// release only once a P.V is done, never holds up the K that the next S needs. A pair whose second
+// tile lies past the CTA's keys (an odd count) gets the first tile's image twice: finite values,
+// whose keys the consumers mask (S) and whose P is then 0. ``ready(t0, t1)`` returns once the
+// images of tiles t0 and t1 may be copied (V of a pair is copied after its K: no second call);
+// ``pace(n)`` is told that n tiles' copies have started.
+template <class Ready, class Pace>
+__device__ __forceinline__ void issue_pairs(const unsigned char* imgs, int n_tiles, u32 base, Ready ready, Pace pace) {
+    const int n_pairs = (n_tiles + 1) >> 1;
+    auto image = [&](int n) { return imgs + (u64)min(n, n_tiles - 1) * IMG_BYTES; };
+    for (int p = 0; p <= n_pairs; ++p) {
+        if (p < n_pairs) {
+            ready(min(2 * p, n_tiles - 1), min(2 * p + 1, n_tiles - 1));
+            const u32 ks = base + SM_K + (p % K_PAIRS) * K_SLOT, fk = base + BAR_FULL_K + 8 * (p % K_PAIRS);
+            if (p >= K_PAIRS) mbar_wait(base + BAR_EMPTY_K + 8 * (p % K_PAIRS), ((p / K_PAIRS) & 1) ^ 1);
+            mbar_arrive_expect_tx(fk, 2 * (NG * KV_BLOCK + 2 * BN * 4));
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const unsigned char* img = image(2 * p + h);
+#pragma unroll
+                for (int b = 0; b < NG; ++b)
+                    bulk_g2s(ks + b * 2 * KV_BLOCK + h * KV_BLOCK, img + F16_K + b * KV_BLOCK, KV_BLOCK, fk);
+                bulk_g2s(ks + PAIR_SC + h * 2 * BN * 4, img + F16_KQ, 2 * BN * 4, fk);   // kq, vs (F16_VS = F16_KQ + BN*4)
+            }
+        }
+        if (p >= 1) {
+            const int q = p - 1;
+            const u32 vs = base + SM_V + (q % V_PAIRS) * V_SLOT, fv = base + BAR_FULL_V + 8 * (q % V_PAIRS);
+            if (q >= V_PAIRS) mbar_wait(base + BAR_EMPTY_V + 8 * (q % V_PAIRS), ((q / V_PAIRS) & 1) ^ 1);
+            mbar_arrive_expect_tx(fv, 2 * NG * KV_BLOCK);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) bulk_g2s(vs + h * NG * KV_BLOCK, image(2 * q + h) + F16_V, NG * KV_BLOCK, fv);
+        }
+        pace(2 * p + 2);
+    }
+}
+#endif
+
 #if PA_V3_DQ
 // The image producer: K/V come converted, as each tile's stage image (pa_v3_images, launched
 // before: a.k points at the images of [Hkv][ceil(nk / BN)] tiles). One thread waits for stage s
@@ -489,15 +566,19 @@ __device__ __forceinline__ void issue_tile(const pa::Args& a, const Cta& c, int 
 __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsigned char*, u32 base) {
     if (threadIdx.x != ISSUER) return;
     const int n_tiles = c.t_end - c.t_begin, tiles_all = (a.ctx + a.n_q + BN - 1) / BN;
-    const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
     const unsigned char* img = reinterpret_cast<const unsigned char*>(a.k) +
                                ((u64)c.hkv * tiles_all + c.t_begin) * IMG_BYTES;
+#if PA_V3_STEP_KEYS == 128
+    issue_pairs(img, n_tiles, base, [](int, int) {}, [](int) {});   // the images are all made
+#else
+    const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
     for (int n = 0; n < n_tiles; ++n) {
         const int s = n % F16_STAGES;
         if (n >= F16_STAGES) mbar_wait(bar_empty + 8 * s, ((n / F16_STAGES) & 1) ^ 1);   // tile n-4 released stage s
         mbar_arrive_expect_tx(bar_full + 8 * s, IMG_BYTES);
         bulk_g2s(base + SM_F16 + s * F16_STAGE, img + (u64)n * IMG_BYTES, IMG_BYTES, bar_full + 8 * s);
     }
+#endif
 }
 #elif PA_V3_SHARE
 // The sharing producer. The CTAs of one KV head and key segment (its row blocks, blockIdx.y: a
@@ -563,6 +644,19 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
     const u32 epoch = (u32)a.pair_heads;
     volatile int* const word = reinterpret_cast<volatile int*>(sm + SM_CLAIM);   // [0] the tile taken, [1] tiles brought in
     if (tid == ISSUER) {
+#if PA_V3_STEP_KEYS == 128
+        issue_pairs(imgs, n_tiles, base,
+                    [&](int t0, int t1) {
+                        while (ld_acquire_gpu(flags + t0) != epoch) {
+                        }
+                        while (ld_acquire_gpu(flags + t1) != epoch) {
+                        }
+                        fence_proxy_async_global();
+                    },
+                    [&](int brought) {   // the converters' pace: a shared atomic, read by one
+                        atomicExch(const_cast<int*>(word) + 1, brought);
+                    });
+#else
         const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
         for (int n = 0; n < n_tiles; ++n) {
             const int s = n % F16_STAGES;
@@ -574,6 +668,7 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
             bulk_g2s(base + SM_F16 + s * F16_STAGE, imgs + (u64)n * IMG_BYTES, IMG_BYTES, bar_full + 8 * s);
             atomicExch(const_cast<int*>(word) + 1, n + 1);   // the converters' pace: a shared atomic, read by one
         }
+#endif
         return;
     }
     if (tid >= 64) return;
@@ -602,7 +697,7 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
             fence_proxy_async();             // the slot's generic reads of the last tile, before the async proxy writes it
             issue_tile(a, c, t, base);       // (slot 0: t % I8_STAGES)
         }
-        mbar_wait(base + SM_BAR + 16 * F16_STAGES, k & 1);   // landed[0], this CTA's k-th conversion
+        mbar_wait(base + BAR_LANDED, k & 1);   // landed[0], this CTA's k-th conversion
         ++k;
         slot_image<64>(a, sm + SM_I8, c.t_begin + t, imgs + (u64)t * IMG_BYTES, tid);
         fence_proxy_async_global();
@@ -755,6 +850,81 @@ __device__ __forceinline__ void f16_tile_done(u32 bar_full, int n) {
     mbar_arrive(bar_full + 8 * (n % F16_STAGES));
 }
 
+#if PA_V3_STEP_KEYS == 128
+// At 128-key steps (kernels/v3_pairs.cuh) the same copies go into the pairs' rings: pair p's K rows
+// (tiles 2p and 2p+1 as rows r and 64 + r of one operand whose 64-dim blocks lie 2*KV_BLOCK apart)
+// into K slot p % K_PAIRS, its V rows into V slot p % V_PAIRS (tile h at h*NG*KV_BLOCK), K a pair
+// ahead of V, as the image issuer brings them. A thread's copies of a pair's K form one cp.async
+// group and those of its V another, committed K0, K1, V0, K2, V1, ...: at iteration p, once K of
+// pair p is committed, wait_group 1 leaves only that group in flight, so K of pair p-1 and V of
+// pair p-2 have landed; the thread fences them and arrives on their full barriers (128 arrivals),
+// then waits for V slot p-1 and copies V of pair p-1. No deadlock: iteration p waits for K slot p
+// (released by the consumers' softmax of pair p-3, whose step needs full_k of p-3: arrived at
+// iteration p-2) and V slot p-1 (P.V of pair p-3, in the step that needs full_k of p-2 and
+// full_v of p-3: arrived at iteration p-1). A pair whose second tile lies past the CTA's last gets
+// the keys after it (zero-filled past the cache): past kmax, masked in S, so their P is 0. Every K
+// slot's kq and vs, for both tiles, hold qk_scale_log2 and p_scale (1), stored once before any
+// arrival.
+__device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsigned char* sm, u32 base) {
+    const int tid = threadIdx.x, r0 = tid / F_CPR, ch = tid % F_CPR;
+    const int nk = a.ctx + a.n_q;
+    const int n_tiles = c.t_end - c.t_begin, n_pairs = (n_tiles + 1) >> 1;
+    const __half* kg = reinterpret_cast<const __half*>(a.k);   // the host passes fp16 K/V here
+    const __half* vg = reinterpret_cast<const __half*>(a.v);
+#pragma unroll
+    for (int i = 4 * tid; i < K_PAIRS * 4 * BN; i += 4 * 128) {   // slot i / 4BN, tile (i / 2BN) % 2: kq then vs
+        const float x = i % (2 * BN) < BN ? a.qk_scale_log2 : a.p_scale;
+        *reinterpret_cast<float4*>(sm + SM_K + (i / (4 * BN)) * K_SLOT + PAIR_SC + 4 * (i % (4 * BN))) = make_float4(x, x, x, x);
+    }
+#if PA_PAGED
+    const bool one_run = a.page_shift >= BN_LOG2;   // a tile's keys are contiguous in memory (in one page)
+#else
+    const bool one_run = true;
+#endif
+    // this thread's chunks of CTA tile t (key rows r0 + F_RSTEP*i) of g into the operand at dst
+    auto copy_tile = [&](const __half* g, int t, u32 dst) {
+        const int j0 = (c.t_begin + t) * BN;
+        if (one_run && j0 + BN <= nk) {
+            const u64 off = (u64)pa::kv_row(a, c.hkv, j0 + r0, pa::page_of(a, j0)) * D + 8u * ch;
+#pragma unroll
+            for (int i = 0; i < F_NR; ++i) cp_async_16(dst + F_RSTEP * 128 * i, g + off + F_RSTEP * D * i, 16u);
+        } else {
+#pragma unroll
+            for (int i = 0; i < F_NR; ++i) {
+                const int jr = j0 + F_RSTEP * i, j = jr + r0;
+                const u32 row = pa::kv_row(a, c.hkv, j, pa::page_of(a, jr));
+                cp_async_16(dst + F_RSTEP * 128 * i, g + (j < nk ? (u64)row * D + 8u * ch : 0ull), j < nk ? 16u : 0u);
+            }
+        }
+    };
+    auto landed = [&](u32 bar) {             // this thread's copies of a slot have landed
+        fence_proxy_async();
+        mbar_arrive(bar);
+    };
+    for (int p = 0; p <= n_pairs; ++p) {
+        if (p < n_pairs) {
+            const u32 ks = base + SM_K + (p % K_PAIRS) * K_SLOT;
+            if (p >= K_PAIRS) mbar_wait(base + BAR_EMPTY_K + 8 * (p % K_PAIRS), ((p / K_PAIRS) & 1) ^ 1);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) copy_tile(kg, 2 * p + h, ks + sw128(BN * h + r0, ch, 2 * KV_BLOCK));
+        }
+        cp_async_commit();                   // (empty past the last pair: the counts stay in step)
+        cp_async_wait<1>();
+        if (p >= 1) landed(base + BAR_FULL_K + 8 * ((p - 1) % K_PAIRS));
+        if (p >= 2) landed(base + BAR_FULL_V + 8 * ((p - 2) % V_PAIRS));
+        if (p >= 1) {
+            const int q = p - 1;
+            const u32 vs = base + SM_V + (q % V_PAIRS) * V_SLOT;
+            if (q >= V_PAIRS) mbar_wait(base + BAR_EMPTY_V + 8 * (q % V_PAIRS), ((q / V_PAIRS) & 1) ^ 1);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) copy_tile(vg, 2 * q + h, vs + h * NG * KV_BLOCK + sw128(r0, ch, KV_BLOCK));
+            cp_async_commit();
+        }
+    }
+    cp_async_wait<0>();
+    landed(base + BAR_FULL_V + 8 * ((n_pairs - 1) % V_PAIRS));
+}
+#else
 __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsigned char* sm, u32 base) {
     const int tid = threadIdx.x, r0 = tid / F_CPR, ch = tid % F_CPR;
     const int nk = a.ctx + a.n_q;
@@ -817,6 +987,7 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
     f16_tile_done(bar_full, n_tiles - 1);
 }
 #endif
+#endif
 
 // ---------------------------------------------------------------- the consumer warpgroups
 // S[64 x 64] = Q . K^T of one tile (raw integer-valued K, fp32): KSTEPS wgmma.m64n64k16, A = Q
@@ -863,15 +1034,18 @@ __device__ __forceinline__ void issue_pv(float (&o)[O_REGS], const u32 (&pf)[PV_
 // fp32 arithmetic uses the _rn intrinsics (no contraction).
 // Register fragments (PTX ISA, wgmma m64nNk16): warp w of a warpgroup holds rows 16w..16w+15;
 // element 4j+e of s (lane g = lane/4, t = lane%4): row g + 8*(e>>1), key j0 + 8j + 2t + (e&1).
-template <bool MASKED>
-__device__ __forceinline__ void softmax_tile(const unsigned char* f_ptr, int j0, const int (&lim)[2],
-                                             float (&s)[S_REGS], float (&m)[2], float (&l)[2], float (&alpha)[2]) {
+// A step of NJ n8 blocks: one tile (NJ = 8) or, at 128-key steps, two (16). `sc` points at the
+// scales of the step's first tile: per tile kq[BN] then vs[BN], the next tile's 2*BN floats on
+// (sc_index).
+__host__ __device__ constexpr int sc_index(int j) { return (j >> 3) * 2 * BN + (j & 7) * 8; }
+template <bool MASKED, int NJ = BN / 8>
+__device__ __forceinline__ void softmax_tile(const float* kq, int j0, const int (&lim)[2],
+                                             float (&s)[4 * NJ], float (&m)[2], float (&l)[2], float (&alpha)[2]) {
     const int t = threadIdx.x & 3;
-    const float* kq = reinterpret_cast<const float*>(f_ptr + F16_KQ);
     float mx[2] = {PA_NEG_INF, PA_NEG_INF};
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-        const float2 k2 = *reinterpret_cast<const float2*>(kq + 8 * j + 2 * t);
+    for (int j = 0; j < NJ; ++j) {
+        const float2 k2 = *reinterpret_cast<const float2*>(kq + sc_index(j) + 2 * t);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             float v = __fmul_rn(s[4 * j + e], (e & 1) ? k2.y : k2.x);
@@ -894,7 +1068,7 @@ __device__ __forceinline__ void softmax_tile(const unsigned char* f_ptr, int j0,
         l[rr] = __fmul_rn(l[rr], alpha[rr]);
     }
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j)
+    for (int j = 0; j < NJ; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             s[4 * j + e] = pa::exp2_ftz(__fsub_rn(s[4 * j + e], mref[e >> 1]));
@@ -909,25 +1083,40 @@ __device__ __forceinline__ void softmax_tile(const unsigned char* f_ptr, int j0,
 // The A fragment of k-step kk is {(g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)} of
 // columns 16kk.., so the S accumulators of n8 blocks 2kk and 2kk+1 become P's A fragment of k-step
 // kk in place (as in FlashAttention-2).
-__device__ __forceinline__ void scale_by_vs(const unsigned char* f_ptr, float (&s)[S_REGS]) {
+template <int NJ = BN / 8>
+__device__ __forceinline__ void scale_by_vs(const float* kq, float (&s)[4 * NJ]) {
     const int t = threadIdx.x & 3;
-    const float* vs = reinterpret_cast<const float*>(f_ptr + F16_VS);
+    const float* vs = kq + BN;               // (F16_VS = F16_KQ + BN*4)
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-        const float2 v2 = *reinterpret_cast<const float2*>(vs + 8 * j + 2 * t);
+    for (int j = 0; j < NJ; ++j) {
+        const float2 v2 = *reinterpret_cast<const float2*>(vs + sc_index(j) + 2 * t);
         s[4 * j] = __fmul_rn(s[4 * j], v2.x);
         s[4 * j + 1] = __fmul_rn(s[4 * j + 1], v2.y);
         s[4 * j + 2] = __fmul_rn(s[4 * j + 2], v2.x);
         s[4 * j + 3] = __fmul_rn(s[4 * j + 3], v2.y);
     }
 }
-__device__ __forceinline__ void p_fragments(const float (&s)[S_REGS], u32 (&pf)[PV_STEPS][4]) {
+// The same on a 64-key stage (its kq and vs at F16_KQ, F16_VS).
+template <bool MASKED>
+__device__ __forceinline__ void softmax_tile(const unsigned char* f_ptr, int j0, const int (&lim)[2],
+                                             float (&s)[S_REGS], float (&m)[2], float (&l)[2], float (&alpha)[2]) {
+    softmax_tile<MASKED>(reinterpret_cast<const float*>(f_ptr + F16_KQ), j0, lim, s, m, l, alpha);
+}
+__device__ __forceinline__ void scale_by_vs(const unsigned char* f_ptr, float (&s)[S_REGS]) {
+    scale_by_vs(reinterpret_cast<const float*>(f_ptr + F16_KQ), s);
+}
+template <int NJ = BN / 8>
+__device__ __forceinline__ void p_fragments(const float (&s)[4 * NJ], u32 (&pf)[NJ / 2][4]) {
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
+    for (int j = 0; j < NJ; ++j) {
         pf[j >> 1][2 * (j & 1) + 0] = pa::half2_as_u32(__floats2half2_rn(s[4 * j], s[4 * j + 1]));
         pf[j >> 1][2 * (j & 1) + 1] = pa::half2_as_u32(__floats2half2_rn(s[4 * j + 2], s[4 * j + 3]));
     }
 }
+
+#if PA_V3_STEP_KEYS == 128
+#include "v3_pairs.cuh"
+#endif
 
 // A consumer warpgroup runs steps n = 0 .. n_tiles (the loop below): step n issues S of tile n
 // and, behind it, O += P.V of tile n-1 (O first rescaled by tile n-1's alpha), waits for S only
@@ -943,7 +1132,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int rows_used = c.ppc * c.group;   // rows of the CTA that hold a query (at most M_CTA)
     const int r0 = 64 * wg;                  // this warpgroup's first row
-    const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
+    [[maybe_unused]] const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
 
     // ---- Q rows r0 .. r0+63 into shared memory (128B-swizzled, K-major) once, then (two consumer
     // warpgroups) into each thread's A fragments of all KSTEPS k-steps for the whole loop: S's
@@ -987,7 +1176,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     // Q's A fragments for all KSTEPS k-steps, from the swizzled rows just stored: lane (g, t) of warp
     // w holds rows 16w+g and 16w+g+8 of this warpgroup, dims 16kk+2t.., 16kk+2t+8.. (PTX ISA, wgmma
     // register fragment of A). 32 registers that stay for the whole loop.
-    u32 qf[KSTEPS][4];
+    [[maybe_unused]] u32 qf[KSTEPS][4];
     if constexpr (!Q_SS) {
 #pragma unroll
         for (int kk = 0; kk < KSTEPS; ++kk)
@@ -1000,6 +1189,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     // with Q_SS: the descriptor of this warpgroup's 64 rows of Q (K-major, as K's)
     const u64 dq = desc_sw128(base + SM_Q + r0 * 128, 16, 1024);
 
+#if PA_V3_STEP_KEYS == 64
     float o[O_REGS], s[S_REGS], m[2] = {PA_NEG_INF, PA_NEG_INF}, l[2] = {0.f, 0.f};
     float alpha[2] = {1.f, 1.f};             // the rescale of O that the pending P.V's tile asks for
     u32 pf[PV_STEPS][4];                     // the pending P.V's A fragments
@@ -1111,6 +1301,10 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
         turn_end(n);
         if (n >= 1) release(n);
     }
+#else
+    float o[O_REGS], m[2], l[2];
+    consume_pairs(c, sm, base, wg, dq, lim, wg_end, first_masked, o, m, l);
+#endif
     if (wg_end <= c.t_begin) return;         // no row of this warpgroup sees a key of this segment
 
     // ---- row sums across the 4 lanes of a row, normalise, store (or the segment's state)
@@ -1166,13 +1360,26 @@ extern "C" __global__ void __launch_bounds__(v3::THREADS, 1) pa_v3(PA_KERNEL_PAR
     const Cta c = cta_of(a);
     if (c.t_begin >= c.t_end) return;                        // no key of this segment for these rows
     if (threadIdx.x == 0) {
+#if PA_V3_STEP_KEYS == 128
+#pragma unroll
+        for (int s = 0; s < K_PAIRS; ++s) {
+            mbar_init(base + BAR_FULL_K + 8 * s, PA_KV_F16 ? 128 : 1);   // the issuer (and the bytes), or the control's copiers
+            mbar_init(base + BAR_EMPTY_K + 8 * s, 128 * NCWG);    // the consumers' threads
+        }
+#pragma unroll
+        for (int s = 0; s < V_PAIRS; ++s) {
+            mbar_init(base + BAR_FULL_V + 8 * s, PA_KV_F16 ? 128 : 1);
+            mbar_init(base + BAR_EMPTY_V + 8 * s, 128 * NCWG);
+        }
+#else
 #pragma unroll
         for (int s = 0; s < F16_STAGES; ++s) {
             mbar_init(base + SM_BAR + 8 * s, PA_V3_IMAGES ? 1 : 128);     // full: the producer's threads (the issuer's copy)
             mbar_init(base + SM_BAR + 8 * (F16_STAGES + s), 128 * NCWG);   // empty: the consumers' threads
         }
+#endif
 #pragma unroll
-        for (int s = 0; s < I8_STAGES; ++s) mbar_init(base + SM_BAR + 8 * (2 * F16_STAGES + s), 1);   // landed: the issuer + bytes
+        for (int s = 0; s < I8_STAGES; ++s) mbar_init(base + BAR_LANDED + 8 * s, 1);   // landed: the issuer + bytes
 #if PA_V3_SHARE
         reinterpret_cast<volatile int*>(sm + SM_CLAIM)[1] = 0;   // tiles brought in (the converters' pace)
 #endif

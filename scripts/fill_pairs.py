@@ -6,23 +6,26 @@ timed in turns: the measurements behind pa_bench.numerics.fill's constants.
 
 Each argument is a shape and the launches to compare, ``rows/segments`` (segments 1: none; the
 keys split into that many whole 64-key segments, as the fill rule splits them; ``rule``: the
-launch the rule takes), each optionally ``:own`` (every CTA converts its own tiles) or ``:share``
-(each tile converted once for all row blocks: fill.shares_tiles); without either, the rule's
-choice for that launch. PR defaults: 32/8 heads, D=128, paged 64, normal data. For each launch the
-script checks v3 against FP64 on a few sampled rows, then times the launches in turns
-(``--rounds`` rounds, pa-bench's timing), and prints each launch's median per round, its ratio to
-the first launch, and the ratio fill.estimate predicts. A quick A/B, not a committed run.
+launch the rule takes, its consumer step too), each optionally ``:own`` (every CTA converts its own tiles) or ``:share``
+(each tile converted once for all row blocks: fill.shares_tiles), without either the rule's
+choice for that launch; ``:s128``: 128-key consumer steps (two tiles, K and V staged apart; a
+shared-tile launch at 128 rows). PR defaults: 32/8 heads, D=128, paged 64, normal
+data. For each launch the script checks v3 against FP64 and against the numerics model of its
+tile size and segments on a few sampled rows, then times the launches in turns (``--rounds``
+rounds, pa-bench's timing), and prints each launch's median per round, its ratio to the first
+launch, and the ratio fill.estimate predicts. A quick A/B, not a committed run.
 """
 
 from __future__ import annotations
 
 import argparse
+from typing import NamedTuple
 
 import numpy as np
 
 from pa_bench.backends.cuda import CudaBackend
 from pa_bench.numerics import fill
-from pa_bench.numerics.model import SEGMENT_KEYS, cta_rows, segment_keys
+from pa_bench.numerics.model import SEGMENT_KEYS, cta_rows, model_attention, segment_keys, step_keys
 from pa_bench.numerics.reference import sample_rows
 from pa_bench.problem.config import TimingSettings
 from pa_bench.problem.inputs import make_inputs
@@ -30,26 +33,51 @@ from pa_bench.problem.plan import Problem
 from pa_bench.problem.shapes import parse_shape
 
 
-def launches(spec: str, pb) -> list[tuple[str, int, int, bool | None]]:
-    """(label, rows, keys per segment, shared tiles: None for the rule's) of each launch in
-    ``spec`` ("128/1,192/3", "rule", "rule:own", "192/3:share")."""
+class Launch(NamedTuple):
+    label: str
+    rows: int
+    seg: int                  # keys per segment (0: none)
+    share: bool | None        # shared tiles (None: the rule's)
+    step: int                 # keys a consumer step
+
+
+FLAGS = ("own", "share", "s128")
+
+
+def launches(spec: str, pb) -> list[Launch]:
+    """The launches in ``spec`` ("128/1,192/3", "rule", "rule:own", "192/3:share", "128/2:share:s128")."""
     keys = pb.context + pb.queries
     out = []
     for entry in spec.split(","):
-        item, _, how = entry.partition(":")
-        if how not in ("", "own", "share"):
-            raise SystemExit(f"{entry!r}: the suffix is :own or :share")
-        share = None if not how else how == "share"
+        item, *flags = entry.split(":")
+        if not set(flags) <= set(FLAGS) or {"own", "share"} <= set(flags):
+            raise SystemExit(f"{entry!r}: the suffixes are :own or :share, and :s128")
+        how = ":".join(flags)
+        share = True if "share" in flags else False if "own" in flags else None
+        step = 128 if "s128" in flags else 64
         if item == "rule":
             r = cta_rows("v3", pb.context, pb.queries, pb.heads_q, pb.heads_kv)
             s = segment_keys(pb.context, "v3", pb.queries, pb.heads_q, pb.heads_kv)
+            if share is None and "s128" not in flags:   # the rule's own launch: its step too
+                step = step_keys("v3", pb.context, pb.queries, pb.heads_q, pb.heads_kv)
+                how = "s128" if step == 128 else how
         else:
             r_text, n_text = item.split("/")
             r, n = int(r_text), int(n_text)
             s = SEGMENT_KEYS if pb.context > SEGMENT_KEYS else fill.segment_size(keys, n)
         n = -(-keys // s) if s else 1
-        out.append((("rule:" if item == "rule" else "") + f"{r}/{n}" + (f":{how}" if how else ""), r, s, share))
+        out.append(Launch(("rule:" if item == "rule" else "") + f"{r}/{n}" + (f":{how}" if how else ""), r, s, share,
+                          step))
     return out
+
+
+def _set(backend, launch: Launch | None) -> None:
+    """Point the backend's launch overrides at ``launch`` (None: back to the rules)."""
+    if launch is None:
+        backend.rows = backend.segments = backend.share = backend.step = None
+        return
+    backend.rows, backend.segments, backend.share = launch.rows, (launch.seg or False), launch.share
+    backend.step = launch.step
 
 
 def main() -> None:
@@ -69,34 +97,39 @@ def main() -> None:
         rows = sample_rows(pb.queries, args.check_rows, 1)
         ref = np.asarray(backend.reference(inputs, rows))
         todo = launches(spec, pb)
-        times: dict[str, list[float]] = {label: [] for label, *_ in todo}
+        times: dict[str, list[float]] = {lc.label: [] for lc in todo}
         bits = {}
-        for label, r, s, share in todo:
-            backend.rows, backend.segments, backend.share = r, (s or False), share
+        for lc in todo:
+            _set(backend, lc)
             out = backend.compute(prep, "v3", rows)
             err = float(np.abs(out.out - ref).max())
-            bits[label] = out.out.tobytes()
-            print(f"{shape} v3 {label}: err vs FP64 {err:.3e}, deterministic {out.deterministic}, "
-                  f"grid {backend.geometry('v3', pb).grid}, shared tiles {backend.shares_tiles('v3', pb)}", flush=True)
-        for label, r, s, share in todo:   # shared tiles change no bit (segments do)
-            twin = next(lb for lb, r2, s2, _ in todo if (r2, s2) == (r, s))
-            if bits[label] != bits[twin]:
-                print(f"{shape} v3 {label}: its output differs from {twin}'s", flush=True)
+            tile = backend.tile_keys("v3", pb)
+            model = model_attention(inputs, tile, rows, segment_keys=backend.segment_keys("v3", pb))
+            model_err = float(np.abs(model - ref).max())
+            bits[lc.label] = out.out.tobytes()
+            print(f"{shape} v3 {lc.label}: err vs FP64 {err:.3e}, model ({tile}-key tiles) {model_err:.3e} "
+                  f"(x{err / model_err:.2f}), deterministic {out.deterministic}, canaries {out.canary_ok}, "
+                  f"grid {backend.geometry('v3', pb).grid}, shared tiles {backend.shares_tiles('v3', pb)}, "
+                  f"step {backend.step_keys('v3', pb)} keys", flush=True)
+        for lc in todo:   # shared tiles change no bit (segments and steps do)
+            twin = next(o.label for o in todo if (o.rows, o.seg, o.step) == (lc.rows, lc.seg, lc.step))
+            if bits[lc.label] != bits[twin]:
+                print(f"{shape} v3 {lc.label}: its output differs from {twin}'s", flush=True)
         for _ in range(args.rounds):
-            for label, r, s, share in todo:
-                backend.rows, backend.segments, backend.share = r, (s or False), share
+            for lc in todo:
+                _set(backend, lc)
                 res = backend.time(prep, ["v3"], settings)["v3"]
-                times[label].append(float(np.median(res.samples_ms)) if not isinstance(res, str) else float("nan"))
+                times[lc.label].append(float(np.median(res.samples_ms)) if not isinstance(res, str) else float("nan"))
         first = todo[0]
-        est0 = fill.estimate(first[1], first[2], pb.context, pb.queries, pb.heads_q, pb.heads_kv)
-        base = float(np.median(times[first[0]]))
-        for label, r, s, _ in todo:
-            ms = float(np.median(times[label]))
-            est = fill.estimate(r, s, pb.context, pb.queries, pb.heads_q, pb.heads_kv)
-            rounds = " ".join(f"{t:.4f}" for t in times[label])
-            print(f"{shape} v3 {label}: {ms:.4f} ms (rounds {rounds}); x{ms / base:.3f} of {first[0]}, "
+        est0 = fill.estimate(first.rows, first.seg, pb.context, pb.queries, pb.heads_q, pb.heads_kv)
+        base = float(np.median(times[first.label]))
+        for lc in todo:
+            ms = float(np.median(times[lc.label]))
+            est = fill.estimate(lc.rows, lc.seg, pb.context, pb.queries, pb.heads_q, pb.heads_kv)
+            rounds = " ".join(f"{t:.4f}" for t in times[lc.label])
+            print(f"{shape} v3 {lc.label}: {ms:.4f} ms (rounds {rounds}); x{ms / base:.3f} of {first.label}, "
                   f"estimate x{est / est0:.3f}", flush=True)
-        backend.rows, backend.segments, backend.share = None, None, None
+        _set(backend, None)
         backend.release(prep)
 
 

@@ -28,6 +28,11 @@ def main() -> None:
     ap.add_argument("--launches", type=int, default=3)
     ap.add_argument("--tiles", type=int, default=None, help="v2/v2t: m16 query tiles per warp (1 or 2; default: per shape)")
     ap.add_argument("--rows", type=int, default=None, help="v3: rows of a CTA (128 or 192; default: the launch's choice, model.cta_rows)")
+    ap.add_argument("--share", choices=("rule", "on", "off"), default="rule", help="v3: shared tiles (default: the rule's)")
+    ap.add_argument("--step", type=int, choices=(64, 128), default=None,
+                    help="v3: keys a consumer step (128: with shared tiles at 128 rows)")
+    ap.add_argument("--segment-keys", type=int, default=None,
+                    help="keys a key segment (0: none; default: the launch's, model.segment_keys)")
     ap.add_argument("--plugin", action="append", default=[], help="a plug-in module or .py file to load first")
     args = ap.parse_args()
     for name in args.plugin:
@@ -35,6 +40,10 @@ def main() -> None:
     backend = CudaBackend()
     backend.tiles = args.tiles
     backend.rows = args.rows
+    backend.share = None if args.share == "rule" else args.share == "on"
+    backend.step = args.step
+    if args.segment_keys is not None:
+        backend.segments = args.segment_keys or False
     pb = Problem(parse_shape(args.shape))
     prep = backend.prepare(make_inputs(pb))
     # what a run times: a kernel's launcher, or a peer's prepared call (v3-f16, torch's)

@@ -195,7 +195,7 @@ def test_v3_fills_a_small_grid_with_key_segments():
     """2.1Kx256 with 32/8 heads: 192-row CTAs would be 8 x 6 = 48 (96 in two segments, a wave
     of slower CTAs short of the H200's 132 SMs), so v3 takes 128-row CTAs, 8 x 8 = 64, and runs
     the 2,406 keys in two segments of 1,216 (pa_combine merges them), 128 CTAs of 384 threads in
-    all. 32Kx1024 takes 192-row CTAs, 176, in three segments: 528 CTAs, four full waves."""
+    all. 32Kx1024, whose CTAs are long enough for 128-key steps, takes those at 128 rows."""
     from pa_bench.numerics.model import cta_rows, segment_keys
 
     assert cta_rows("v3", 2150, 256, 32, 8) == 128
@@ -203,11 +203,10 @@ def test_v3_fills_a_small_grid_with_key_segments():
     assert seg == 1216
     geo = K.launch_geometry("v3", 256, 32, 8, context=2150, segment_keys=seg, cta_rows=128)
     assert geo.grid == (8, 8, 2) and geo.segments == 2 and geo.block == 384
-    assert cta_rows("v3", 32768, 1024, 32, 8) == 192
-    seg = segment_keys(32768, "v3", 1024, 32, 8)
-    assert seg == 11264
-    geo = K.launch_geometry("v3", 1024, 32, 8, context=32768, segment_keys=seg, cta_rows=192)
-    assert geo.grid == (8, 22, 3) and geo.block == 512
+    # 32Kx1024: 128-row CTAs on shared tiles with 128-key steps, 8 x 32 = 256, no segments
+    assert cta_rows("v3", 32768, 1024, 32, 8) == 128 and segment_keys(32768, "v3", 1024, 32, 8) == 0
+    geo = K.launch_geometry("v3", 1024, 32, 8, context=32768, segment_keys=11264, cta_rows=192)
+    assert geo.grid == (8, 22, 3) and geo.block == 512   # 192 rows in three segments: four full waves
     assert segment_keys(0, "v3", 1536, 32, 8) == 0 and cta_rows("v3", 0, 1536, 32, 8) == 192   # 256 CTAs
     assert segment_keys(2150, "v1", 256, 32, 8) == segment_keys(2150, "v2", 256, 32, 8) == 0   # v3 only
     assert cta_rows("v1", 2150, 256, 32, 8) == cta_rows("v2", 2150, 256, 32, 8) == 0
@@ -218,8 +217,9 @@ def test_v3_builds_carry_their_rows_and_the_others_do_not():
     from types import SimpleNamespace
 
     small = SimpleNamespace(context=2150, queries=256, heads_q=32, heads_kv=8)
+    first = SimpleNamespace(context=0, queries=1536, heads_q=32, heads_kv=8)
     long = SimpleNamespace(context=32768, queries=1024, heads_q=32, heads_kv=8)
-    assert K.launch_rows("v3", small) == 128 and K.launch_rows("v3", long) == 192
+    assert K.launch_rows("v3", small) == 128 and K.launch_rows("v3", first) == 192
     assert K.launch_rows("v2", long) == 0
     assert "-DPA_CTA_ROWS=128" in K.KernelBuild("v3", cta_rows=128).defines()
     assert not any("PA_CTA_ROWS" in d for d in K.KernelBuild("v3").defines())
@@ -285,7 +285,8 @@ MEASURED_PAIRS = [
 @pytest.mark.parametrize("ctx, queries, a, b, measured", MEASURED_PAIRS)
 def test_the_fill_estimate_orders_the_measured_launches_as_the_h200_did(ctx, queries, a, b, measured):
     """The estimate's constants were fitted to such pairs: it must rank each pair as measured and
-    come within 10 % of the measured ratio (32/8 heads, D 128)."""
+    come within 10 % of the measured ratio (32/8 heads, D 128). The pairs were timed with 64-key
+    consumer steps at both CTA sizes (pairs=False)."""
     from pa_bench.numerics import fill
     from pa_bench.numerics.model import SEGMENT_KEYS
 
@@ -293,8 +294,8 @@ def test_the_fill_estimate_orders_the_measured_launches_as_the_h200_did(ctx, que
 
     def seg(n):
         return SEGMENT_KEYS if ctx > SEGMENT_KEYS else fill.segment_size(keys, n)
-    ratio = (fill.estimate(b[0], seg(b[1]), ctx, queries, 32, 8)
-             / fill.estimate(a[0], seg(a[1]), ctx, queries, 32, 8))
+    ratio = (fill.estimate(b[0], seg(b[1]), ctx, queries, 32, 8, pairs=False)
+             / fill.estimate(a[0], seg(a[1]), ctx, queries, 32, 8, pairs=False))
     assert (ratio < 1) == (measured < 1)
     assert abs(ratio / measured - 1) < 0.10
 
@@ -358,3 +359,19 @@ def test_v3_builds_carry_tile_sharing_and_share_workspace_bytes_grow_with_it():
     small = K.share_workspace_bytes(0, 8, 10, 33280, 1)
     assert K.share_workspace_bytes(0, 8, 11, 33280, 1) - small == 8 * (33280 + 4)
     assert K.share_workspace_bytes(0, 8, 10, 33280, 3) - small == 8 * 8 * 2
+
+
+def test_v3_takes_128_key_steps_where_its_shared_tile_ctas_are_long():
+    """fill.pair_steps: shared tiles at 128 rows and 256 tiles or more in a segment's longest row
+    block. The model's tile and the CUDA build follow (model.step_keys, KernelBuild.step_keys)."""
+    from pa_bench.numerics import fill
+    from pa_bench.numerics.model import step_keys
+
+    assert step_keys("v3", 32768, 1024, 32, 8) == step_keys("v3", 65536, 512, 32, 8) == 128
+    assert step_keys("v3", 0, 1536, 32, 8) == step_keys("v3", 2150, 256, 32, 8) == 64   # short CTAs
+    assert step_keys("v3", 12288, 1024, 32, 8) == 64                                     # 208 tiles a block
+    assert step_keys("v2", 32768, 1024, 32, 8) == 16 and step_keys("v1", 32768, 1024, 32, 8) == 64
+    assert fill.pair_steps(128, 0, 32768, 1024, 32, 8) and not fill.pair_steps(192, 0, 32768, 1024, 32, 8)
+    # the estimate gives a pair launch PAIR_COST of the tile time it gives a 64-key launch
+    one = fill.estimate(128, 0, 32768, 1024, 32, 8, pairs=False)
+    assert fill.estimate(128, 0, 32768, 1024, 32, 8) < one

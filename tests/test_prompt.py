@@ -91,10 +91,9 @@ def test_segments_of_the_98k_prompt_give_a_break_at_64k():
     backend = NumpyBackend()
     problems = [problem_for(pc.config, c.shape()) for c in pc.chunks]
     regimes = [P.regime_of(backend, pc.config.variants, p) for p in problems]
-    # v3's launch changes from chunk 30 on (context 30K: 176 CTAs of 192 rows in three segments,
-    # four full waves, estimated 3.2 % faster than 256 CTAs of 128 rows in one; at 29K the margin
-    # is under FILL_PREFER), and the long-context segments start past context 65536 | 66560
-    assert P.regime_breaks(pc.chunks, regimes) == [29, 30, 64, 65]
+    # v3 runs one key segment up to context 64K (from 15K on with 128-key steps, 256 CTAs of 128
+    # rows: fill.pair_steps), and the long-context segments start past context 65536 | 66560
+    assert P.regime_breaks(pc.chunks, regimes) == [64, 65]
 
 
 def test_a_regime_is_per_variant_and_sees_v3s_fill_segments():

@@ -95,6 +95,7 @@ class CudaBackend:
         self.segments: bool | int | None = None  # key segments (None: the model's rule; see segment_keys)
         self.rows: int | None = None  # v3: rows of a CTA, 128 or 192 (None: the model's cta_rows)
         self.share: bool | None = None  # v3: each tile converted once for all row blocks (None: fill.shares_tiles)
+        self.step: int | None = None  # v3: keys of a consumer step, 64 or 128 (None: fill.pair_steps; see step_keys)
         self._image_bytes: dict[K.KernelBuild, int] = {}   # a shared-tile build's bytes per tile image
         self._timer = None
 
@@ -244,7 +245,25 @@ class CudaBackend:
             tiles=self._tiles(variant, self.tiles_for(problem)),
             cta_rows=self.cta_rows(variant, problem),
             kv_shared=self.shares_tiles(variant, problem),
+            step_keys=self.step_keys(variant, problem),
         )
+
+    def step_keys(self, variant: str, problem) -> int:
+        """Keys of one consumer step of ``variant``'s launch on ``problem``: 128 (two tiles, K and V
+        staged apart: kernels/v3_pairs.cuh) where the launch shares its tiles at 128 rows and
+        ``self.step`` asks for it, or, with ``self.step`` None, where pa_bench.numerics.fill.pair_steps
+        takes it (long CTAs); else 64. The numerics model follows (tile_keys)."""
+        from pa_bench.numerics.fill import pair_steps
+
+        if not registry.get(variant).tile_sharing:
+            return 64
+        rows = self.cta_rows(variant, problem)
+        if rows != 128 or not self.shares_tiles(variant, problem) or self.step == 64:
+            return 64
+        if self.step == 128:
+            return 128
+        seg = self.segment_keys(variant, problem)
+        return 128 if pair_steps(rows, seg, problem.context, problem.queries, problem.heads_q, problem.heads_kv) else 64
 
     def shares_tiles(self, variant: str, problem) -> bool:
         """Whether ``variant``'s launch on ``problem`` converts each K/V tile once for all the row
@@ -354,6 +373,8 @@ class CudaBackend:
                 name = self.props.get("name", "")
                 gpu = name.decode(errors="replace").rstrip("\x00") if isinstance(name, bytes) else str(name)
                 return int(planned(problem, gpu, int(self.props["multiProcessorCount"])))
+        if entry.tile_sharing:
+            return self.step_keys(variant, problem)
         return tile_keys(variant)
 
     def split_keys(self, variant: str, problem) -> int:
@@ -431,7 +452,8 @@ class CudaBackend:
             "tiles": self._tiles(variant, self.tiles_for(pb)), "pair_heads": geo.pair_heads,
             "split_keys": geo.split_keys, "segment_keys": geo.segment_keys, "segments": geo.segments,
             "combine_grid": list(cgrid) if geo.segment_keys else None,
-            **({"shares_tiles": True, "workspace_bytes": int(part.nbytes)} if build.kv_shared else {})}
+            **({"shares_tiles": True, "workspace_bytes": int(part.nbytes)} if build.kv_shared else {}),
+            **({"step_keys": build.step_keys} if build.step_keys != 64 else {})}
         args = (
             prep.q, prep.k, prep.v, prep.ks, prep.vs, prep.table, body,
             np.int32(pb.queries), np.int32(pb.context), np.int32(pb.heads_q), np.int32(pb.heads_kv),

@@ -75,10 +75,11 @@ def _parse_ptx(ptx: str) -> dict:
 @functools.lru_cache(maxsize=None)
 def compile_one(variant: str, arch: str, head_dim: int = 128, force_turing: bool = False,
                 paged: bool = True, out_f16: bool = False, kv_f16: bool = False, cta_rows: int = 0,
-                kv_images: bool = False, kv_shared: bool = False) -> dict:
+                kv_images: bool = False, kv_shared: bool = False, step_keys: int = 64) -> dict:
     """Compile one build with nvcc and describe it (cached per process); ``kv_f16``: v3's fp16-K/V
     control (KernelBuild.kv_f16); ``kv_images``, ``kv_shared``: v3 on fp16 stage images
-    (KernelBuild.kv_images, the peer v3-dq; KernelBuild.kv_shared, v3's shared tiles); ``cta_rows``: the
+    (KernelBuild.kv_images, the peer v3-dq; KernelBuild.kv_shared, v3's shared tiles); ``step_keys``:
+    v3's keys a consumer step (KernelBuild.step_keys); ``cta_rows``: the
     rows of a CTA where the variant offers several (KernelBuild.cta_rows; 0: the kernel's default)."""
     cc = int(arch.removeprefix("sm_").rstrip("a"))  # sm_90a: the variant adds its suffix itself
     row = {"variant": variant, "arch": arch, "head_dim": head_dim, "force_turing": force_turing,
@@ -93,7 +94,8 @@ def compile_one(variant: str, arch: str, head_dim: int = 128, force_turing: bool
     if nvcc is None:
         raise PaBenchError("nvcc (the CUDA compiler) is not on PATH; `pa-bench kernels` needs it")
     build = K.KernelBuild(variant, head_dim=head_dim, paged=paged, out_f16=out_f16, force_turing=force_turing,
-                          kv_f16=kv_f16, cta_rows=cta_rows, kv_images=kv_images, kv_shared=kv_shared)
+                          kv_f16=kv_f16, cta_rows=cta_rows, kv_images=kv_images, kv_shared=kv_shared,
+                          step_keys=step_keys)
     with tempfile.TemporaryDirectory(prefix="pa-bench-nvcc-") as tmp:
         cmd = [nvcc, "-cubin", f"-arch={registry.get(variant).nvcc_arch(cc)}", "-O3", "-Xptxas", "-v", "--keep", f"--keep-dir={tmp}",
                *build.options(), "-o", os.path.join(tmp, "k.cubin"), str(K.kernel_path(variant))]

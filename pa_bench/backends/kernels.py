@@ -42,11 +42,17 @@ class KernelBuild:
                                     # where pa_bench.numerics.fill.shares_tiles says)
     cta_rows: int = 0               # a variant with fill_rows options: the launch's (-DPA_CTA_ROWS,
                                     # model.cta_rows); 0: the kernel's default
+    step_keys: int = 64             # v3 only: keys of a consumer step, 64 (one tile) or 128 (two, at 128
+                                    # rows, with kv_shared, kv_images or kv_f16: -DPA_V3_STEP_KEYS=128)
 
     def __post_init__(self):
         producers = [f for f in ("kv_f16", "kv_images", "kv_shared") if getattr(self, f)]
         if len(producers) > 1:   # kernels/v3.cu builds one producer (#error otherwise)
             raise ValueError(f"KernelBuild: {' and '.join(producers)} are two producers of v3; set one")
+        pairs_producer = self.kv_shared or self.kv_images or self.kv_f16
+        if self.step_keys not in (64, 128) or (self.step_keys == 128 and not (pairs_producer and self.cta_rows == 128)):
+            raise ValueError(f"KernelBuild: step_keys {self.step_keys}: 64, or 128 at 128 rows on images (kv_shared "
+                             "or kv_images) or in the fp16 control (kv_f16)")
 
     @property
     def function(self) -> str:
@@ -61,7 +67,8 @@ class KernelBuild:
             f"-DPA_FORCE_TURING={int(self.force_turing)}",
         ) + tiles + (("-DPA_KV_F16=1",) if self.kv_f16 else ()) + (("-DPA_V3_DQ=1",) if self.kv_images else ()) + \
             (("-DPA_V3_SHARE=1",) if self.kv_shared else ()) + \
-            ((f"-DPA_CTA_ROWS={self.cta_rows}",) if self.cta_rows else ())
+            ((f"-DPA_CTA_ROWS={self.cta_rows}",) if self.cta_rows else ()) + \
+            ((f"-DPA_V3_STEP_KEYS={self.step_keys}",) if self.step_keys != 64 else ())
 
     def options(self) -> tuple[str, ...]:
         own = kernel_path(self.variant).parent          # a plug-in kernel's own folder first
@@ -164,8 +171,9 @@ def cache_outcome(cache_dir: Path | None, before: set[str]) -> str:
 
 
 def source_hashes() -> dict[str, str]:
-    """sha256 (first 16 hex digits) of each kernel file and the shared header."""
-    out = {HEADER: hashlib.sha256((KERNEL_DIR / HEADER).read_bytes()).hexdigest()[:16]}
+    """sha256 (first 16 hex digits) of each kernel file and each header under kernels/ (the shared
+    one and a variant's own, e.g. v3_pairs.cuh)."""
+    out = {h.name: hashlib.sha256(h.read_bytes()).hexdigest()[:16] for h in sorted(KERNEL_DIR.glob("*.cuh"))}
     for v in registry.cuda_kernels():
         out[v.source] = hashlib.sha256(kernel_path(v.name).read_bytes()).hexdigest()[:16]
     return out

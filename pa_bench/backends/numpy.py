@@ -15,7 +15,7 @@ import numpy as np
 
 from pa_bench import variants as registry
 from pa_bench.backends.base import KernelOutput
-from pa_bench.numerics.model import pv_chain_keys, tile_keys
+from pa_bench.numerics.model import pv_chain_keys, step_keys, tile_keys
 
 # The determinism check runs the model a second time; do it only while that is cheap:
 # at most this many (query head x row x visible key) score elements (about a second).
@@ -185,7 +185,10 @@ class NumpyBackend:
 
     def tile_keys(self, variant: str, problem) -> int:
         """Keys per tile of ``variant``'s arithmetic: the registry's (pa_bench.numerics.model.tile_keys;
-        this backend runs no configuration of a kernel)."""
+        this backend runs no configuration of a kernel), or v3's launch's consumer step where it
+        takes 128-key steps (pa_bench.numerics.model.step_keys)."""
+        if registry.get(variant).tile_sharing:
+            return step_keys(variant, problem.context, problem.queries, problem.heads_q, problem.heads_kv)
         return tile_keys(variant)
 
     def split_keys(self, variant: str, problem) -> int:

@@ -19,7 +19,9 @@ FILL_SMS SMs, each to the SM that frees first, and adds the merge's memory traff
 Whether v3's CTAs share their converted tiles (shares_tiles) is decided here too, after the
 launch: where a KV head and segment has SHARE_MIN_BLOCKS row blocks or more and its longest block
 SHARE_MIN_TILES tiles or more, each tile is converted once for all of them (kernels/v3.cu,
-PA_V3_SHARE); the bits are the same either way.
+PA_V3_SHARE); the bits are the same either way. Where those launches are at 128 rows and their
+CTAs long (pair_steps), v3's consumers take 128-key steps (kernels/v3_pairs.cuh), which changes
+the bits: the numerics model follows at 128-key tiles (model.step_keys).
 
 The constants are H200 measurements (results/reference/h200/20261203-v3-fill-rule/EVIDENCE.md):
 a 192-row tile takes 1.40 the 128-row one's time (1.5 the rows, a little more efficient); a
@@ -51,6 +53,16 @@ TILE = 64
 # another CTA's conversion and its publication).
 SHARE_MIN_BLOCKS = 8
 SHARE_MIN_TILES = 48
+# v3's 128-key consumer steps (kernels/v3_pairs.cuh): on shared tiles at 128 rows a 64-key tile
+# took 0.93 of the 64-key step's time at 32Kx1024 (128 rows, one segment, 528 tiles a row block;
+# results/reference/h200/20261205-v3-pairs/EVIDENCE.md; on an H100 the launch this takes at
+# 32Kx1024 ran in 0.955 of the previous one's time, estimated 0.961:
+# results/reference/h100/20261205-v3-128-key-steps). Taken where a KV head and segment's longest
+# row block has PAIR_MIN_TILES tiles or more: long CTAs, where each pair's fixed cost and the start
+# of the K and V rings are spread over many steps.
+PAIR_ROWS = 128
+PAIR_COST = 0.93
+PAIR_MIN_TILES = 256
 
 
 def row_cost(rows: int) -> float:
@@ -63,15 +75,17 @@ def segment_size(keys: int, n: int) -> int:
     return -(-keys // (TILE * n)) * TILE if n >= 2 else 0
 
 
-def cta_costs(rows: int, seg_keys: int, context: int, queries: int, group: int, heads_kv: int) -> list[float]:
+def cta_costs(rows: int, seg_keys: int, context: int, queries: int, group: int, heads_kv: int,
+              tile_cost: float | None = None) -> list[float]:
     """Each CTA's estimated time (128-row tile times), in launch order: grid (heads_kv, row
-    blocks longest first, segments), x fastest. ``seg_keys`` 0: one segment."""
+    blocks longest first, segments), x fastest. ``seg_keys`` 0: one segment. ``tile_cost``: a
+    64-key tile's time (None: row_cost(rows))."""
     ppc = max(1, rows // max(1, group))
     blocks = -(-queries // ppc)
     keys = context + queries
     size = seg_keys or keys
     n = -(-keys // size)
-    cost = row_cost(rows)
+    cost = row_cost(rows) if tile_cost is None else tile_cost
     out: list[float] = []
     for z in range(n):
         lo = z * size
@@ -92,13 +106,18 @@ def makespan(costs: list[float], sms: int = FILL_SMS) -> float:
     return max(free)
 
 
-def estimate(rows: int, seg_keys: int, context: int, queries: int, heads_q: int, heads_kv: int) -> float:
-    """A launch's estimated time in 128-row tile times: the CTAs' schedule plus the merge."""
+def estimate(rows: int, seg_keys: int, context: int, queries: int, heads_q: int, heads_kv: int,
+             pairs: bool | None = None) -> float:
+    """A launch's estimated time in 128-row tile times: the CTAs' schedule plus the merge. ``pairs``:
+    whether its consumers take 128-key steps (None: where pair_steps takes them)."""
     group = max(1, heads_q // max(1, heads_kv))
     keys = context + queries
     n = -(-keys // seg_keys) if seg_keys else 1
     merge = FILL_MERGE_TILES * heads_q * queries * n if n >= 2 else 0.0
-    return makespan(cta_costs(rows, seg_keys, context, queries, group, heads_kv)) + merge
+    if pairs is None:
+        pairs = pair_steps(rows, seg_keys, context, queries, heads_q, heads_kv)
+    cost = row_cost(rows) * (PAIR_COST if pairs else 1.0)
+    return makespan(cta_costs(rows, seg_keys, context, queries, group, heads_kv, cost)) + merge
 
 
 @lru_cache(maxsize=4096)
@@ -135,3 +154,12 @@ def shares_tiles(rows: int, seg_keys: int, context: int, queries: int, heads_q: 
     keys = context + queries
     tiles = -(-min(seg_keys or keys, keys) // TILE)
     return blocks >= SHARE_MIN_BLOCKS and tiles >= SHARE_MIN_TILES
+
+
+def pair_steps(rows: int, seg_keys: int, context: int, queries: int, heads_q: int, heads_kv: int) -> bool:
+    """Whether a launch of ``rows``-row CTAs runs v3's 128-key consumer steps: shared tiles
+    (shares_tiles) at PAIR_ROWS rows, PAIR_MIN_TILES tiles or more in a segment's longest row block."""
+    if rows != PAIR_ROWS or not shares_tiles(rows, seg_keys, context, queries, heads_q, heads_kv):
+        return False
+    keys = context + queries
+    return -(-min(seg_keys or keys, keys) // TILE) >= PAIR_MIN_TILES

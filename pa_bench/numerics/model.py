@@ -120,6 +120,18 @@ def shares_tiles(variant: str | None, context: int, queries: int, heads_q: int =
     return fill.shares_tiles(rows, seg, int(context), int(queries), max(1, int(heads_q)), max(1, int(heads_kv)))
 
 
+def step_keys(variant: str | None, context: int, queries: int, heads_q: int = 1, heads_kv: int = 1) -> int:
+    """Keys of one consumer step of ``variant``'s launch on a chunk, which its online softmax
+    tiles follow: 128 where a v3 launch (a Variant with ``tile_sharing``) shares its tiles at 128
+    rows over long CTAs (pa_bench.numerics.fill.pair_steps), else the registry's tile_keys."""
+    entry = registry.find(variant) if variant else None
+    if entry is None or not entry.tile_sharing or queries <= 0:
+        return tile_keys(variant) if entry is not None and entry.is_kernel else 0
+    rows, seg = _fill(variant, context, queries, heads_q, heads_kv)
+    return 128 if fill.pair_steps(rows, seg, int(context), int(queries), max(1, int(heads_q)), max(1, int(heads_kv))) \
+        else tile_keys(variant)
+
+
 def segment_keys(context: int, variant: str | None = None, queries: int = 0, heads_q: int = 1,
                  heads_kv: int = 1) -> int:
     """The keys per segment for a chunk of ``queries`` rows after ``context`` keys (0: one
@@ -487,6 +499,6 @@ def _online_softmax(a: ModelArrays, qf, limit, tile: int, k0: int, k1: int, mma:
     return m, l, acc
 
 
-__all__ = ["model_attention", "model_arrays", "ModelArrays", "key_parts", "tile_keys", "pv_chain_keys", "split_keys",
+__all__ = ["model_attention", "model_arrays", "ModelArrays", "key_parts", "tile_keys", "step_keys", "pv_chain_keys", "split_keys",
            "split_point", "SEGMENT_KEYS", "segment_keys", "cta_rows", "FILL_SMS", "FILL_MAX_SEGMENTS", "FILL_MIN_KEYS", "MMA_MODES", "DEFAULT_MMA", "round_fp16",
            "exp2_ftz", "ENGINES"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pa_bench.numerics.metrics import evaluate_parity
-from pa_bench.numerics.model import model_arrays, model_attention, pv_chain_keys, tile_keys
+from pa_bench.numerics.model import model_arrays, model_attention, pv_chain_keys
 from pa_bench.numerics.reference import sample_rows
 from pa_bench.problem.inputs import make_inputs
 from pa_bench.problem.plan import Problem
@@ -47,19 +47,28 @@ def backend():
     return be
 
 
-def _check(backend, case: str, segments=None, sample=None, rows_per_cta=None):
+def _check(backend, case: str, segments=None, sample=None, rows_per_cta=None, step=None, launches=2):
+    """Parity against FP64 and the numerics model of the launch's tile (64 keys, or 128 for
+    128-key steps: ``step``, which takes shared tiles at 128 rows), canaries, and ``launches``
+    launches with the same bits."""
     shape, d, hq, hkv, layout, page, data, out = CASES[case]
     pb = Problem(parse_shape(shape), heads_q=hq, heads_kv=hkv, head_dim=d, layout=layout, page=page,
                  data=data, seed=1, out_dtype=out)
     inp = make_inputs(pb)
     rows = None if sample is None else sample_rows(pb.queries, sample, seed=1)
     backend.segments, backend.rows = segments, rows_per_cta
+    if step:
+        backend.rows, backend.share, backend.step = 128, True, step
     prep = backend.prepare(inp)
     try:
+        assert backend.build("v3", pb).step_keys == (step or 64)
         ko = backend.compute(prep, "v3", rows=rows, check_determinism=True)
+        for launch in range(launches - 2):
+            again = backend.compute(prep, "v3", rows=rows, check_determinism=False)
+            assert again.canary_ok and again.out.tobytes() == ko.out.tobytes(), f"launch {launch + 3} differs"
         ref = backend.reference(inp, rows)
-        # the runner's model of v3 (its tile and P.V chain from the registry), on the GPU
-        model = cp.asnumpy(model_attention(model_arrays(inp, cp), tile_keys("v3"), rows,
+        # the runner's model of v3 (the launch's tile, the P.V chain from the registry), on the GPU
+        model = cp.asnumpy(model_attention(model_arrays(inp, cp), backend.tile_keys("v3", pb), rows,
                                            segment_keys=backend.segment_keys("v3", pb),
                                            pv_chain_keys=pv_chain_keys("v3"), engine="kernel"))
         pm = evaluate_parity(ko.out, ref, model_out=model, canary_ok=ko.canary_ok)
@@ -67,7 +76,7 @@ def _check(backend, case: str, segments=None, sample=None, rows_per_cta=None):
         assert ko.deterministic, "two launches differ"
         assert pm.parity_pass, f"{case}: {pm.reason}"
     finally:
-        backend.segments = backend.rows = None
+        backend.segments = backend.rows = backend.share = backend.step = None
         backend.release(prep)
 
 
@@ -106,6 +115,21 @@ def test_v3_many_tiles_sampled(backend):
 def test_v3_key_segments(backend):
     """Segments of 512 keys over 1136 keys: three CTAs per row block and pa_combine."""
     _check(backend, "odd-d128-gqa-p64", segments=512)
+
+
+@pytest.mark.parametrize("segments", [None, 320])
+@pytest.mark.parametrize("case", list(CASES))
+def test_v3_128_key_steps(backend, case, segments):
+    """128-key steps (two tiles a step, K and V staged apart; shared tiles at 128 rows) against the
+    model at 128-key tiles, on every case, without segments and with 320-key ones (five tiles: the
+    last pair of each segment holds one tile, whose copy in the other half is masked), each over
+    six launches with the same bits (the tiles' tickets race differently each time)."""
+    _check(backend, case, segments=segments, step=128, launches=6)
+
+
+def test_v3_128_key_steps_many_tiles_sampled(backend):
+    """256 tiles a row block: the K and V rings wrap many times."""
+    _check(backend, "long-d128-gqa-p64", sample=32, step=128)
 
 
 def test_v3_refused_on_the_turing_path(backend):
