@@ -80,3 +80,36 @@ def test_a_build_takes_one_v3_producer(flags):
         K.KernelBuild("v3", **{f: True for f in flags})
     assert "-DPA_V3_SHARE=1" in K.KernelBuild("v3", kv_shared=True).defines()
     assert "-DPA_V3_DQ=1" in K.KernelBuild("v3", kv_images=True).defines()
+
+
+def test_each_segment_layout_of_a_shared_tile_build_gets_its_own_workspace():
+    """The images, flags and counters lie past the segment floats (share_base), so launches of one
+    shared-tile build with 1 and 3 segments on one shape read two layouts: each gets a workspace that
+    holds its own (a workspace sized for one segment would be overrun by three, and its stale image
+    bytes read as flags and tickets), with its own launch count; the same layout again reuses it."""
+    import numpy as np
+
+    from pa_bench.backends import kernels as K
+    from pa_bench.backends.cuda import CudaBackend, Prepared
+
+    build = K.KernelBuild("v3", kv_shared=True)
+    backend = object.__new__(CudaBackend)             # no GPU: only the workspace bookkeeping
+    backend.cp = SimpleNamespace(zeros=np.zeros, float32=np.float32)
+    backend._image_bytes = {build: 33280}
+    pb = SimpleNamespace(heads_q=32, heads_kv=8, queries=1024, keys=32768 + 1024, head_dim=128)
+    prep = Prepared(SimpleNamespace(problem=pb), *([None] * 6), 6, "float32", None, None)
+
+    def workspace(segments):
+        geo = K.LaunchGeometry((8, 6, segments), 384, True, segment_keys=11264 if segments > 1 else 0,
+                               segments=segments)
+        floats = max(K.workspace_floats(geo, pb.queries, pb.heads_q, pb.head_dim), 2)
+        need = K.share_workspace_bytes(floats, pb.heads_kv, -(-pb.keys // 64), 33280, segments)
+        return backend._shared_workspace(prep, build, geo, floats), need
+
+    one, need_one = workspace(1)
+    one["epoch"] = 5                                  # launches made on the 1-segment layout
+    three, need_three = workspace(3)
+    assert three is not one and three["epoch"] == 0 and not three["part"].any()
+    assert three["part"].nbytes >= need_three > one["part"].nbytes >= need_one
+    again, _ = workspace(1)
+    assert again is one and again["epoch"] == 5

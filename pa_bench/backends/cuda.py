@@ -59,7 +59,7 @@ class Prepared:
     outputs: dict = field(default_factory=dict)   # variant -> full output (device, float32 view)
     runners: dict = field(default_factory=dict)   # variant -> its prepared peer or Python kernel
     part: object = None                    # key-segment workspace (float32, grown on demand)
-    shared: dict = field(default_factory=dict)   # build -> v3's shared-tile workspace and launch count
+    shared: dict = field(default_factory=dict)   # (build, segments) -> v3's shared-tile workspace and launch count
 
 
 class CudaBackend:
@@ -440,7 +440,8 @@ class CudaBackend:
         grid, block = geo.grid, (geo.block,)
         n_part = max(K.workspace_floats(geo, pb.queries, pb.heads_q, pb.head_dim), 2)
         if build.kv_shared:   # its own workspace: the segment floats, then the images, flags and counters
-            part = self._shared_workspace(prep, build, geo, n_part)
+            shared = self._shared_workspace(prep, build, geo, n_part)
+            part = shared["part"]
         else:
             if prep.part is None or prep.part.size < n_part:   # once per shape (the largest any variant needs)
                 prep.part = self.cp.empty(n_part, dtype=self.cp.float32)
@@ -461,7 +462,7 @@ class CudaBackend:
             np.int32(geo.split_keys), part, np.int32(geo.segment_keys),
         )
         if build.kv_shared:   # Args::pair_heads carries the launch's epoch (kernels/v3.cu, PA_V3_SHARE)
-            args = self._epoch_args(prep.shared[build], args)
+            args = self._epoch_args(shared, args)
         combine = self.combine_kernel(build) if geo.segment_keys else None
         cargs = (part, body, np.int32(pb.queries), np.int32(pb.context), np.int32(pb.heads_q),
                  np.int32(geo.segments), np.int32(geo.segment_keys), np.float32(1.0 / inp.p_scale))
@@ -473,17 +474,21 @@ class CudaBackend:
 
         return launch
 
-    def _shared_workspace(self, prep: Prepared, build: K.KernelBuild, geo: K.LaunchGeometry, seg_floats: int):
-        """The workspace of a shared-tile build on this shape (kernels/v3.cu's share_base: the segment
-        floats, then an image, a flag per tile and a ticket counter per KV head and segment), zeroed
-        once: the flags and counters carry the launch's epoch and are never cleared."""
-        got = prep.shared.get(build)
+    def _shared_workspace(self, prep: Prepared, build: K.KernelBuild, geo: K.LaunchGeometry, seg_floats: int) -> dict:
+        """The workspace of a shared-tile build on this shape and its launch count (kernels/v3.cu's
+        share_base: the segment floats, then an image, a flag per tile and a ticket counter per KV
+        head and segment), zeroed once: the flags and counters carry the launch's epoch and are
+        never cleared. One per build and segment count: the images, flags and counters lie past the
+        segment floats, so a launch with other segments reads another layout (a workspace sized for
+        one segment overruns with three, and stale image bytes read as flags or tickets)."""
+        layout = (build, geo.segments if geo.segment_keys else 0)
+        got = prep.shared.get(layout)
         if got is None:
             pb = prep.inputs.problem
             nbytes = K.share_workspace_bytes(seg_floats, pb.heads_kv, -(-pb.keys // 64), self._image_bytes[build],
                                              geo.segments)
-            got = prep.shared[build] = {"part": self.cp.zeros(-(-nbytes // 4), dtype=self.cp.float32), "epoch": 0}
-        return got["part"]
+            got = prep.shared[layout] = {"part": self.cp.zeros(-(-nbytes // 4), dtype=self.cp.float32), "epoch": 0}
+        return got
 
     @staticmethod
     def _epoch_args(state: dict, args: tuple):
