@@ -83,3 +83,28 @@ def test_the_rule_shares_where_fill_says(backend):
         rows, seg = backend.cta_rows("v3", pb), backend.segment_keys("v3", pb)
         assert fill.shares_tiles(rows, seg, pb.context, pb.queries, pb.heads_q, pb.heads_kv) is expect
         assert backend.build("v3", pb).kv_shared is expect
+
+
+def test_segment_counts_on_one_shape_take_their_own_workspaces(backend):
+    """One shape, one shared-tile build, launches with 1, 5 and 3 key segments (9,216 keys in 2,048 and 4,096) and 1 again, each
+    twice: each gives the bits of v3's own producer at the same launch. The images lie past the
+    segment floats, so each segment count has its own workspace (a workspace sized for the first
+    launch was overrun by the next: a hang or an illegal address)."""
+    pb = _problem("8Kx1024")
+    prep = backend.prepare(make_inputs(pb))
+    backend.rows = 128
+    try:
+        for segments in (False, 2048, 4096, False):
+            backend.segments = segments
+            backend.share = False
+            ref = backend.compute(prep, "v3", check_determinism=False).out.view(np.uint32).copy()
+            backend.share = True
+            for launch in range(2):
+                got = backend.compute(prep, "v3", check_determinism=False)
+                assert got.canary_ok, f"segments {segments}, launch {launch}: guard overwritten"
+                same = got.out.view(np.uint32) == ref
+                assert same.all(), f"segments {segments}, launch {launch}: {int((~same).sum())} elements differ"
+        assert sorted(layout[1] for layout in prep.shared) == [0, 3, 5], "one workspace per segment count"
+    finally:
+        backend.share = backend.rows = backend.segments = None
+        backend.release(prep)
