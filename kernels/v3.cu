@@ -60,8 +60,8 @@
 #ifndef PA_V3_STEP_KEYS
 #define PA_V3_STEP_KEYS 64 // keys of a consumer step: one 64-key tile, or two (128) with shared tiles at 128 rows
 #endif
-#if PA_V3_STEP_KEYS != 64 && (PA_V3_STEP_KEYS != 128 || !PA_V3_SHARE || PA_CTA_ROWS != 128)
-#error "PA_V3_STEP_KEYS is 64, or 128 with PA_V3_SHARE=1 and PA_CTA_ROWS=128"
+#if PA_V3_STEP_KEYS != 64 && (PA_V3_STEP_KEYS != 128 || !PA_V3_IMAGES || PA_CTA_ROWS != 128)
+#error "PA_V3_STEP_KEYS is 64, or 128 on images (PA_V3_SHARE=1 or PA_V3_DQ=1) with PA_CTA_ROWS=128"
 #endif
 
 namespace v3 {
@@ -509,6 +509,48 @@ __device__ __forceinline__ void issue_tile(const pa::Args& a, const Cta& c, int 
 }
 #endif
 
+#if PA_V3_STEP_KEYS == 128
+// The issuer of 128-key steps on images (PA_V3_DQ, PA_V3_SHARE; kernels/v3_pairs.cuh has the
+// consumers' side). Pair p (tiles 2p, 2p+1): its K rows and scales into K slot p % K_PAIRS, its V
+// rows into V slot p % V_PAIRS, each slot's barrier armed with both tiles' bytes. K runs a pair
+// ahead of V (K of pair p, then V of pair p-1), so that waiting for a V slot, which the consumers
+// release only once a P.V is done, never holds up the K that the next S needs. A pair whose second
+// tile lies past the CTA's keys (an odd count) gets the first tile's image twice: finite values,
+// whose keys the consumers mask (S) and whose P is then 0. ``ready(t0, t1)`` returns once the
+// images of tiles t0 and t1 may be copied (V of a pair is copied after its K: no second call);
+// ``pace(n)`` is told that n tiles' copies have started.
+template <class Ready, class Pace>
+__device__ __forceinline__ void issue_pairs(const unsigned char* imgs, int n_tiles, u32 base, Ready ready, Pace pace) {
+    const int n_pairs = (n_tiles + 1) >> 1;
+    auto image = [&](int n) { return imgs + (u64)min(n, n_tiles - 1) * IMG_BYTES; };
+    for (int p = 0; p <= n_pairs; ++p) {
+        if (p < n_pairs) {
+            ready(min(2 * p, n_tiles - 1), min(2 * p + 1, n_tiles - 1));
+            const u32 ks = base + SM_K + (p % K_PAIRS) * K_SLOT, fk = base + BAR_FULL_K + 8 * (p % K_PAIRS);
+            if (p >= K_PAIRS) mbar_wait(base + BAR_EMPTY_K + 8 * (p % K_PAIRS), ((p / K_PAIRS) & 1) ^ 1);
+            mbar_arrive_expect_tx(fk, 2 * (NG * KV_BLOCK + 2 * BN * 4));
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const unsigned char* img = image(2 * p + h);
+#pragma unroll
+                for (int b = 0; b < NG; ++b)
+                    bulk_g2s(ks + b * 2 * KV_BLOCK + h * KV_BLOCK, img + F16_K + b * KV_BLOCK, KV_BLOCK, fk);
+                bulk_g2s(ks + PAIR_SC + h * 2 * BN * 4, img + F16_KQ, 2 * BN * 4, fk);   // kq, vs (F16_VS = F16_KQ + BN*4)
+            }
+        }
+        if (p >= 1) {
+            const int q = p - 1;
+            const u32 vs = base + SM_V + (q % V_PAIRS) * V_SLOT, fv = base + BAR_FULL_V + 8 * (q % V_PAIRS);
+            if (q >= V_PAIRS) mbar_wait(base + BAR_EMPTY_V + 8 * (q % V_PAIRS), ((q / V_PAIRS) & 1) ^ 1);
+            mbar_arrive_expect_tx(fv, 2 * NG * KV_BLOCK);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) bulk_g2s(vs + h * NG * KV_BLOCK, image(2 * q + h) + F16_V, NG * KV_BLOCK, fv);
+        }
+        pace(2 * p + 2);
+    }
+}
+#endif
+
 #if PA_V3_DQ
 // The image producer: K/V come converted, as each tile's stage image (pa_v3_images, launched
 // before: a.k points at the images of [Hkv][ceil(nk / BN)] tiles). One thread waits for stage s
@@ -518,15 +560,19 @@ __device__ __forceinline__ void issue_tile(const pa::Args& a, const Cta& c, int 
 __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsigned char*, u32 base) {
     if (threadIdx.x != ISSUER) return;
     const int n_tiles = c.t_end - c.t_begin, tiles_all = (a.ctx + a.n_q + BN - 1) / BN;
-    const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
     const unsigned char* img = reinterpret_cast<const unsigned char*>(a.k) +
                                ((u64)c.hkv * tiles_all + c.t_begin) * IMG_BYTES;
+#if PA_V3_STEP_KEYS == 128
+    issue_pairs(img, n_tiles, base, [](int, int) {}, [](int) {});   // the images are all made
+#else
+    const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
     for (int n = 0; n < n_tiles; ++n) {
         const int s = n % F16_STAGES;
         if (n >= F16_STAGES) mbar_wait(bar_empty + 8 * s, ((n / F16_STAGES) & 1) ^ 1);   // tile n-4 released stage s
         mbar_arrive_expect_tx(bar_full + 8 * s, IMG_BYTES);
         bulk_g2s(base + SM_F16 + s * F16_STAGE, img + (u64)n * IMG_BYTES, IMG_BYTES, bar_full + 8 * s);
     }
+#endif
 }
 #elif PA_V3_SHARE
 // The sharing producer. The CTAs of one KV head and key segment (its row blocks, blockIdx.y: a
@@ -593,42 +639,17 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
     volatile int* const word = reinterpret_cast<volatile int*>(sm + SM_CLAIM);   // [0] the tile taken, [1] tiles brought in
     if (tid == ISSUER) {
 #if PA_V3_STEP_KEYS == 128
-        // Pair p (tiles 2p, 2p+1): its K rows and scales into K slot p % K_PAIRS, its V rows into V
-        // slot p % V_PAIRS, each slot's barrier armed with both tiles' bytes. K runs a pair ahead of
-        // V (K of pair p, then V of pair p-1), so that waiting for a V slot, which the consumers
-        // release only once a P.V is done, never holds up the K that the next S needs. A pair whose
-        // second tile lies past the CTA's keys (an odd count) gets the first tile's image twice:
-        // finite values, whose keys the consumers mask (S) and whose P is then 0.
-        const int n_pairs = (n_tiles + 1) >> 1;
-        auto image = [&](int n) { return imgs + (u64)min(n, n_tiles - 1) * IMG_BYTES; };
-        for (int p = 0; p <= n_pairs; ++p) {
-            if (p < n_pairs) {
-                for (int h = 0; h < 2; ++h)
-                    while (ld_acquire_gpu(flags + min(2 * p + h, n_tiles - 1)) != epoch) {
-                    }
-                fence_proxy_async_global();
-                const u32 ks = base + SM_K + (p % K_PAIRS) * K_SLOT, fk = base + BAR_FULL_K + 8 * (p % K_PAIRS);
-                if (p >= K_PAIRS) mbar_wait(base + BAR_EMPTY_K + 8 * (p % K_PAIRS), ((p / K_PAIRS) & 1) ^ 1);
-                mbar_arrive_expect_tx(fk, 2 * (NG * KV_BLOCK + 2 * BN * 4));
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const unsigned char* img = image(2 * p + h);
-#pragma unroll
-                    for (int b = 0; b < NG; ++b)
-                        bulk_g2s(ks + b * 2 * KV_BLOCK + h * KV_BLOCK, img + F16_K + b * KV_BLOCK, KV_BLOCK, fk);
-                    bulk_g2s(ks + PAIR_SC + h * 2 * BN * 4, img + F16_KQ, 2 * BN * 4, fk);   // kq, vs (F16_VS = F16_KQ + BN*4)
-                }
-            }
-            if (p >= 1) {
-                const int q = p - 1;             // its flags were read (acquire) before K of pair q
-                const u32 vs = base + SM_V + (q % V_PAIRS) * V_SLOT, fv = base + BAR_FULL_V + 8 * (q % V_PAIRS);
-                if (q >= V_PAIRS) mbar_wait(base + BAR_EMPTY_V + 8 * (q % V_PAIRS), ((q / V_PAIRS) & 1) ^ 1);
-                mbar_arrive_expect_tx(fv, 2 * NG * KV_BLOCK);
-#pragma unroll
-                for (int h = 0; h < 2; ++h) bulk_g2s(vs + h * NG * KV_BLOCK, image(2 * q + h) + F16_V, NG * KV_BLOCK, fv);
-            }
-            atomicExch(const_cast<int*>(word) + 1, 2 * p + 2);   // the converters' pace: a shared atomic, read by one
-        }
+        issue_pairs(imgs, n_tiles, base,
+                    [&](int t0, int t1) {
+                        while (ld_acquire_gpu(flags + t0) != epoch) {
+                        }
+                        while (ld_acquire_gpu(flags + t1) != epoch) {
+                        }
+                        fence_proxy_async_global();
+                    },
+                    [&](int brought) {   // the converters' pace: a shared atomic, read by one
+                        atomicExch(const_cast<int*>(word) + 1, brought);
+                    });
 #else
         const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
         for (int n = 0; n < n_tiles; ++n) {

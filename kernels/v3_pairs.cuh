@@ -1,12 +1,12 @@
-// v3's 128-key consumer steps (-DPA_V3_STEP_KEYS=128; included by v3.cu inside namespace v3, with
-// shared tiles at 128 rows). What differs from the 64-key step:
+// v3's 128-key consumer steps (-DPA_V3_STEP_KEYS=128; included by v3.cu inside namespace v3, on
+// images at 128 rows: shared tiles, or v3-dq's pass). What differs from the 64-key step:
 // Tiling: a consumer step takes a pair of 64-key tiles, 128 keys: S[64 x 128] = Q.K^T is one
 //   m64n128k16 wgmma per k-step with Q and K from shared memory (the 64-key step at 128 rows reads
 //   Q from registers, which a 64 x 128 S, its P and O leave no room for), and P.V is 8 k-steps of
 //   m64nDk16 with P from registers. The online softmax runs once per pair: the row maximum, O's
 //   rescale and l's rescale every 128 keys (the numerics model at 128-key tiles).
-// Pipeline: K and V are staged apart. The issuer brings each tile's image in four bulk copies, its
-//   K rows into a K slot (the pair's 128 rows per 64-dim block, so that one descriptor spans both
+// Pipeline: K and V are staged apart. The issuer (v3.cu, issue_pairs) brings each tile's image in
+//   four bulk copies, its K rows into a K slot (the pair's 128 rows per 64-dim block, so that one descriptor spans both
 //   tiles), its kq and vs beside them, its V rows into a V slot, K_PAIRS (3) K slots and V_PAIRS
 //   (2) V slots deep. A pair whose second tile lies past the CTA's last (an odd count) gets the
 //   first tile's image twice: finite values whose keys lie past kmax, masked in S, so their P is 0.

@@ -113,3 +113,21 @@ def test_each_segment_layout_of_a_shared_tile_build_gets_its_own_workspace():
     assert three["part"].nbytes >= need_three > one["part"].nbytes >= need_one
     again, _ = workspace(1)
     assert again is one and again["epoch"] == 5
+
+
+@pytest.mark.parametrize("shape", ["32Kx1024", "64Kx512", "2.1Kx256", "0x1536", "8Kx1024"])
+def test_v3_dq_builds_v3s_launch_and_consumer_step(shape):
+    """v3-dq gives v3's bits only at v3's rows and v3's consumer step (128-key steps change the
+    summation): its build follows the launch rule on each shape, the long ones at 128-key steps."""
+    from pa_bench.numerics.model import cta_rows, step_keys
+    from pa_bench.peers.v3_dq import build_for
+    from pa_bench.problem.plan import Problem
+    from pa_bench.problem.shapes import parse_shape
+
+    pb = Problem(parse_shape(shape))
+    build = build_for(pb)
+    step = step_keys("v3", pb.context, pb.queries, pb.heads_q, pb.heads_kv)
+    assert build.kv_images and not build.kv_shared
+    assert build.cta_rows == cta_rows("v3", pb.context, pb.queries, pb.heads_q, pb.heads_kv)
+    assert build.step_keys == step == (128 if shape in ("32Kx1024", "64Kx512") else 64)
+    assert ("-DPA_V3_STEP_KEYS=128" in build.defines()) == (step == 128)

@@ -4,7 +4,9 @@ kernels/v3.cu built with ``-DPA_V3_DQ=1`` (``KernelBuild.kv_images``). A first k
 ``pa_v3_images``, converts every 64-key tile of every KV head into the exact fp16 stage v3's
 producer would store for it (K and V rows in their 128B-swizzled places, the premultiplied key
 and value scales), in global memory; then ``pa_v3`` runs with a producer that brings each tile's
-image with one bulk copy (the TMA unit) and does nothing else. The consumers are v3's, on the
+image with one bulk copy (the TMA unit) and does nothing else. It takes v3's launch: its rows and,
+where v3 takes 128-key consumer steps, those steps too (K and V of a pair of tiles brought apart:
+kernels/v3_pairs.cuh), so its kernel alone times v3's consumer loop behind a copy-only producer. The consumers are v3's, on the
 same bytes, so the output is v3's, bit for bit; what changes is where the conversion's
 shared-memory traffic happens (docs/PERF_NOTES.md: beside wgmma, the LSU's work adds to a step's
 time). The images take Hkv x ceil(Nk / 64) x 33,280 bytes at D = 128 (twice the int8 K/V), written
@@ -59,6 +61,18 @@ def _build(cp, build, cc: int):
     return got
 
 
+def build_for(problem):
+    """The build of v3 on images at v3's own launch on ``problem``: its rows, and its consumer step
+    (64 keys, or 128 where v3 takes 128-key steps: model.step_keys), so that the bits are v3's."""
+    from pa_bench.backends import kernels as K
+    from pa_bench.numerics.model import step_keys
+
+    pb = problem
+    return K.KernelBuild("v3", head_dim=pb.head_dim, paged=pb.layout == "paged", out_f16=pb.out_dtype == "float16",
+                         kv_images=True, cta_rows=K.launch_rows("v3", pb),
+                         step_keys=step_keys("v3", pb.context, pb.queries, pb.heads_q, pb.heads_kv))
+
+
 class V3DQ(Peer):
     name = NAME
     summary = ("v3 with the int8 -> fp16 conversion in a pass before the kernel: fp16 stage images in "
@@ -84,8 +98,7 @@ class V3DQ(Peer):
         self.cp = cp
         pb = inputs.problem
         rows = K.launch_rows("v3", pb)
-        self.build = K.KernelBuild("v3", head_dim=pb.head_dim, paged=pb.layout == "paged",
-                                   out_f16=pb.out_dtype == "float16", kv_images=True, cta_rows=rows)
+        self.build = build_for(pb)
         fn, images, combine, smem, img_bytes, self.compiler = _build(cp, self.build, cc)
         if pb.layout == "paged":
             pk = inputs.paged

@@ -1,6 +1,7 @@
 """v3-dq (pa_bench/peers/v3_dq.py) on a Hopper GPU (`pytest -m gpu`): v3 with its conversion in a
 pass of its own must give v3's output bit for bit, deterministically, on both CTA sizes, with and
-without key segments, paged and contiguous, at D 64 and 128, with the cache's ragged last tile.
+without key segments, paged and contiguous, at D 64 and 128, with the cache's ragged last tile, and
+at 128-key steps where v3 takes them (an odd tile count too).
 Skipped on GPUs other than sm_90."""
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ CASES = {
     "pr-2.1Kx256-segments": ("2.1Kx256", 128, 32, 8, "paged", 64, "normal", "float32"),
     "pr-0x1536-192-rows": ("0x1536", 128, 32, 8, "paged", 64, "normal", "float32"),
     "8Kx1024-192-rows-segments": ("8Kx1024", 128, 32, 8, "paged", 64, "normal", "float32"),
+    # where v3 takes 128-key steps (model.step_keys): v3-dq follows, on both ends of a pair
+    "16Kx512-128-key-steps": ("16Kx512", 128, 32, 8, "paged", 64, "normal", "float32"),
+    "ragged-odd-tiles-128-key-steps": ("16400x500", 128, 32, 8, "paged", 16, "realistic", "float32"),
 }
 
 
@@ -50,6 +54,9 @@ def test_v3_dq_gives_v3s_bits(backend, case):
                  data=data, seed=1, out_dtype=out)
     prep = backend.prepare(make_inputs(pb))
     try:
+        from pa_bench.peers.v3_dq import build_for
+
+        assert build_for(pb).step_keys == backend.step_keys("v3", pb), "v3-dq and v3 take different steps"
         v3 = backend.compute(prep, "v3", check_determinism=False)
         dq = backend.compute(prep, "v3-dq", check_determinism=True)
         assert dq.deterministic, "two calls differ"
