@@ -89,6 +89,8 @@ __device__ __forceinline__ void consume_pairs(const Cta& c, unsigned char* sm, u
         const int tile = c.t_begin + 2 * n;
         if (tile + 1 < first_masked && 2 * n + 1 < n_tiles) softmax_tile<false, 2 * BN / 8>(scales(n), tile * BN, lim, s, m, l, al);
         else softmax_tile<true, 2 * BN / 8>(scales(n), tile * BN, lim, s, m, l, al);
+    };
+    auto finish = [&](int n) {               // P's V scales, then K slot n is read
         scale_by_vs<2 * BN / 8>(scales(n), s);
         release_k(n);
     };
@@ -112,6 +114,7 @@ __device__ __forceinline__ void consume_pairs(const Cta& c, unsigned char* sm, u
         wgmma_wait<0>();
         pin(s);
         softmax(0, alpha);
+        finish(0);
         p_fragments<2 * BN / 8>(s, pf);
         for (n = 1; n < n_math; ++n) {
             turn_begin(n);
@@ -132,6 +135,7 @@ __device__ __forceinline__ void consume_pairs(const Cta& c, unsigned char* sm, u
             pin(s);
             float alpha_next[2];
             softmax(n, alpha_next);
+            finish(n);
             wgmma_wait<0>();
             pin(o);
             pin(pf);

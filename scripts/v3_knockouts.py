@@ -3,19 +3,27 @@
 
     python3 scripts/v3_knockouts.py [--shapes 32Kx1024,2.1Kx256] [--out DIR]
 
-Each knock-out is a copy of kernels/ whose v3.cu has one block of work removed by a text edit
-(``KNOCKOUTS``); the copy is timed with ``pa-bench time --variant v3`` (PA_BENCH_KERNELS points at
-it), the real v3 first. The outputs of a knock-out are wrong by design: only its time means
+Each knock-out is a copy of kernels/ whose v3.cu (and v3_pairs.cuh, the 128-key consumer step) has
+one block of work removed by text edits (``KNOCKOUTS``); the copy is timed with ``pa-bench time
+--variant v3`` (PA_BENCH_KERNELS points at it), the real v3 first. A shape runs the build its launch
+takes (own or shared tiles, 64- or 128-key steps: ``pa-bench time`` prints it in the launch), and a
+knock-out edits every path that does its work, so it means the same on each: ``no-softmax`` and
+``no-pingpong`` edit both consumer steps, ``no-copy`` and ``no-convert`` each producer. The outputs of a knock-out are wrong by design: only its time means
 anything, and only as "how much faster without this", an upper bound on what making that part
 free could give; one that changes the values the tensor cores see can also move the GPU's clock.
 A knock-out whose edit no longer matches the source fails loudly rather than
 timing the real kernel under a wrong name.
 
-- ``no-convert``: the producer copies int8 K/V but neither converts nor stores the fp16 tiles;
+- ``no-convert``: the producer copies int8 K/V but neither converts nor stores the fp16 tiles (with
+  shared tiles: no CTA converts, and the issuer copies the workspace's images without waiting for
+  their flags: stale or zero bytes);
 - ``no-copy``: the producer starts no bulk copies (the issuer thread only arrives on the slot's barrier;
-  the producer converts stale staging bytes);
-- ``no-producer``: both (the producer only waits and arrives: the consumers alone);
-- ``no-softmax``: the consumers skip the online softmax (P is packed from raw S; no rescale);
+  the producer converts stale staging bytes; with shared tiles the issuer copies no image, 64- or
+  128-key steps, while the CTAs still convert and publish);
+- ``no-producer``: both (the producer only waits and arrives: the consumers alone; with shared
+  tiles or v3-dq's images, at 64- or 128-key steps, the issuer arms each slot with a plain arrive);
+- ``no-softmax``: the consumers skip the online softmax (P is packed from raw S; no rescale; the
+  128-key step still applies the V scales and releases its K slot);
 - ``gemm-only``: no-producer and no-softmax: wgmma, barriers and P packing only;
 - ``no-alu``: the producer stores its int8 chunks unconverted (loads and stores stay: what the
   conversion's arithmetic alone costs);
@@ -73,13 +81,32 @@ _K_SCALE = re.compile(r"        const float2 k2 = \*reinterpret_cast<const float
 _V_SCALE = re.compile(r"        const float2 v2 = \*reinterpret_cast<const float2\*>\(vs \+ sc_index\(j\) \+ 2 \* t\);\n"
                       r"(?:        s\[4 \* j( \+ \d)?\] = __fmul_rn\(s\[4 \* j( \+ \d)?\], v2\.[xy]\);\n){4}")
 _SOFTMAX = re.compile(r"(    auto softmax = \[&\]\(int n, float \(&al\)\[2\]\) \{\n).*?(\n    \};\n)", re.S)
+_TURN_ARRIVE_PAIRS = re.compile(r"\n        if \(wg != NCWG - 1 \|\| n < n_steps\) named_barrier_arrive\(PP_BAR \+ \(wg \+ 1\) % NCWG, 256\);")
+# the image producers (shared tiles, v3-dq): the 64-key issuers' copy of a stage, the pairs issuer's
+# arms and copies, the shared tiles' flag polls and converters
+_IMAGE_COPY = re.compile(r"(\n +)mbar_arrive_expect_tx\(bar_full \+ 8 \* s, IMG_BYTES\);\n +bulk_g2s\([^;]*\);")
+_PAIR_ARM = re.compile(r"mbar_arrive_expect_tx\((f[kv]), [^;]*\);")
+_PAIR_COPY = re.compile(r"bulk_g2s\((?:ks|vs) [^;]*\);")
+_FLAG_POLL = re.compile(r"\n +while \(ld_acquire_gpu\(flags \+ (?:t0|t1|n)\) != epoch\) \{\n +\}")
+_CONVERTERS = re.compile(r"\n    if \(tid >= 64\) return;\n")
 
 
-def _sub(pattern: re.Pattern, repl: str, text: str, what: str, count: int = 1) -> str:
+def _sub(pattern: re.Pattern, repl: str, text: str, what: str, count: int = 1, file: str = "v3.cu") -> str:
     out, n = pattern.subn(repl, text, count=count)
     if n != count:
-        raise SystemExit(f"v3_knockouts: the {what} edit no longer matches kernels/v3.cu; update the script")
+        raise SystemExit(f"v3_knockouts: the {what} edit no longer matches kernels/{file}; update the script")
     return out
+
+
+def on(file: str):
+    """An edit of kernels/``file`` (an edit without this mark edits kernels/v3.cu)."""
+    def mark(edit):
+        edit.file = file
+        return edit
+    return mark
+
+
+PAIRS = "v3_pairs.cuh"
 
 
 def no_convert(src: str) -> str:
@@ -117,6 +144,24 @@ def no_softmax(src: str) -> str:
     return _sub(_SOFTMAX, r"\1        (void)n; al[0] = al[1] = 1.f;\2", src, "no-softmax")
 
 
+@on(PAIRS)
+def no_softmax_pairs(src: str) -> str:
+    return _sub(_SOFTMAX, r"\1        (void)n; al[0] = al[1] = 1.f;\2", src, "no-softmax (128-key steps)", file=PAIRS)
+
+
+def no_image_copy(src: str) -> str:
+    """The image issuers arm each slot's barrier with a plain arrive and copy nothing."""
+    src = _sub(_IMAGE_COPY, r"\1mbar_arrive(bar_full + 8 * s);   // knock-out: no copy", src, "no-copy (images)", count=2)
+    src = _sub(_PAIR_ARM, r"mbar_arrive(\1);   // knock-out: no copies", src, "no-copy (pair arms)", count=2)
+    return _sub(_PAIR_COPY, "(void)0;   // knock-out: no copy", src, "no-copy (pair copies)", count=3)
+
+
+def no_share_convert(src: str) -> str:
+    """No CTA converts a shared tile, and the issuers copy the images without waiting for their flags."""
+    src = _sub(_FLAG_POLL, "", src, "no-convert (flag polls)", count=3)
+    return _sub(_CONVERTERS, "\n    return;   // knock-out: no conversions\n", src, "no-convert (converters)")
+
+
 def no_k_scales(src: str) -> str:
     return _sub(_K_SCALE, r"\1            float v = s[4 * j + e];   // knock-out: no key-scale multiply\n", src, "no-k-scales")
 
@@ -150,18 +195,25 @@ def no_pingpong(src: str) -> str:
     return _sub(_TURN_OPEN, "", src, "no-pingpong (first turn)")
 
 
+@on(PAIRS)
+def no_pingpong_pairs(src: str) -> str:
+    src = _sub(_TURN_SYNC, "", src, "no-pingpong (128-key turn sync)", file=PAIRS)
+    src = _sub(_TURN_ARRIVE_PAIRS, "", src, "no-pingpong (128-key turn arrive)", file=PAIRS)
+    return _sub(_TURN_OPEN, "", src, "no-pingpong (128-key first turn)", file=PAIRS)
+
+
 KNOCKOUTS = {
-    "no-convert": [no_convert],
-    "no-copy": [no_copy],
-    "no-producer": [no_copy, no_convert],
-    "no-softmax": [no_softmax],
-    "gemm-only": [no_copy, no_convert, no_softmax],
+    "no-convert": [no_convert, no_share_convert],
+    "no-copy": [no_copy, no_image_copy],
+    "no-producer": [no_copy, no_convert, no_image_copy, no_share_convert],
+    "no-softmax": [no_softmax, no_softmax_pairs],
+    "gemm-only": [no_copy, no_convert, no_image_copy, no_share_convert, no_softmax, no_softmax_pairs],
     "no-alu": [no_alu_k, no_alu_v],
     "half-alu": [no_alu_v],
     "no-load": [no_load],
     "half-convert": [half_convert],
     "no-store": [no_store],
-    "no-pingpong": [no_pingpong],
+    "no-pingpong": [no_pingpong, no_pingpong_pairs],
     "no-scales": [no_k_scales, no_v_scales],
     "no-k-scales": [no_k_scales],
     "no-v-scales": [no_v_scales],
@@ -169,13 +221,21 @@ KNOCKOUTS = {
 }
 
 
+def edit_sources(sources: dict[str, str], edits) -> dict[str, str]:
+    """``sources`` (file name -> text) with each edit applied to its file (``on``)."""
+    out = dict(sources)
+    for edit in edits:
+        file = getattr(edit, "file", "v3.cu")
+        out[file] = edit(out[file])
+    return out
+
+
 def kernel_dir(base: Path, name: str, edits) -> Path:
     d = base / name
     shutil.copytree(ROOT / "kernels", d)
-    src = (d / "v3.cu").read_text()
-    for edit in edits:
-        src = edit(src)
-    (d / "v3.cu").write_text(src)
+    files = {getattr(edit, "file", "v3.cu") for edit in edits}
+    for file, text in edit_sources({f: (d / f).read_text() for f in files}, edits).items():
+        (d / file).write_text(text)
     return d
 
 

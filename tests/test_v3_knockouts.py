@@ -1,8 +1,10 @@
-"""scripts/v3_knockouts.py: every knock-out edit still matches kernels/v3.cu and removes what it
-names (a stale edit would time the real kernel under a knock-out's name)."""
+"""scripts/v3_knockouts.py: every knock-out edit still matches kernels/v3.cu (and v3_pairs.cuh, the
+128-key step) and removes what it names on every path that does that work (a stale edit would time
+the real kernel under a knock-out's name)."""
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -12,22 +14,32 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 import v3_knockouts as K  # noqa: E402
 
-SRC = (ROOT / "kernels" / "v3.cu").read_text()
+SOURCES = {f: (ROOT / "kernels" / f).read_text() for f in ("v3.cu", K.PAIRS)}
+SRC, PAIRS_SRC = SOURCES["v3.cu"], SOURCES[K.PAIRS]
 
 
 @pytest.mark.parametrize("name", sorted(K.KNOCKOUTS))
 def test_each_knockout_edits_the_kernel(name):
-    out = SRC
-    for edit in K.KNOCKOUTS[name]:
-        out = edit(out)
+    edited = K.edit_sources(SOURCES, K.KNOCKOUTS[name])
+    out, pairs = edited["v3.cu"], edited[K.PAIRS]
     assert out != SRC
     if "no-copy" in name or name in ("no-producer", "gemm-only"):
-        assert out.count("bulk_g2s(") == SRC.count("bulk_g2s(") - 4   # the tile's four bulk copies
+        # the own producer's tile: four bulk copies; the image issuers: 64-key stages (2), pairs (3)
+        assert out.count("bulk_g2s(") == SRC.count("bulk_g2s(") - 4 - 5
         assert "mbar_arrive_expect_tx(bar," in SRC and "mbar_arrive_expect_tx(bar," not in out
     if name in ("no-convert", "no-producer", "gemm-only"):
         assert "i8x16_to_f16(kx[i]" in SRC and "i8x16_to_f16(kx[i]" not in out and "i8x16_to_f16(vx[i]" not in out
+    if "no-copy" in name or name in ("no-producer", "gemm-only"):   # the image issuers: 64-key steps and pairs
+        issuers = out[out.index("void issue_pairs("):out.index("#elif !PA_KV_F16")]
+        assert "IMG_BYTES, bar_full + 8 * s);" in SRC and "bulk_g2s(" not in issuers
+        assert "mbar_arrive_expect_tx(" not in issuers and issuers.count("knock-out: no cop") == 7
+    if name in ("no-convert", "no-producer", "gemm-only"):   # shared tiles: no converter, no flag poll
+        assert "ld_acquire_gpu(flags" in SRC and "ld_acquire_gpu(flags" not in out
+        assert "knock-out: no conversions" in out
     if name in ("no-softmax", "gemm-only"):
         assert "softmax_tile<true>(f16_stage" not in out
+        assert "softmax_tile<true, 2 * BN / 8>" in PAIRS_SRC and "softmax_tile<" not in pairs
+        assert "release_k(n);" in pairs and "scale_by_vs<" in pairs   # the slot is still released
     if name in ("no-alu", "half-alu"):
         assert "i8x16_to_f16(vx[i]" not in out
         assert ("i8x16_to_f16(kx[i]" in out) == (name == "half-alu")
@@ -59,6 +71,10 @@ def test_each_knockout_edits_the_kernel(name):
         assert "PP_BAR" in SRC and "named_barrier_sync(PP_BAR" not in out
         assert "named_barrier_arrive(PP_BAR" not in out
         assert "named_barrier_sync(1 + wg, 128)" in out          # Q's own barrier stays
+        assert "named_barrier_sync(PP_BAR" in PAIRS_SRC and "named_barrier_sync(PP_BAR" not in pairs
+        assert "named_barrier_arrive(PP_BAR" not in pairs
+    if name not in ("no-softmax", "gemm-only", "no-pingpong"):
+        assert pairs == PAIRS_SRC
 
 
 def test_every_knockout_still_compiles_for_sm90a(tmp_path):
@@ -68,12 +84,45 @@ def test_every_knockout_still_compiles_for_sm90a(tmp_path):
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         pytest.skip("nvcc is not on PATH")
+    # v3's own producer (every knock-out), and the image paths those that edit them touch: shared
+    # tiles at 64- and 128-key steps, v3-dq's images at 128-key steps
+    images = {"no-convert", "no-copy", "no-producer", "no-softmax", "gemm-only", "no-pingpong", "no-scales"}
+    builds = {"own": [], "shared": ["-DPA_V3_SHARE=1"],
+              "shared-128": ["-DPA_V3_SHARE=1", "-DPA_CTA_ROWS=128", "-DPA_V3_STEP_KEYS=128"],
+              "images-128": ["-DPA_V3_DQ=1", "-DPA_CTA_ROWS=128", "-DPA_V3_STEP_KEYS=128"]}
     for name, edits in sorted(K.KNOCKOUTS.items()):
         d = K.kernel_dir(tmp_path, name, edits)
-        proc = subprocess.run([nvcc, "-cubin", "-arch=sm_90a", "-DPA_HEAD_DIM=128", "-DPA_PAGED=1",
-                               f"-I{d}", "-o", str(tmp_path / f"{name}.cubin"), str(d / "v3.cu")],
-                              capture_output=True, text=True)
-        assert proc.returncode == 0, f"{name}: {proc.stderr[-500:]}"
+        for build, defines in builds.items():
+            if build != "own" and name not in images:
+                continue
+            proc = subprocess.run([nvcc, "-cubin", "-arch=sm_90a", "-std=c++17", "-DPA_HEAD_DIM=128", "-DPA_PAGED=1",
+                                   *defines, f"-I{d}", "-o", str(tmp_path / f"{name}.cubin"), str(d / "v3.cu")],
+                                  capture_output=True, text=True)
+            assert proc.returncode == 0, f"{name} ({build}): {proc.stderr[-500:]}"
+
+
+@pytest.mark.skipif(not shutil.which("cuobjdump"), reason="cuobjdump is not on PATH")
+@pytest.mark.parametrize("name,gone", [("no-producer", "UBLKCP"), ("no-softmax", "MUFU.EX2"), ("gemm-only", "MUFU.EX2")])
+def test_knockouts_remove_their_work_from_the_128_key_build(tmp_path, name, gone):
+    """In the machine code of the shared-tile build at 128-key steps: no bulk copy is left without
+    the producer, no exponential without the softmax (the epilogue's own are not exp2), and the
+    wgmma of S and P.V stay."""
+    import subprocess
+
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc is not on PATH")
+    sass = {}
+    for which, edits in (("real", []), (name, K.KNOCKOUTS[name])):
+        d = K.kernel_dir(tmp_path, which, edits)
+        cubin = tmp_path / f"{which}.cubin"
+        subprocess.run([nvcc, "-cubin", "-arch=sm_90a", "-std=c++17", "-DPA_HEAD_DIM=128", "-DPA_PAGED=1",
+                        "-DPA_V3_SHARE=1", "-DPA_CTA_ROWS=128", "-DPA_V3_STEP_KEYS=128", f"-I{d}", "-o", str(cubin),
+                        str(d / "v3.cu")], capture_output=True, text=True, check=True)
+        sass[which] = subprocess.run(["cuobjdump", "-sass", "-fun", "pa_v3", str(cubin)], capture_output=True,
+                                     text=True, check=True).stdout
+    assert sass["real"].count(gone) > 8 and sass[name].count(gone) == 0
+    assert sass[name].count("HGMMA.64x128x16") == sass["real"].count("HGMMA.64x128x16") == 32
 
 
 def test_a_stale_edit_fails_loudly():
