@@ -60,8 +60,8 @@
 #ifndef PA_V3_STEP_KEYS
 #define PA_V3_STEP_KEYS 64 // keys of a consumer step: one 64-key tile, or two (128) with shared tiles at 128 rows
 #endif
-#if PA_V3_STEP_KEYS != 64 && (PA_V3_STEP_KEYS != 128 || !PA_V3_IMAGES || PA_CTA_ROWS != 128)
-#error "PA_V3_STEP_KEYS is 64, or 128 on images (PA_V3_SHARE=1 or PA_V3_DQ=1) with PA_CTA_ROWS=128"
+#if PA_V3_STEP_KEYS != 64 && (PA_V3_STEP_KEYS != 128 || !(PA_V3_IMAGES || PA_KV_F16) || PA_CTA_ROWS != 128)
+#error "PA_V3_STEP_KEYS is 64, or 128 with PA_CTA_ROWS=128 on images (PA_V3_SHARE=1, PA_V3_DQ=1) or in the fp16 control"
 #endif
 
 namespace v3 {
@@ -844,6 +844,81 @@ __device__ __forceinline__ void f16_tile_done(u32 bar_full, int n) {
     mbar_arrive(bar_full + 8 * (n % F16_STAGES));
 }
 
+#if PA_V3_STEP_KEYS == 128
+// At 128-key steps (kernels/v3_pairs.cuh) the same copies go into the pairs' rings: pair p's K rows
+// (tiles 2p and 2p+1 as rows r and 64 + r of one operand whose 64-dim blocks lie 2*KV_BLOCK apart)
+// into K slot p % K_PAIRS, its V rows into V slot p % V_PAIRS (tile h at h*NG*KV_BLOCK), K a pair
+// ahead of V, as the image issuer brings them. A thread's copies of a pair's K form one cp.async
+// group and those of its V another, committed K0, K1, V0, K2, V1, ...: at iteration p, once K of
+// pair p is committed, wait_group 1 leaves only that group in flight, so K of pair p-1 and V of
+// pair p-2 have landed; the thread fences them and arrives on their full barriers (128 arrivals),
+// then waits for V slot p-1 and copies V of pair p-1. No deadlock: iteration p waits for K slot p
+// (released by the consumers' softmax of pair p-3, whose step needs full_k of p-3: arrived at
+// iteration p-2) and V slot p-1 (P.V of pair p-3, in the step that needs full_k of p-2 and
+// full_v of p-3: arrived at iteration p-1). A pair whose second tile lies past the CTA's last gets
+// the keys after it (zero-filled past the cache): past kmax, masked in S, so their P is 0. Every K
+// slot's kq and vs, for both tiles, hold qk_scale_log2 and p_scale (1), stored once before any
+// arrival.
+__device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsigned char* sm, u32 base) {
+    const int tid = threadIdx.x, r0 = tid / F_CPR, ch = tid % F_CPR;
+    const int nk = a.ctx + a.n_q;
+    const int n_tiles = c.t_end - c.t_begin, n_pairs = (n_tiles + 1) >> 1;
+    const __half* kg = reinterpret_cast<const __half*>(a.k);   // the host passes fp16 K/V here
+    const __half* vg = reinterpret_cast<const __half*>(a.v);
+#pragma unroll
+    for (int i = 4 * tid; i < K_PAIRS * 4 * BN; i += 4 * 128) {   // slot i / 4BN, tile (i / 2BN) % 2: kq then vs
+        const float x = i % (2 * BN) < BN ? a.qk_scale_log2 : a.p_scale;
+        *reinterpret_cast<float4*>(sm + SM_K + (i / (4 * BN)) * K_SLOT + PAIR_SC + 4 * (i % (4 * BN))) = make_float4(x, x, x, x);
+    }
+#if PA_PAGED
+    const bool one_run = a.page_shift >= BN_LOG2;   // a tile's keys are contiguous in memory (in one page)
+#else
+    const bool one_run = true;
+#endif
+    // this thread's chunks of CTA tile t (key rows r0 + F_RSTEP*i) of g into the operand at dst
+    auto copy_tile = [&](const __half* g, int t, u32 dst) {
+        const int j0 = (c.t_begin + t) * BN;
+        if (one_run && j0 + BN <= nk) {
+            const u64 off = (u64)pa::kv_row(a, c.hkv, j0 + r0, pa::page_of(a, j0)) * D + 8u * ch;
+#pragma unroll
+            for (int i = 0; i < F_NR; ++i) cp_async_16(dst + F_RSTEP * 128 * i, g + off + F_RSTEP * D * i, 16u);
+        } else {
+#pragma unroll
+            for (int i = 0; i < F_NR; ++i) {
+                const int jr = j0 + F_RSTEP * i, j = jr + r0;
+                const u32 row = pa::kv_row(a, c.hkv, j, pa::page_of(a, jr));
+                cp_async_16(dst + F_RSTEP * 128 * i, g + (j < nk ? (u64)row * D + 8u * ch : 0ull), j < nk ? 16u : 0u);
+            }
+        }
+    };
+    auto landed = [&](u32 bar) {             // this thread's copies of a slot have landed
+        fence_proxy_async();
+        mbar_arrive(bar);
+    };
+    for (int p = 0; p <= n_pairs; ++p) {
+        if (p < n_pairs) {
+            const u32 ks = base + SM_K + (p % K_PAIRS) * K_SLOT;
+            if (p >= K_PAIRS) mbar_wait(base + BAR_EMPTY_K + 8 * (p % K_PAIRS), ((p / K_PAIRS) & 1) ^ 1);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) copy_tile(kg, 2 * p + h, ks + sw128(BN * h + r0, ch, 2 * KV_BLOCK));
+        }
+        cp_async_commit();                   // (empty past the last pair: the counts stay in step)
+        cp_async_wait<1>();
+        if (p >= 1) landed(base + BAR_FULL_K + 8 * ((p - 1) % K_PAIRS));
+        if (p >= 2) landed(base + BAR_FULL_V + 8 * ((p - 2) % V_PAIRS));
+        if (p >= 1) {
+            const int q = p - 1;
+            const u32 vs = base + SM_V + (q % V_PAIRS) * V_SLOT;
+            if (q >= V_PAIRS) mbar_wait(base + BAR_EMPTY_V + 8 * (q % V_PAIRS), ((q / V_PAIRS) & 1) ^ 1);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) copy_tile(vg, 2 * q + h, vs + h * NG * KV_BLOCK + sw128(r0, ch, KV_BLOCK));
+            cp_async_commit();
+        }
+    }
+    cp_async_wait<0>();
+    landed(base + BAR_FULL_V + 8 * ((n_pairs - 1) % V_PAIRS));
+}
+#else
 __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsigned char* sm, u32 base) {
     const int tid = threadIdx.x, r0 = tid / F_CPR, ch = tid % F_CPR;
     const int nk = a.ctx + a.n_q;
@@ -905,6 +980,7 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
     cp_async_wait<0>();
     f16_tile_done(bar_full, n_tiles - 1);
 }
+#endif
 #endif
 
 // ---------------------------------------------------------------- the consumer warpgroups
@@ -1281,12 +1357,12 @@ extern "C" __global__ void __launch_bounds__(v3::THREADS, 1) pa_v3(PA_KERNEL_PAR
 #if PA_V3_STEP_KEYS == 128
 #pragma unroll
         for (int s = 0; s < K_PAIRS; ++s) {
-            mbar_init(base + BAR_FULL_K + 8 * s, 1);              // the issuer (and the bytes)
+            mbar_init(base + BAR_FULL_K + 8 * s, PA_KV_F16 ? 128 : 1);   // the issuer (and the bytes), or the control's copiers
             mbar_init(base + BAR_EMPTY_K + 8 * s, 128 * NCWG);    // the consumers' threads
         }
 #pragma unroll
         for (int s = 0; s < V_PAIRS; ++s) {
-            mbar_init(base + BAR_FULL_V + 8 * s, 1);
+            mbar_init(base + BAR_FULL_V + 8 * s, PA_KV_F16 ? 128 : 1);
             mbar_init(base + BAR_EMPTY_V + 8 * s, 128 * NCWG);
         }
 #else

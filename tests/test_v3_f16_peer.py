@@ -98,3 +98,19 @@ def test_its_fp16_kv_are_the_torch_peers_bits(v3f16):
     for got, x8, sc in ((k16, inp.k_i8, inp.k_scale), (v16, inp.v_i8, inp.v_scale)):
         want = torch.from_numpy(x8).to(torch.float16) * torch.from_numpy(sc).to(torch.float16).unsqueeze(-1)
         assert got.dtype == np.float16 and np.array_equal(got.view(np.uint16), want.numpy().view(np.uint16))
+
+
+@pytest.mark.parametrize("shape", ["32Kx1024", "64Kx512", "2.1Kx256", "0x1536"])
+def test_the_control_builds_v3s_launch_and_consumer_step(shape):
+    """The control runs v3's consumer loop: v3's rows and, where v3 takes 128-key steps, those."""
+    from pa_bench.numerics.model import cta_rows, step_keys
+    from pa_bench.peers.v3_f16 import build_for
+    from pa_bench.problem.plan import Problem
+    from pa_bench.problem.shapes import parse_shape
+
+    pb = Problem(parse_shape(shape))
+    build = build_for(pb)
+    assert build.kv_f16 and not (build.kv_shared or build.kv_images)
+    assert build.cta_rows == cta_rows("v3", pb.context, pb.queries, pb.heads_q, pb.heads_kv)
+    assert build.step_keys == step_keys("v3", pb.context, pb.queries, pb.heads_q, pb.heads_kv) == \
+        (128 if shape in ("32Kx1024", "64Kx512") else 64)

@@ -178,21 +178,23 @@ def test_v3_image_builds_compile_without_spills(producer, head_dim, paged, out_f
 # and V staged apart, on images (v3's shared tiles, or v3-dq's pass) at 128 rows
 @pytest.mark.parametrize("producer,head_dim,paged,out_f16", [
     ("shared", 128, True, False), ("shared", 128, False, True), ("shared", 64, False, True), ("shared", 64, True, False),
-    ("images", 128, True, False), ("images", 64, False, True)])
+    ("images", 128, True, False), ("images", 64, False, True), ("f16", 128, True, False), ("f16", 64, False, True)])
 def test_v3_128_key_step_builds_compile_without_spills(producer, head_dim, paged, out_f16):
     r = ki.compile_one("v3", "sm_90", head_dim, False, paged, out_f16, cta_rows=128, kv_shared=producer == "shared",
-                       kv_images=producer == "images", step_keys=128)
+                       kv_images=producer == "images", kv_f16=producer == "f16", step_keys=128)
     assert r["compiled"], r["reason"]
     assert r["spill_bytes"] == 0 and r["stack_bytes"] == 0, f"{r['spill_bytes']} bytes spilled"
     assert r["wgmma_serialized"] is None, r["wgmma_serialized"]
-    assert r["bulk_copy"] and not r["cp_async"]
+    # images by bulk copies; the control's fp16 rows by cp.async, and nothing else
+    assert (bool(r["bulk_copy"]), bool(r["cp_async"])) == ((False, True) if producer == "f16" else (True, False))
 
 
-def test_v3_128_key_steps_need_images_at_128_rows():
+def test_v3_128_key_steps_need_128_rows_and_a_pairs_producer():
     assert "-DPA_V3_STEP_KEYS=128" in K.KernelBuild("v3", kv_shared=True, cta_rows=128, step_keys=128).defines()
     assert "-DPA_V3_STEP_KEYS=128" in K.KernelBuild("v3", kv_images=True, cta_rows=128, step_keys=128).defines()
     assert not any("STEP_KEYS" in d for d in K.KernelBuild("v3", kv_shared=True, cta_rows=128).defines())
-    for bad in (dict(cta_rows=128), dict(kv_f16=True, cta_rows=128), dict(kv_shared=True, cta_rows=192),
+    assert "-DPA_V3_STEP_KEYS=128" in K.KernelBuild("v3", kv_f16=True, cta_rows=128, step_keys=128).defines()
+    for bad in (dict(cta_rows=128), dict(kv_f16=True, cta_rows=192), dict(kv_shared=True, cta_rows=192),
                 dict(kv_images=True, cta_rows=192), dict(kv_shared=True, cta_rows=128, step_keys=96)):
         with pytest.raises(ValueError, match="step_keys"):
             K.KernelBuild("v3", step_keys=bad.pop("step_keys", 128), **bad)
@@ -226,12 +228,13 @@ def test_v3_128_key_steps_in_the_machine_code():
 
 
 @pytest.mark.skipif(not _SASS_TOOLS, reason="cuobjdump/nvdisasm are not on PATH")
-def test_v3_128_key_step_loop_does_the_same_work_on_both_image_producers():
-    """v3-dq at 128-key steps runs v3's consumers, so that its kernel alone times v3's 128-key loop
-    behind a copy-only producer: the step loop (the longest loop) of the image-pass build issues
-    the shared-tile build's wgmma, floating-point, conversion, shared-memory, shuffle and barrier
-    instructions, opcode for opcode and as many of each (ptxas allocates and orders the two
-    kernels' registers apart, so only the integer address work and the order may differ)."""
+def test_v3_128_key_step_loop_does_the_same_work_on_every_producer():
+    """v3-dq and the fp16 control at 128-key steps run v3's consumers, so that v3-dq's kernel alone
+    and v3-f16 time v3's 128-key loop behind copy-only producers: the step loop (the longest loop)
+    of the image-pass build and of the control issues the shared-tile build's wgmma,
+    floating-point, conversion, shared-memory, shuffle and barrier instructions, opcode for opcode
+    and as many of each (ptxas allocates and orders each kernel's registers apart, so only the
+    integer address work and the order may differ)."""
     import collections
 
     sass_loops = _sass_loops()
@@ -245,6 +248,22 @@ def test_v3_128_key_step_loop_does_the_same_work_on_both_image_producers():
         ops = (str(t).split()[1 if str(t).startswith("@") else 0] for a, t in ins if lp.start <= a <= lp.end)
         return collections.Counter(op for op in ops if op.split(".")[0] in work)
 
-    shared, images = step_loop(kv_shared=True), step_loop(kv_images=True)
+    shared, images, f16 = step_loop(kv_shared=True), step_loop(kv_images=True), step_loop(kv_f16=True)
     assert sum(v for k, v in shared.items() if k.startswith("HGMMA.64x128x16")) == 16, shared
-    assert sum(shared.values()) > 900 and shared == images
+    assert sum(shared.values()) > 900 and shared == images == f16
+
+
+@pytest.mark.skipif(not _SASS_TOOLS, reason="cuobjdump/nvdisasm are not on PATH")
+@pytest.mark.parametrize("producer", ["shared", "images", "f16"])
+def test_v3_128_key_step_setmaxnreg_budgets_hold(producer):
+    """Each 128-key build's producer (the issuer and converters, the issuer alone, the control's
+    copiers) fits in its 72 registers after setmaxnreg.dec, and the consumers in 216."""
+    sass_loops = _sass_loops()
+    build = K.KernelBuild("v3", cta_rows=128, step_keys=128, kv_shared=producer == "shared",
+                          kv_images=producer == "images", kv_f16=producer == "f16")
+    sass = subprocess.run(["cuobjdump", "-sass", str(K.nvcc_cubin(build, "sm_90a"))], capture_output=True, text=True,
+                          check=True).stdout
+    regions = {kind: (count, need) for _, kind, count, need in
+               sass_loops.setmaxnreg_regions(sass_loops.function_instructions(sass, "pa_v3"))}
+    (dec, dec_need), (inc, inc_need) = regions["DEALLOC"], regions["TRY_ALLOC"]
+    assert (dec, inc) == (72, 216) and 0 < dec_need <= dec and 168 < inc_need <= inc, regions

@@ -42,17 +42,17 @@ class KernelBuild:
                                     # where pa_bench.numerics.fill.shares_tiles says)
     cta_rows: int = 0               # a variant with fill_rows options: the launch's (-DPA_CTA_ROWS,
                                     # model.cta_rows); 0: the kernel's default
-    step_keys: int = 64             # v3 only: keys of a consumer step, 64 (one tile) or 128 (two; on
-                                    # images, kv_shared or kv_images, at 128 rows: -DPA_V3_STEP_KEYS=128)
+    step_keys: int = 64             # v3 only: keys of a consumer step, 64 (one tile) or 128 (two, at 128
+                                    # rows, with kv_shared, kv_images or kv_f16: -DPA_V3_STEP_KEYS=128)
 
     def __post_init__(self):
         producers = [f for f in ("kv_f16", "kv_images", "kv_shared") if getattr(self, f)]
         if len(producers) > 1:   # kernels/v3.cu builds one producer (#error otherwise)
             raise ValueError(f"KernelBuild: {' and '.join(producers)} are two producers of v3; set one")
-        images = self.kv_shared or self.kv_images
-        if self.step_keys not in (64, 128) or (self.step_keys == 128 and not (images and self.cta_rows == 128)):
-            raise ValueError(f"KernelBuild: step_keys {self.step_keys}: 64, or 128 on images (kv_shared or "
-                             "kv_images) at 128 rows")
+        pairs_producer = self.kv_shared or self.kv_images or self.kv_f16
+        if self.step_keys not in (64, 128) or (self.step_keys == 128 and not (pairs_producer and self.cta_rows == 128)):
+            raise ValueError(f"KernelBuild: step_keys {self.step_keys}: 64, or 128 at 128 rows on images (kv_shared "
+                             "or kv_images) or in the fp16 control (kv_f16)")
 
     @property
     def function(self) -> str:

@@ -10,7 +10,9 @@ peer, its error against FP64 shown for information.
 
 It launches as v3 does: the same grid, and the same key segments (v3's rule,
 ``pa_bench.numerics.model.segment_keys``: long contexts, and chunks with too few CTAs to fill the
-GPU) with pa_combine after the kernel. It runs on sm_90 (the build is sm_90a), head_dim 64 or 128,
+GPU) with pa_combine after the kernel, and the same consumer step: where v3 takes 128-key steps
+(``model.step_keys``: kernels/v3_pairs.cuh) the producer copies each pair of tiles' K and V into
+their own rings (the kernel's comment above that producer). It runs on sm_90 (the build is sm_90a), head_dim 64 or 128,
 with CuPy.
 
 Not registered by default (nothing of it has been measured): load it as a plug-in,
@@ -114,6 +116,18 @@ def _fp16_kv(cp, k_i8, v_i8, k_scale, v_scale):
     return f16(k_i8, k_scale), f16(v_i8, v_scale)
 
 
+def build_for(problem):
+    """The control's build on ``problem``: v3's launch (its rows, and its consumer step: 128 keys
+    where v3 takes 128-key steps, model.step_keys), with fp16 K/V and a copy-only producer."""
+    from pa_bench.backends import kernels as K
+    from pa_bench.numerics.model import step_keys
+
+    pb = problem
+    return K.KernelBuild("v3", head_dim=pb.head_dim, paged=pb.layout == "paged", out_f16=pb.out_dtype == "float16",
+                         kv_f16=True, cta_rows=K.launch_rows("v3", pb),
+                         step_keys=step_keys("v3", pb.context, pb.queries, pb.heads_q, pb.heads_kv))
+
+
 class V3F16(Peer):
     name = NAME
     summary = ("control: v3's consumer loop on fp16 K/V (the peers' values), its producer copying each "
@@ -138,9 +152,8 @@ class V3F16(Peer):
 
         self.cp = cp
         pb = inputs.problem
-        rows = K.launch_rows("v3", pb)                # v3's own rows and segments
-        self.build = K.KernelBuild("v3", head_dim=pb.head_dim, paged=pb.layout == "paged",
-                                   out_f16=pb.out_dtype == "float16", kv_f16=True, cta_rows=rows)
+        rows = K.launch_rows("v3", pb)                # v3's own rows, segments and consumer step
+        self.build = build_for(pb)
         fn, combine, smem, self.compiler = _build(cp, self.build, cc)
         if pb.layout == "paged":
             pk = inputs.paged

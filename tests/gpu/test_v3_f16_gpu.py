@@ -31,6 +31,10 @@ CASES = {
     "odd-d64-mha-contig-f16": ("1023x113", 64, 16, 16, "contiguous", 64, "normal", "float16"),
     # a PR shape: 64 CTAs, so v3's rule runs its keys in segments and pa_combine merges them
     "pr-2.1Kx256-d128-gqa-p64": ("2.1Kx256", 128, 32, 8, "paged", 64, "normal", "float32"),
+    # where v3 takes 128-key steps the control does too: whole tiles (one page-table entry a tile),
+    # and 16-key pages with an odd tile count (the last pair's second tile past the CTA's keys)
+    "16Kx512-128-key-steps": ("16Kx512", 128, 32, 8, "paged", 64, "normal", "float32"),
+    "ragged-odd-tiles-128-key-steps": ("16400x500", 128, 32, 8, "paged", 16, "realistic", "float32"),
 }
 TIGHT = 2e-3     # relative L2 error against FP64 on the same fp16 K/V
 LOOSE = 1e-2     # ... against FP64 on the int8 K/V (pa-bench's reference)
@@ -55,6 +59,9 @@ def test_v3_f16_against_fp64(backend, case):
                  data=data, seed=1, out_dtype=out)
     inp = make_inputs(pb)
     assert backend.unsupported_parity("v3-f16", pb) is None
+    from pa_bench.peers.v3_f16 import build_for
+
+    assert build_for(pb).step_keys == backend.step_keys("v3", pb) == (128 if "128-key" in case else 64)
     prep = backend.prepare(inp)
     try:
         ko = backend.compute(prep, "v3-f16", check_determinism=True)
