@@ -6,7 +6,7 @@ timed in turns: the measurements behind pa_bench.numerics.fill's constants.
 
 Each argument is a shape and the launches to compare, ``rows/segments`` (segments 1: none; the
 keys split into that many whole 64-key segments, as the fill rule splits them; ``rule``: the
-launch the rule takes), each optionally ``:own`` (every CTA converts its own tiles) or ``:share``
+launch the rule takes, its consumer step too), each optionally ``:own`` (every CTA converts its own tiles) or ``:share``
 (each tile converted once for all row blocks: fill.shares_tiles), without either the rule's
 choice for that launch; ``:s128``: 128-key consumer steps (two tiles, K and V staged apart; a
 shared-tile launch at 128 rows). PR defaults: 32/8 heads, D=128, paged 64, normal
@@ -25,7 +25,7 @@ import numpy as np
 
 from pa_bench.backends.cuda import CudaBackend
 from pa_bench.numerics import fill
-from pa_bench.numerics.model import SEGMENT_KEYS, cta_rows, model_attention, segment_keys
+from pa_bench.numerics.model import SEGMENT_KEYS, cta_rows, model_attention, segment_keys, step_keys
 from pa_bench.numerics.reference import sample_rows
 from pa_bench.problem.config import TimingSettings
 from pa_bench.problem.inputs import make_inputs
@@ -54,16 +54,20 @@ def launches(spec: str, pb) -> list[Launch]:
             raise SystemExit(f"{entry!r}: the suffixes are :own or :share, and :s128")
         how = ":".join(flags)
         share = True if "share" in flags else False if "own" in flags else None
+        step = 128 if "s128" in flags else 64
         if item == "rule":
             r = cta_rows("v3", pb.context, pb.queries, pb.heads_q, pb.heads_kv)
             s = segment_keys(pb.context, "v3", pb.queries, pb.heads_q, pb.heads_kv)
+            if share is None and "s128" not in flags:   # the rule's own launch: its step too
+                step = step_keys("v3", pb.context, pb.queries, pb.heads_q, pb.heads_kv)
+                how = "s128" if step == 128 else how
         else:
             r_text, n_text = item.split("/")
             r, n = int(r_text), int(n_text)
             s = SEGMENT_KEYS if pb.context > SEGMENT_KEYS else fill.segment_size(keys, n)
         n = -(-keys // s) if s else 1
         out.append(Launch(("rule:" if item == "rule" else "") + f"{r}/{n}" + (f":{how}" if how else ""), r, s, share,
-                          128 if "s128" in flags else 64))
+                          step))
     return out
 
 

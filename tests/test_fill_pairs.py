@@ -24,6 +24,8 @@ def test_launches_read_rows_segments_and_the_suffixes():
     assert got[1] == ("192/3:share", 192, size, True, 64)
     assert got[2].label == "rule:128/1:own" and got[2][1:] == (128, 0, False, 64)   # 128-key steps need shared tiles
     assert got[3].share is None and got[3][1:3] == got[2][1:3]
+    assert got[3].label == "rule:128/1:s128" and got[3].step == 128   # the rule's launch, its step too
+    assert fill_pairs.launches("rule", Problem(parse_shape("2.1Kx256")))[0].step == 64
     assert got[4] == ("128/2:share:s128", 128, fill.segment_size(pb.context + pb.queries, 2), True, 128)
 
 
