@@ -99,7 +99,7 @@ constexpr int PRODUCER_REGS = NCWG == 3 ? 56 : 72;
 // The producer thread that starts every tile's bulk copies: lane 0 of producer warp 3, as warp 0
 // also stores each tile's scales (with thread 0 issuing, the long shapes took about 1 % longer:
 // docs/PERF_NOTES.md).
-constexpr int ISSUER = 96;
+[[maybe_unused]] constexpr int ISSUER = 96;   // (the fp16 control issues from every thread)
 constexpr int CONSUMER_REGS = NCWG == 3 ? 152 : 216;
 // setmaxnreg moves registers within what the CTA was launched with: (65536 / THREADS) per thread,
 // rounded down to a multiple of 8 (168 at 384 threads, 128 at 512). Asking the consumers' increase for more
@@ -126,7 +126,7 @@ static_assert(128 * PRODUCER_REGS + 128 * NCWG * CONSUMER_REGS <= LAUNCH_REGS * 
 constexpr int Q_BLOCK = M_CTA * 128;            // bytes of one 64-dim block of Q
 constexpr int KV_BLOCK = BN * 128;              // bytes of one 64-dim block of a K or V tile
 // fp16 stage: K tile, V tile, kq[64], vs[64]
-constexpr int F16_K = 0;
+[[maybe_unused]] constexpr int F16_K = 0;
 constexpr int F16_V = NG * KV_BLOCK;
 constexpr int F16_KQ = 2 * NG * KV_BLOCK;
 constexpr int F16_VS = F16_KQ + BN * 4;
@@ -157,10 +157,10 @@ constexpr int I8_STAGES = PA_V3_I8_STAGES;
 // is done. A K slot holds the pair's 128 key rows per 64-dim block (block b at b * 2 * KV_BLOCK:
 // S of 128 keys is one m64n128k16 per k-step), then each tile's kq[64] and vs[64] (PAIR_SC + 512 *
 // tile); a V slot holds the two tiles' V one after the other (tile h at h * NG * KV_BLOCK).
-constexpr int K_PAIRS = 3, V_PAIRS = 2;
-constexpr int PAIR_SC = 2 * NG * KV_BLOCK;      // a K slot's scales: [kq, vs] of its first tile, then its second
-constexpr int K_SLOT = (PAIR_SC + 4 * BN * 4 + 1023) / 1024 * 1024;
-constexpr int V_SLOT = 2 * NG * KV_BLOCK;
+[[maybe_unused]] constexpr int K_PAIRS = 3, V_PAIRS = 2;   // (64-key builds leave these unused)
+[[maybe_unused]] constexpr int PAIR_SC = 2 * NG * KV_BLOCK;      // a K slot's scales: [kq, vs] of its first tile, then its second
+[[maybe_unused]] constexpr int K_SLOT = (PAIR_SC + 4 * BN * 4 + 1023) / 1024 * 1024;
+[[maybe_unused]] constexpr int V_SLOT = 2 * NG * KV_BLOCK;
 // the whole CTA (offsets from a 1024-aligned base)
 constexpr int SM_Q = 0;
 constexpr int SM_F16 = NG * Q_BLOCK;
