@@ -1,22 +1,26 @@
-// v3's 128-key consumer steps (-DPA_V3_STEP_KEYS=128; included by v3.cu inside namespace v3, on
-// images at 128 rows: shared tiles, or v3-dq's pass). What differs from the 64-key step:
+// v3's 128-key consumer steps (-DPA_V3_STEP_KEYS=128; included by v3.cu inside namespace v3, at 128
+// rows: on images, shared tiles or v3-dq's pass, or in the fp16 control). What differs from the
+// 64-key step:
 // Tiling: a consumer step takes a pair of 64-key tiles, 128 keys: S[64 x 128] = Q.K^T is one
 //   m64n128k16 wgmma per k-step with Q and K from shared memory (the 64-key step at 128 rows reads
 //   Q from registers, which a 64 x 128 S, its P and O leave no room for), and P.V is 8 k-steps of
 //   m64nDk16 with P from registers. The online softmax runs once per pair: the row maximum, O's
 //   rescale and l's rescale every 128 keys (the numerics model at 128-key tiles).
-// Pipeline: K and V are staged apart. The issuer (v3.cu, issue_pairs) brings each tile's image in
-//   four bulk copies, its K rows into a K slot (the pair's 128 rows per 64-dim block, so that one descriptor spans both
-//   tiles), its kq and vs beside them, its V rows into a V slot, K_PAIRS (3) K slots and V_PAIRS
-//   (2) V slots deep. A pair whose second tile lies past the CTA's last (an odd count) gets the
-//   first tile's image twice: finite values whose keys lie past kmax, masked in S, so their P is 0.
-// Barriers: per K slot full_k (count 1: the issuer's arrive.expect_tx with both tiles' bytes) and
-//   empty_k (every consumer thread, once the pair's softmax has read its kq and vs: S is done by
-//   then); per V slot full_v and empty_v (every consumer thread, once the pair's P.V is done). Pair
-//   n is in K slot n % K_PAIRS with parity (n / K_PAIRS) & 1, V slot n % V_PAIRS likewise. Step n
-//   waits for full_k of pair n and full_v of pair n-1 before its turn; the turns (PP_BAR + wg)
-//   alternate per step as in the 64-key loop, and every warpgroup takes every turn and releases
-//   every slot, past its rows' diagonal too.
+// Pipeline: K and V are staged apart, K_PAIRS (3) K slots and V_PAIRS (2) V slots deep. A K slot
+//   holds the pair's 128 key rows per 64-dim block, so that one descriptor spans both tiles, and
+//   each tile's kq and vs; a V slot holds both tiles' V. K runs a pair ahead of V. The producers are
+//   in v3.cu: on images the issuer (issue_pairs) brings each tile's image in four bulk copies; the
+//   control's threads copy each pair's fp16 rows by cp.async. A pair whose second tile lies past
+//   the CTA's last (an odd count) gets finite values there (the first tile's image again, or the
+//   keys after it), whose keys lie past kmax: masked in S, so their P is 0.
+// Barriers: per K slot full_k (count 1: the issuer's arrive.expect_tx with both tiles' bytes; 128
+//   in the control: every copying thread once its copies have landed) and empty_k (every consumer
+//   thread, once the pair's softmax has read its kq and vs: S is done by then); per V slot full_v
+//   and empty_v (every consumer thread, once the pair's P.V is done). Pair n is in K slot
+//   n % K_PAIRS with parity (n / K_PAIRS) & 1, V slot n % V_PAIRS likewise. Step n waits for full_k
+//   of pair n and full_v of pair n-1 before its turn; the turns (PP_BAR + wg) alternate per step as
+//   in the 64-key loop, and every warpgroup takes every turn and releases every slot, past its
+//   rows' diagonal too.
 
 // D[64 x 128] (+)= A[64 x 16] . B[16 x 128], A and B from shared memory, both K-major (S of a
 // 128-key step: 128 keys of K in one B operand).
