@@ -1114,6 +1114,14 @@ __device__ __forceinline__ void p_fragments(const float (&s)[4 * NJ], u32 (&pf)[
     }
 }
 
+// O *= alpha, skipped where every alpha of the warp is 1 (O*1 == O: the same bits), as it is on
+// most steps of a long context, where a row's running maximum rarely moves.
+__device__ __forceinline__ void rescale_o(float (&o)[O_REGS], const float (&alpha)[2]) {
+    if (__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) return;
+#pragma unroll
+    for (int i = 0; i < O_REGS; ++i) o[i] = __fmul_rn(o[i], alpha[(i >> 1) & 1]);
+}
+
 #if PA_V3_STEP_KEYS == 128
 #include "v3_pairs.cuh"
 #endif
@@ -1226,13 +1234,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
         if (tile < first_masked) softmax_tile<false>(f16_stage(n), tile * BN, lim, s, m, l, al);
         else softmax_tile<true>(f16_stage(n), tile * BN, lim, s, m, l, al);
     };
-    // O *= alpha, skipped where every alpha of the warp is 1 (O*1 == O: the same bits), as it is
-    // on most tiles of a long context, where a row's running maximum rarely moves.
-    auto rescale = [&]() {
-        if (__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) return;
-#pragma unroll
-        for (int i = 0; i < O_REGS; ++i) o[i] = __fmul_rn(o[i], alpha[(i >> 1) & 1]);
-    };
+    auto rescale = [&]() { rescale_o(o, alpha); };
 
     if (wg == NCWG - 1) named_barrier_arrive(PP_BAR, 256);
     int n = 0;

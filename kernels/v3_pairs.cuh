@@ -98,11 +98,7 @@ __device__ __forceinline__ void consume_pairs(const Cta& c, unsigned char* sm, u
         scale_by_vs<2 * BN / 8>(scales(n), s);
         release_k(n);
     };
-    auto rescale = [&]() {
-        if (__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) return;
-#pragma unroll
-        for (int i = 0; i < O_REGS; ++i) o[i] = __fmul_rn(o[i], alpha[(i >> 1) & 1]);
-    };
+    auto rescale = [&]() { rescale_o(o, alpha); };
 
     if (wg == NCWG - 1) named_barrier_arrive(PP_BAR, 256);
     int n = 0;

@@ -73,7 +73,7 @@ _STORE = re.compile(r"(\n            )\*reinterpret_cast<uint4\*>\(f \+ F16_([KV
 _ROUNDS = re.compile(r"(\n#pragma unroll\n        for \(int i = 0; i < )NI(; \+\+i\) \{\n            const int r = prod_row\(pw, lane, i\);)")
 _STORES_DONE = re.compile(r"(\n        if \(pw == 0\) \{   // lanes 0-15: K scales)")
 _TURN_SYNC = re.compile(r"\n        named_barrier_sync\(PP_BAR \+ wg, 256\);")
-_TURN_ARRIVE = re.compile(r"\n        if \(wg != NCWG - 1 \|\| n < n_tiles\) named_barrier_arrive\(PP_BAR \+ \(wg \+ 1\) % NCWG, 256\);")
+_TURN_ARRIVE = re.compile(r"\n        if \(wg != NCWG - 1 \|\| n < n_(?:tiles|steps)\) named_barrier_arrive\(PP_BAR \+ \(wg \+ 1\) % NCWG, 256\);")
 _TURN_OPEN = re.compile(r"\n    if \(wg == NCWG - 1\) named_barrier_arrive\(PP_BAR, 256\);")
 _K_SCALE = re.compile(r"        const float2 k2 = \*reinterpret_cast<const float2\*>\(kq \+ sc_index\(j\) \+ 2 \* t\);\n"
                       r"(#pragma unroll\n        for \(int e = 0; e < 4; \+\+e\) \{\n)"
@@ -81,7 +81,6 @@ _K_SCALE = re.compile(r"        const float2 k2 = \*reinterpret_cast<const float
 _V_SCALE = re.compile(r"        const float2 v2 = \*reinterpret_cast<const float2\*>\(vs \+ sc_index\(j\) \+ 2 \* t\);\n"
                       r"(?:        s\[4 \* j( \+ \d)?\] = __fmul_rn\(s\[4 \* j( \+ \d)?\], v2\.[xy]\);\n){4}")
 _SOFTMAX = re.compile(r"(    auto softmax = \[&\]\(int n, float \(&al\)\[2\]\) \{\n).*?(\n    \};\n)", re.S)
-_TURN_ARRIVE_PAIRS = re.compile(r"\n        if \(wg != NCWG - 1 \|\| n < n_steps\) named_barrier_arrive\(PP_BAR \+ \(wg \+ 1\) % NCWG, 256\);")
 # the image producers (shared tiles, v3-dq): the 64-key issuers' copy of a stage, the pairs issuer's
 # arms and copies, the shared tiles' flag polls and converters
 _IMAGE_COPY = re.compile(r"(\n +)mbar_arrive_expect_tx\(bar_full \+ 8 \* s, IMG_BYTES\);\n +bulk_g2s\([^;]*\);")
@@ -140,13 +139,13 @@ def no_store(src: str) -> str:
                 out, "no-store (guard)")
 
 
-def no_softmax(src: str) -> str:
-    return _sub(_SOFTMAX, r"\1        (void)n; al[0] = al[1] = 1.f;\2", src, "no-softmax")
+def no_softmax(src: str, file: str = "v3.cu") -> str:
+    return _sub(_SOFTMAX, r"\1        (void)n; al[0] = al[1] = 1.f;\2", src, f"no-softmax ({file})", file=file)
 
 
 @on(PAIRS)
 def no_softmax_pairs(src: str) -> str:
-    return _sub(_SOFTMAX, r"\1        (void)n; al[0] = al[1] = 1.f;\2", src, "no-softmax (128-key steps)", file=PAIRS)
+    return no_softmax(src, PAIRS)
 
 
 def no_image_copy(src: str) -> str:
@@ -189,17 +188,15 @@ def no_v_scales(src: str) -> str:
                        "    [[maybe_unused]] const float* vs = kq + BN;", 1)
 
 
-def no_pingpong(src: str) -> str:
-    src = _sub(_TURN_SYNC, "", src, "no-pingpong (turn sync)")
-    src = _sub(_TURN_ARRIVE, "", src, "no-pingpong (turn arrive)")
-    return _sub(_TURN_OPEN, "", src, "no-pingpong (first turn)")
+def no_pingpong(src: str, file: str = "v3.cu") -> str:
+    src = _sub(_TURN_SYNC, "", src, f"no-pingpong (turn sync, {file})", file=file)
+    src = _sub(_TURN_ARRIVE, "", src, f"no-pingpong (turn arrive, {file})", file=file)
+    return _sub(_TURN_OPEN, "", src, f"no-pingpong (first turn, {file})", file=file)
 
 
 @on(PAIRS)
 def no_pingpong_pairs(src: str) -> str:
-    src = _sub(_TURN_SYNC, "", src, "no-pingpong (128-key turn sync)", file=PAIRS)
-    src = _sub(_TURN_ARRIVE_PAIRS, "", src, "no-pingpong (128-key turn arrive)", file=PAIRS)
-    return _sub(_TURN_OPEN, "", src, "no-pingpong (128-key first turn)", file=PAIRS)
+    return no_pingpong(src, PAIRS)
 
 
 KNOCKOUTS = {
