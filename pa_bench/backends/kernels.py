@@ -215,6 +215,18 @@ def launch_rows(variant: str, problem) -> int:
     return cta_rows(variant, problem.context, problem.queries, problem.heads_q, problem.heads_kv)
 
 
+def launch_build(variant: str, problem, **producer) -> KernelBuild:
+    """``variant``'s build at its own launch on ``problem`` (rows, model.launch_rows; consumer step,
+    model.step_keys) with ``producer`` (kv_f16=True, kv_images=True): the fp16 control's and
+    v3-dq's builds, which must run v3's launch to time (or give the bits of) v3's consumer loop."""
+    from pa_bench.numerics.model import step_keys
+
+    pb = problem
+    return KernelBuild(variant, head_dim=pb.head_dim, paged=pb.layout == "paged", out_f16=pb.out_dtype == "float16",
+                       cta_rows=launch_rows(variant, pb),
+                       step_keys=step_keys(variant, pb.context, pb.queries, pb.heads_q, pb.heads_kv), **producer)
+
+
 def launch_geometry(variant: str, queries: int, heads_q: int, heads_kv: int, tiles: int = DEFAULT_TILES,
                     pair_heads: bool = True, split_keys: int = 0, context: int = 0,
                     segment_keys: int = 0, cta_rows: int = 0) -> LaunchGeometry:

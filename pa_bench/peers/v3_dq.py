@@ -6,10 +6,10 @@ producer would store for it (K and V rows in their 128B-swizzled places, the pre
 and value scales), in global memory; then ``pa_v3`` runs with a producer that brings each tile's
 image with one bulk copy (the TMA unit) and does nothing else. It takes v3's launch: its rows and,
 where v3 takes 128-key consumer steps, those steps too (K and V of a pair of tiles brought apart:
-kernels/v3_pairs.cuh), so its kernel alone times v3's consumer loop behind a copy-only producer. The consumers are v3's, on the
-same bytes, so the output is v3's, bit for bit; what changes is where the conversion's
-shared-memory traffic happens (docs/PERF_NOTES.md: beside wgmma, the LSU's work adds to a step's
-time). The images take Hkv x ceil(Nk / 64) x 33,280 bytes at D = 128 (twice the int8 K/V), written
+kernels/v3_pairs.cuh), so its kernel alone times v3's consumer loop behind a copy-only producer.
+The consumers are v3's, on the same bytes, so the output is v3's, bit for bit; what changes is
+where the conversion's shared-memory traffic happens (docs/PERF_NOTES.md: beside wgmma, the LSU's
+work adds to a step's time). The images take Hkv x ceil(Nk / 64) x 33,280 bytes at D = 128 (twice the int8 K/V), written
 and read back every call.
 
 Not registered by default: ``--plugin pa_bench.peers.v3_dq``. sm_90 only, head_dim 64 or 128, CuPy.
@@ -65,12 +65,8 @@ def build_for(problem):
     """The build of v3 on images at v3's own launch on ``problem``: its rows, and its consumer step
     (64 keys, or 128 where v3 takes 128-key steps: model.step_keys), so that the bits are v3's."""
     from pa_bench.backends import kernels as K
-    from pa_bench.numerics.model import step_keys
 
-    pb = problem
-    return K.KernelBuild("v3", head_dim=pb.head_dim, paged=pb.layout == "paged", out_f16=pb.out_dtype == "float16",
-                         kv_images=True, cta_rows=K.launch_rows("v3", pb),
-                         step_keys=step_keys("v3", pb.context, pb.queries, pb.heads_q, pb.heads_kv))
+    return K.launch_build("v3", problem, kv_images=True)
 
 
 class V3DQ(Peer):

@@ -120,12 +120,8 @@ def build_for(problem):
     """The control's build on ``problem``: v3's launch (its rows, and its consumer step: 128 keys
     where v3 takes 128-key steps, model.step_keys), with fp16 K/V and a copy-only producer."""
     from pa_bench.backends import kernels as K
-    from pa_bench.numerics.model import step_keys
 
-    pb = problem
-    return K.KernelBuild("v3", head_dim=pb.head_dim, paged=pb.layout == "paged", out_f16=pb.out_dtype == "float16",
-                         kv_f16=True, cta_rows=K.launch_rows("v3", pb),
-                         step_keys=step_keys("v3", pb.context, pb.queries, pb.heads_q, pb.heads_kv))
+    return K.launch_build("v3", problem, kv_f16=True)
 
 
 class V3F16(Peer):
