@@ -93,8 +93,8 @@ class V3DQ(Peer):
 
         self.cp = cp
         pb = inputs.problem
-        rows = K.launch_rows("v3", pb)
-        self.build = build_for(pb)
+        self.build = build_for(pb)                    # v3's own rows and consumer step (segments: below)
+        rows = self.build.cta_rows
         fn, images, combine, smem, img_bytes, self.compiler = _build(cp, self.build, cc)
         if pb.layout == "paged":
             pk = inputs.paged

@@ -148,8 +148,8 @@ class V3F16(Peer):
 
         self.cp = cp
         pb = inputs.problem
-        rows = K.launch_rows("v3", pb)                # v3's own rows, segments and consumer step
-        self.build = build_for(pb)
+        self.build = build_for(pb)                    # v3's own rows and consumer step (segments: below)
+        rows = self.build.cta_rows
         fn, combine, smem, self.compiler = _build(cp, self.build, cc)
         if pb.layout == "paged":
             pk = inputs.paged
