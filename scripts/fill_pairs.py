@@ -6,9 +6,9 @@ timed in turns: the measurements behind pa_bench.numerics.fill's constants.
 
 Each argument is a shape and the launches to compare, ``rows/segments`` (segments 1: none; the
 keys split into that many whole 64-key segments, as the fill rule splits them; ``rule``: the
-launch the rule takes, its consumer step too), each optionally ``:own`` (every CTA converts its own tiles) or ``:share``
-(each tile converted once for all row blocks: fill.shares_tiles), without either the rule's
-choice for that launch; ``:s128``: 128-key consumer steps (two tiles, K and V staged apart; a
+launch the rule takes, its consumer step too), each optionally ``:own`` (every CTA converts its
+own tiles) or ``:share`` (each tile converted once for all row blocks: fill.shares_tiles), without
+either the rule's choice for that launch; ``:s128``: 128-key consumer steps (two tiles, K and V staged apart; a
 shared-tile launch at 128 rows). PR defaults: 32/8 heads, D=128, paged 64, normal
 data. For each launch the script checks v3 against FP64 and against the numerics model of its
 tile size and segments on a few sampled rows, then times the launches in turns (``--rounds``
@@ -121,11 +121,11 @@ def main() -> None:
                 res = backend.time(prep, ["v3"], settings)["v3"]
                 times[lc.label].append(float(np.median(res.samples_ms)) if not isinstance(res, str) else float("nan"))
         first = todo[0]
-        est0 = fill.estimate(first.rows, first.seg, pb.context, pb.queries, pb.heads_q, pb.heads_kv)
+        est0 = fill.estimate(first.rows, first.seg, pb.context, pb.queries, pb.heads_q, pb.heads_kv, first.step == 128)
         base = float(np.median(times[first.label]))
         for lc in todo:
             ms = float(np.median(times[lc.label]))
-            est = fill.estimate(lc.rows, lc.seg, pb.context, pb.queries, pb.heads_q, pb.heads_kv)
+            est = fill.estimate(lc.rows, lc.seg, pb.context, pb.queries, pb.heads_q, pb.heads_kv, lc.step == 128)
             rounds = " ".join(f"{t:.4f}" for t in times[lc.label])
             print(f"{shape} v3 {lc.label}: {ms:.4f} ms (rounds {rounds}); x{ms / base:.3f} of {first.label}, "
                   f"estimate x{est / est0:.3f}", flush=True)
