@@ -1038,14 +1038,15 @@ __device__ __forceinline__ void issue_pv(float (&o)[O_REGS], const u32 (&pf)[PV_
 // scales of the step's first tile: per tile kq[BN] then vs[BN], the next tile's 2*BN floats on
 // (sc_index).
 __host__ __device__ constexpr int sc_index(int j) { return (j >> 3) * 2 * BN + (j & 7) * 8; }
-template <bool MASKED, int NJ = BN / 8>
-__device__ __forceinline__ void softmax_tile(const float* kq, int j0, const int (&lim)[2],
-                                             float (&s)[4 * NJ], float (&m)[2], float (&l)[2], float (&alpha)[2]) {
+// ``k2_of(j)``: the key scales of n8 block j's two columns of this lane (2t, 2t+1).
+template <bool MASKED, int NJ, class K2>
+__device__ __forceinline__ void softmax_tile_k(K2 k2_of, int j0, const int (&lim)[2],
+                                               float (&s)[4 * NJ], float (&m)[2], float (&l)[2], float (&alpha)[2]) {
     const int t = threadIdx.x & 3;
     float mx[2] = {PA_NEG_INF, PA_NEG_INF};
 #pragma unroll
     for (int j = 0; j < NJ; ++j) {
-        const float2 k2 = *reinterpret_cast<const float2*>(kq + sc_index(j) + 2 * t);
+        const float2 k2 = k2_of(j);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             float v = __fmul_rn(s[4 * j + e], (e & 1) ? k2.y : k2.x);
@@ -1074,6 +1075,13 @@ __device__ __forceinline__ void softmax_tile(const float* kq, int j0, const int 
             s[4 * j + e] = pa::exp2_ftz(__fsub_rn(s[4 * j + e], mref[e >> 1]));
             l[e >> 1] = __fadd_rn(l[e >> 1], s[4 * j + e]);
         }
+}
+template <bool MASKED, int NJ = BN / 8>
+__device__ __forceinline__ void softmax_tile(const float* kq, int j0, const int (&lim)[2],
+                                             float (&s)[4 * NJ], float (&m)[2], float (&l)[2], float (&alpha)[2]) {
+    const int t = threadIdx.x & 3;
+    softmax_tile_k<MASKED, NJ>([&](int j) { return *reinterpret_cast<const float2*>(kq + sc_index(j) + 2 * t); },
+                               j0, lim, s, m, l, alpha);
 }
 
 // P = fp16(p * v_scale*p_scale), in two parts: the multiplies are written before the wait for the

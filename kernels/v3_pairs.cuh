@@ -89,10 +89,21 @@ __device__ __forceinline__ void consume_pairs(const Cta& c, unsigned char* sm, u
     auto desc_k = [&](int n) { return desc_sw128(base + SM_K + (n % K_PAIRS) * K_SLOT, 16, 1024); };
     auto desc_v = [&](int n) { return desc_sw128(base + SM_V + (n % V_PAIRS) * V_SLOT, KV_BLOCK, 1024); };
     auto scales = [&](int n) { return reinterpret_cast<const float*>(sm + SM_K + (n % K_PAIRS) * K_SLOT + PAIR_SC); };
+    // The key scales of pair n, this lane's two columns of each n8 block, loaded into registers
+    // before the wait for S so that their latency passes under it (loaded after it, the first
+    // multiplies waited on them: ncu's short-scoreboard stalls in the softmax).
+    float2 k2s[2 * BN / 8];
+    auto load_k2s = [&](int n) {
+        const float* kq = scales(n);
+#pragma unroll
+        for (int j = 0; j < 2 * BN / 8; ++j)
+            k2s[j] = *reinterpret_cast<const float2*>(kq + sc_index(j) + 2 * (threadIdx.x & 3));
+    };
     auto softmax = [&](int n, float (&al)[2]) {
         const int tile = c.t_begin + 2 * n;
-        if (tile + 1 < first_masked && 2 * n + 1 < n_tiles) softmax_tile<false, 2 * BN / 8>(scales(n), tile * BN, lim, s, m, l, al);
-        else softmax_tile<true, 2 * BN / 8>(scales(n), tile * BN, lim, s, m, l, al);
+        auto k2_of = [&](int j) { return k2s[j]; };
+        if (tile + 1 < first_masked && 2 * n + 1 < n_tiles) softmax_tile_k<false, 2 * BN / 8>(k2_of, tile * BN, lim, s, m, l, al);
+        else softmax_tile_k<true, 2 * BN / 8>(k2_of, tile * BN, lim, s, m, l, al);
     };
     auto finish = [&](int n) {               // P's V scales, then K slot n is read
         scale_by_vs<2 * BN / 8>(scales(n), s);
@@ -111,6 +122,7 @@ __device__ __forceinline__ void consume_pairs(const Cta& c, unsigned char* sm, u
         issue_s2(s, dq, dk0);
         wgmma_commit();
         turn_end(0);
+        load_k2s(0);
         wgmma_wait<0>();
         pin(s);
         softmax(0, alpha);
@@ -131,6 +143,7 @@ __device__ __forceinline__ void consume_pairs(const Cta& c, unsigned char* sm, u
             issue_pv2(o, pf, dv);
             wgmma_commit();
             turn_end(n);
+            load_k2s(n);
             wgmma_wait<1>();                 // S of pair n (P.V of pair n-1 may still run)
             pin(s);
             float alpha_next[2];

@@ -75,7 +75,7 @@ _STORES_DONE = re.compile(r"(\n        if \(pw == 0\) \{   // lanes 0-15: K scal
 _TURN_SYNC = re.compile(r"\n        named_barrier_sync\(PP_BAR \+ wg, 256\);")
 _TURN_ARRIVE = re.compile(r"\n        if \(wg != NCWG - 1 \|\| n < n_(?:tiles|steps)\) named_barrier_arrive\(PP_BAR \+ \(wg \+ 1\) % NCWG, 256\);")
 _TURN_OPEN = re.compile(r"\n    if \(wg == NCWG - 1\) named_barrier_arrive\(PP_BAR, 256\);")
-_K_SCALE = re.compile(r"        const float2 k2 = \*reinterpret_cast<const float2\*>\(kq \+ sc_index\(j\) \+ 2 \* t\);\n"
+_K_SCALE = re.compile(r"        const float2 k2 = k2_of\(j\);\n"
                       r"(#pragma unroll\n        for \(int e = 0; e < 4; \+\+e\) \{\n)"
                       r"            float v = __fmul_rn\(s\[4 \* j \+ e\], \(e & 1\) \? k2\.y : k2\.x\);\n")
 _V_SCALE = re.compile(r"        const float2 v2 = \*reinterpret_cast<const float2\*>\(vs \+ sc_index\(j\) \+ 2 \* t\);\n"
