@@ -1038,9 +1038,10 @@ __device__ __forceinline__ void issue_pv(float (&o)[O_REGS], const u32 (&pf)[PV_
 // scales of the step's first tile: per tile kq[BN] then vs[BN], the next tile's 2*BN floats on
 // (sc_index).
 __host__ __device__ constexpr int sc_index(int j) { return (j >> 3) * 2 * BN + (j & 7) * 8; }
-// ``k2_of(j)``: the key scales of n8 block j's two columns of this lane (2t, 2t+1).
-template <bool MASKED, int NJ, class K2>
-__device__ __forceinline__ void softmax_tile_k(K2 k2_of, int j0, const int (&lim)[2],
+// ``k2_of(j)``: the key scales of n8 block j's two columns of this lane (2t, 2t+1); ``scaled()`` runs
+// once every key scale has been applied (the 128-key step loads its V scales there).
+template <bool MASKED, int NJ, class K2, class Scaled>
+__device__ __forceinline__ void softmax_tile_k(K2 k2_of, Scaled scaled, int j0, const int (&lim)[2],
                                                float (&s)[4 * NJ], float (&m)[2], float (&l)[2], float (&alpha)[2]) {
     const int t = threadIdx.x & 3;
     float mx[2] = {PA_NEG_INF, PA_NEG_INF};
@@ -1055,6 +1056,7 @@ __device__ __forceinline__ void softmax_tile_k(K2 k2_of, int j0, const int (&lim
             mx[e >> 1] = fmaxf(mx[e >> 1], v);
         }
     }
+    scaled();
 #pragma unroll
     for (int sh = 1; sh <= 2; sh *= 2)
 #pragma unroll
@@ -1081,7 +1083,7 @@ __device__ __forceinline__ void softmax_tile(const float* kq, int j0, const int 
                                              float (&s)[4 * NJ], float (&m)[2], float (&l)[2], float (&alpha)[2]) {
     const int t = threadIdx.x & 3;
     softmax_tile_k<MASKED, NJ>([&](int j) { return *reinterpret_cast<const float2*>(kq + sc_index(j) + 2 * t); },
-                               j0, lim, s, m, l, alpha);
+                               [] {}, j0, lim, s, m, l, alpha);
 }
 
 // P = fp16(p * v_scale*p_scale), in two parts: the multiplies are written before the wait for the
@@ -1091,18 +1093,23 @@ __device__ __forceinline__ void softmax_tile(const float* kq, int j0, const int 
 // The A fragment of k-step kk is {(g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)} of
 // columns 16kk.., so the S accumulators of n8 blocks 2kk and 2kk+1 become P's A fragment of k-step
 // kk in place (as in FlashAttention-2).
-template <int NJ = BN / 8>
-__device__ __forceinline__ void scale_by_vs(const float* kq, float (&s)[4 * NJ]) {
-    const int t = threadIdx.x & 3;
-    const float* vs = kq + BN;               // (F16_VS = F16_KQ + BN*4)
+// ``v2_of(j)``: the V scales of n8 block j's two columns of this lane.
+template <int NJ, class V2>
+__device__ __forceinline__ void scale_by_vs_k(V2 v2_of, float (&s)[4 * NJ]) {
 #pragma unroll
     for (int j = 0; j < NJ; ++j) {
-        const float2 v2 = *reinterpret_cast<const float2*>(vs + sc_index(j) + 2 * t);
+        const float2 v2 = v2_of(j);
         s[4 * j] = __fmul_rn(s[4 * j], v2.x);
         s[4 * j + 1] = __fmul_rn(s[4 * j + 1], v2.y);
         s[4 * j + 2] = __fmul_rn(s[4 * j + 2], v2.x);
         s[4 * j + 3] = __fmul_rn(s[4 * j + 3], v2.y);
     }
+}
+template <int NJ = BN / 8>
+__device__ __forceinline__ void scale_by_vs(const float* kq, float (&s)[4 * NJ]) {
+    const int t = threadIdx.x & 3;
+    const float* vs = kq + BN;               // (F16_VS = F16_KQ + BN*4)
+    scale_by_vs_k<NJ>([&](int j) { return *reinterpret_cast<const float2*>(vs + sc_index(j) + 2 * t); }, s);
 }
 // The same on a 64-key stage (its kq and vs at F16_KQ, F16_VS).
 template <bool MASKED>

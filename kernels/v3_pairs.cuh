@@ -89,24 +89,28 @@ __device__ __forceinline__ void consume_pairs(const Cta& c, unsigned char* sm, u
     auto desc_k = [&](int n) { return desc_sw128(base + SM_K + (n % K_PAIRS) * K_SLOT, 16, 1024); };
     auto desc_v = [&](int n) { return desc_sw128(base + SM_V + (n % V_PAIRS) * V_SLOT, KV_BLOCK, 1024); };
     auto scales = [&](int n) { return reinterpret_cast<const float*>(sm + SM_K + (n % K_PAIRS) * K_SLOT + PAIR_SC); };
-    // The key scales of pair n, this lane's two columns of each n8 block, loaded into registers
-    // before the wait for S so that their latency passes under it (loaded after it, the first
-    // multiplies waited on them: ncu's short-scoreboard stalls in the softmax).
-    float2 k2s[2 * BN / 8];
-    auto load_k2s = [&](int n) {
-        const float* kq = scales(n);
+    // The scales of pair n, this lane's two columns of each n8 block, in registers: the key scales
+    // loaded before the wait for S so that their latency passes under it (loaded after it, the
+    // first multiplies waited on them: ncu's short-scoreboard stalls in the softmax), then the V
+    // scales into the same registers as soon as the key scales are applied, under the exponentials.
+    float2 sc2[2 * BN / 8];
+    auto load_sc2 = [&](int n, int which) {   // which: 0 the key scales, BN the V scales
+        const float* sc = scales(n) + which;
 #pragma unroll
         for (int j = 0; j < 2 * BN / 8; ++j)
-            k2s[j] = *reinterpret_cast<const float2*>(kq + sc_index(j) + 2 * (threadIdx.x & 3));
+            sc2[j] = *reinterpret_cast<const float2*>(sc + sc_index(j) + 2 * (threadIdx.x & 3));
     };
     auto softmax = [&](int n, float (&al)[2]) {
         const int tile = c.t_begin + 2 * n;
-        auto k2_of = [&](int j) { return k2s[j]; };
-        if (tile + 1 < first_masked && 2 * n + 1 < n_tiles) softmax_tile_k<false, 2 * BN / 8>(k2_of, tile * BN, lim, s, m, l, al);
-        else softmax_tile_k<true, 2 * BN / 8>(k2_of, tile * BN, lim, s, m, l, al);
+        auto k2_of = [&](int j) { return sc2[j]; };
+        auto scaled = [&] { load_sc2(n, BN); };
+        if (tile + 1 < first_masked && 2 * n + 1 < n_tiles)
+            softmax_tile_k<false, 2 * BN / 8>(k2_of, scaled, tile * BN, lim, s, m, l, al);
+        else
+            softmax_tile_k<true, 2 * BN / 8>(k2_of, scaled, tile * BN, lim, s, m, l, al);
     };
     auto finish = [&](int n) {               // P's V scales, then K slot n is read
-        scale_by_vs<2 * BN / 8>(scales(n), s);
+        scale_by_vs_k<2 * BN / 8>([&](int j) { return sc2[j]; }, s);
         release_k(n);
     };
     auto rescale = [&]() { rescale_o(o, alpha); };
@@ -122,7 +126,7 @@ __device__ __forceinline__ void consume_pairs(const Cta& c, unsigned char* sm, u
         issue_s2(s, dq, dk0);
         wgmma_commit();
         turn_end(0);
-        load_k2s(0);
+        load_sc2(0, 0);
         wgmma_wait<0>();
         pin(s);
         softmax(0, alpha);
@@ -143,7 +147,7 @@ __device__ __forceinline__ void consume_pairs(const Cta& c, unsigned char* sm, u
             issue_pv2(o, pf, dv);
             wgmma_commit();
             turn_end(n);
-            load_k2s(n);
+            load_sc2(n, 0);
             wgmma_wait<1>();                 // S of pair n (P.V of pair n-1 may still run)
             pin(s);
             float alpha_next[2];

@@ -23,7 +23,8 @@ timing the real kernel under a wrong name.
 - ``no-producer``: both (the producer only waits and arrives: the consumers alone; with shared
   tiles or v3-dq's images, at 64- or 128-key steps, the issuer arms each slot with a plain arrive);
 - ``no-softmax``: the consumers skip the online softmax (P is packed from raw S; no rescale; the
-  128-key step still applies the V scales and releases its K slot);
+  128-key step still multiplies by its scale registers and releases its K slot, but the V scales'
+  loads, which it issues inside the softmax, go with it);
 - ``gemm-only``: no-producer and no-softmax: wgmma, barriers and P packing only;
 - ``no-alu``: the producer stores its int8 chunks unconverted (loads and stores stay: what the
   conversion's arithmetic alone costs);
@@ -78,7 +79,7 @@ _TURN_OPEN = re.compile(r"\n    if \(wg == NCWG - 1\) named_barrier_arrive\(PP_B
 _K_SCALE = re.compile(r"        const float2 k2 = k2_of\(j\);\n"
                       r"(#pragma unroll\n        for \(int e = 0; e < 4; \+\+e\) \{\n)"
                       r"            float v = __fmul_rn\(s\[4 \* j \+ e\], \(e & 1\) \? k2\.y : k2\.x\);\n")
-_V_SCALE = re.compile(r"        const float2 v2 = \*reinterpret_cast<const float2\*>\(vs \+ sc_index\(j\) \+ 2 \* t\);\n"
+_V_SCALE = re.compile(r"        const float2 v2 = v2_of\(j\);\n"
                       r"(?:        s\[4 \* j( \+ \d)?\] = __fmul_rn\(s\[4 \* j( \+ \d)?\], v2\.[xy]\);\n){4}")
 _SOFTMAX = re.compile(r"(    auto softmax = \[&\]\(int n, float \(&al\)\[2\]\) \{\n).*?(\n    \};\n)", re.S)
 # the image producers (shared tiles, v3-dq): the 64-key issuers' copy of a stage, the pairs issuer's
@@ -183,7 +184,7 @@ def kscale_in_q(src: str) -> str:
 
 
 def no_v_scales(src: str) -> str:
-    src = _sub(_V_SCALE, "        (void)j, (void)t;   // knock-out: no V-scale multiply\n", src, "no-v-scales")
+    src = _sub(_V_SCALE, "        (void)j;   // knock-out: no V-scale multiply\n", src, "no-v-scales")
     return src.replace("    const float* vs = kq + BN;",
                        "    [[maybe_unused]] const float* vs = kq + BN;", 1)
 
