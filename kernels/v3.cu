@@ -1132,7 +1132,24 @@ __device__ __forceinline__ void rescale_o(float (&o)[O_REGS], const float (&alph
 // for P.V, then multiplies p by the V scales and packs tile n's P into the A fragments. Step 0 has
 // no P.V and step n_tiles no S. No register that feeds a wgmma is written while one is in flight
 // (ptxas would serialise the wgmma: C7513), and the descriptors are formed before wgmma.fence.
-__device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsigned char* sm, u32 base) {
+constexpr int Q_CHUNKS = 64 * (D / 8) / 128;   // 16-byte chunks of Q per consumer thread
+// A consumer thread's Q chunks into registers, issued before the CTA's barriers are set up so that
+// their latency passes under the set-up and the CTA-wide barrier.
+__device__ __forceinline__ void load_q(const pa::Args& a, const Cta& c, uint4 (&qv)[Q_CHUNKS]) {
+    const int wg = (int)(threadIdx.x >> 7) - 1, tid = threadIdx.x & 127;
+    const int rows_used = c.ppc * c.group, r0 = 64 * wg;
+#pragma unroll
+    for (int i = 0; i < Q_CHUNKS; ++i) {
+        const int idx = tid + 128 * i, R = r0 + idx / (D / 8), ch = idx % (D / 8);
+        const int pos = c.p0 + R / c.group;
+        qv[i] = make_uint4(0, 0, 0, 0);
+        if (R < rows_used && pos < a.n_q) {
+            const int hq = c.hkv * c.group + R % c.group;
+            qv[i] = __ldg(reinterpret_cast<const uint4*>(a.q + ((u64)hq * a.n_q + pos) * D + 8 * ch));
+        }
+    }
+}
+__device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsigned char* sm, u32 base, const uint4 (&qv)[Q_CHUNKS]) {
     // The warpgroup index, made warp-uniform for ptxas (a shuffle from lane 0, as CUTLASS's
     // canonical_warp_group_idx does): then the wgmma descriptors are provably uniform and live in
     // uniform registers (else an R2UR per descriptor half and wgmma: 70 more instructions a step).
@@ -1148,18 +1165,6 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     // shared-memory operand (docs/PERF_NOTES.md); three read Q from shared memory (Q_SS). Zero for rows without a query. All of a thread's Q_CHUNKS loads are
     // issued before its first store, so the CTA's start waits for one global-memory latency, not
     // Q_CHUNKS of them in series (about 4.5 us of every CTA's 7 us of fixed cost: docs/PERF_NOTES.md).
-    constexpr int Q_CHUNKS = 64 * (D / 8) / 128;   // 16-byte chunks of Q per consumer thread
-    uint4 qv[Q_CHUNKS];
-#pragma unroll
-    for (int i = 0; i < Q_CHUNKS; ++i) {
-        const int idx = tid + 128 * i, R = r0 + idx / (D / 8), ch = idx % (D / 8);
-        const int pos = c.p0 + R / c.group;
-        qv[i] = make_uint4(0, 0, 0, 0);
-        if (R < rows_used && pos < a.n_q) {
-            const int hq = c.hkv * c.group + R % c.group;
-            qv[i] = __ldg(reinterpret_cast<const uint4*>(a.q + ((u64)hq * a.n_q + pos) * D + 8 * ch));
-        }
-    }
 #pragma unroll
     for (int i = 0; i < Q_CHUNKS; ++i) {
         const int idx = tid + 128 * i;
@@ -1361,6 +1366,8 @@ extern "C" __global__ void __launch_bounds__(v3::THREADS, 1) pa_v3(PA_KERNEL_PAR
     unsigned char* sm = smem_raw + (base - raw);
     const Cta c = cta_of(a);
     if (c.t_begin >= c.t_end) return;                        // no key of this segment for these rows
+    uint4 qv[Q_CHUNKS];
+    if (threadIdx.x >= 128) load_q(a, c, qv);
     if (threadIdx.x == 0) {
 #if PA_V3_STEP_KEYS == 128
 #pragma unroll
@@ -1393,7 +1400,7 @@ extern "C" __global__ void __launch_bounds__(v3::THREADS, 1) pa_v3(PA_KERNEL_PAR
         producer(a, c, sm, base);
     } else {
         set_max_regs_inc<CONSUMER_REGS>();
-        consumer(a, c, sm, base);
+        consumer(a, c, sm, base, qv);
     }
 }
 
