@@ -95,12 +95,12 @@ constexpr int KSTEPS = D / 16;                  // k16 steps of S = Q.K^T
 constexpr int PV_STEPS = BN / 16;               // k16 steps of O = P.V
 constexpr int S_REGS = BN / 2;                  // fp32 accumulator registers per thread: S (64 x 64)
 constexpr int O_REGS = D / 2;                   // ... and O (64 x D)
-constexpr int PRODUCER_REGS = NCWG == 3 ? 56 : 72;
+constexpr int PRODUCER_REGS = NCWG == 3 ? 56 : 56;
 // The producer thread that starts every tile's bulk copies: lane 0 of producer warp 3, as warp 0
 // also stores each tile's scales (with thread 0 issuing, the long shapes took about 1 % longer:
 // docs/PERF_NOTES.md).
 [[maybe_unused]] constexpr int ISSUER = 96;   // (the fp16 control issues from every thread)
-constexpr int CONSUMER_REGS = NCWG == 3 ? 152 : 216;
+constexpr int CONSUMER_REGS = NCWG == 3 ? 152 : 224;
 // setmaxnreg moves registers within what the CTA was launched with: (65536 / THREADS) per thread,
 // rounded down to a multiple of 8 (168 at 384 threads, 128 at 512). Asking the consumers' increase for more
 // than the producer's decrease frees makes setmaxnreg.inc wait forever: the kernel hangs.
