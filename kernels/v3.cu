@@ -1149,7 +1149,7 @@ __device__ __forceinline__ void load_q(const pa::Args& a, const Cta& c, uint4 (&
         }
     }
 }
-__device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsigned char* sm, u32 base, const uint4 (&qv)[Q_CHUNKS]) {
+__device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsigned char* sm, u32 base, uint4 (&qv)[Q_CHUNKS]) {
     // The warpgroup index, made warp-uniform for ptxas (a shuffle from lane 0, as CUTLASS's
     // canonical_warp_group_idx does): then the wgmma descriptors are provably uniform and live in
     // uniform registers (else an R2UR per descriptor half and wgmma: 70 more instructions a step).

@@ -66,7 +66,7 @@ def test_each_knockout_edits_the_kernel(name):
         assert out.count("knock-out: a typical key scale folded into Q once") == 1
         # scaled in registers after Q's loads, before its store to shared memory
         fold = out.index("w[e] = pa::half2_as_u32(__hmul2(")
-        assert out.index("uint4 qv[Q_CHUNKS];") < fold < out.index("sm + SM_Q + sw128(r0 + idx / (D / 8)")
+        assert out.index("void load_q(") < fold < out.index("sm + SM_Q + sw128(r0 + idx / (D / 8)")
     if name == "no-pingpong":
         assert "PP_BAR" in SRC and "named_barrier_sync(PP_BAR" not in out
         assert "named_barrier_arrive(PP_BAR" not in out
