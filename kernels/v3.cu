@@ -1042,7 +1042,13 @@ template <bool MASKED, int NJ = BN / 8>
 __device__ __forceinline__ void softmax_tile(const float* kq, int j0, const int (&lim)[2],
                                              float (&s)[4 * NJ], float (&m)[2], float (&l)[2], float (&alpha)[2]) {
     const int t = threadIdx.x & 3;
-    float mx[2] = {PA_NEG_INF, PA_NEG_INF};
+    // The row maxima in MX_CHAINS independent chains per row, joined at the end: the maximum is
+    // exact, so the order changes no bit, and the chain the exponentials wait for is NJ/2 + 2
+    // deep, not 2*NJ.
+    constexpr int MX_CHAINS = 4;
+    float mxc[2][MX_CHAINS];
+#pragma unroll
+    for (int c = 0; c < MX_CHAINS; ++c) mxc[0][c] = mxc[1][c] = PA_NEG_INF;
 #pragma unroll
     for (int j = 0; j < NJ; ++j) {
         const float2 k2 = *reinterpret_cast<const float2*>(kq + sc_index(j) + 2 * t);
@@ -1051,9 +1057,13 @@ __device__ __forceinline__ void softmax_tile(const float* kq, int j0, const int 
             float v = __fmul_rn(s[4 * j + e], (e & 1) ? k2.y : k2.x);
             if (MASKED) v = (j0 + 8 * j + 2 * t + (e & 1) <= lim[e >> 1]) ? v : PA_NEG_INF;
             s[4 * j + e] = v;
-            mx[e >> 1] = fmaxf(mx[e >> 1], v);
+            float& c = mxc[e >> 1][(2 * j + (e & 1)) % MX_CHAINS];
+            c = fmaxf(c, v);
         }
     }
+    float mx[2];
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) mx[rr] = fmaxf(fmaxf(mxc[rr][0], mxc[rr][1]), fmaxf(mxc[rr][2], mxc[rr][3]));
 #pragma unroll
     for (int sh = 1; sh <= 2; sh *= 2)
 #pragma unroll
