@@ -524,14 +524,18 @@ __device__ __forceinline__ void issue_tile(const pa::Args& a, const Cta& c, int 
 // tile lies past the CTA's keys (an odd count) gets the first tile's image twice: finite values,
 // whose keys the consumers mask (S) and whose P is then 0. ``ready(t0, t1)`` returns once the
 // images of tiles t0 and t1 may be copied (V of a pair is copied after its K: no second call);
-// ``pace(n)`` is told that n tiles' copies have started.
+// ``pace(n)`` is told that n tiles' copies have started. Pair p+1's images are waited for right
+// after K of pair p is started, before the wait for V's slot: the flags' round trips through the
+// L2 then pass while the issuer would wait for that slot anyway, and K of pair p+1 starts as soon
+// as its slot is free.
 template <class Ready, class Pace>
 __device__ __forceinline__ void issue_pairs(const unsigned char* imgs, int n_tiles, u32 base, Ready ready, Pace pace) {
     const int n_pairs = (n_tiles + 1) >> 1;
     auto image = [&](int n) { return imgs + (u64)min(n, n_tiles - 1) * IMG_BYTES; };
+    auto pair_ready = [&](int p) { ready(min(2 * p, n_tiles - 1), min(2 * p + 1, n_tiles - 1)); };
+    if (n_pairs > 0) pair_ready(0);
     for (int p = 0; p <= n_pairs; ++p) {
         if (p < n_pairs) {
-            ready(min(2 * p, n_tiles - 1), min(2 * p + 1, n_tiles - 1));
             const u32 ks = base + SM_K + (p % K_PAIRS) * K_SLOT, fk = base + BAR_FULL_K + 8 * (p % K_PAIRS);
             if (p >= K_PAIRS) mbar_wait(base + BAR_EMPTY_K + 8 * (p % K_PAIRS), ((p / K_PAIRS) & 1) ^ 1);
             mbar_arrive_expect_tx(fk, 2 * (NG * KV_BLOCK + 2 * BN * 4));
@@ -544,6 +548,8 @@ __device__ __forceinline__ void issue_pairs(const unsigned char* imgs, int n_til
                 bulk_g2s(ks + PAIR_SC + h * 2 * BN * 4, img + F16_KQ, 2 * BN * 4, fk);   // kq, vs (F16_VS = F16_KQ + BN*4)
             }
         }
+        // (the converters may take tiles below 2p + SHARE_LEAD: pair p+1's are, so this wait ends)
+        if (p + 1 < n_pairs) pair_ready(p + 1);
         if (p >= 1) {
             const int q = p - 1;
             const u32 vs = base + SM_V + (q % V_PAIRS) * V_SLOT, fv = base + BAR_FULL_V + 8 * (q % V_PAIRS);
@@ -646,11 +652,10 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
     if (tid == ISSUER) {
 #if PA_V3_STEP_KEYS == 128
         issue_pairs(imgs, n_tiles, base,
-                    [&](int t0, int t1) {
-                        while (ld_acquire_gpu(flags + t0) != epoch) {
-                        }
-                        while (ld_acquire_gpu(flags + t1) != epoch) {
-                        }
+                    [&](int t0, int t1) {   // both flags' loads in flight at once
+                        u32 f0 = ld_acquire_gpu(flags + t0), f1 = ld_acquire_gpu(flags + t1);
+                        while (f0 != epoch) f0 = ld_acquire_gpu(flags + t0);
+                        while (f1 != epoch) f1 = ld_acquire_gpu(flags + t1);
                         fence_proxy_async_global();
                     },
                     [&](int brought) {   // the converters' pace: a shared atomic, read by one
