@@ -38,6 +38,8 @@ def module_launch(be, pb):
     be._kernels[build] = fn
     be._combines[build] = mod.get_function("pa_combine")
     be._smem[build] = be._dynamic_smem(mod, fn, build)
+    if build.kv_shared:   # the shared tiles' workspace is sized by the build's image bytes
+        be._image_bytes[build] = be._probe_int(mod, "pa_v3_image_bytes")
     return prep, mod, be.launcher(prep, "v3")
 
 

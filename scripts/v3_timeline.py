@@ -105,11 +105,16 @@ def stamped(src: str) -> str:
     return src
 
 
-def knocked_out(names: str | None):
-    """An edit of v3.cu: the named knock-outs of scripts/v3_knockouts.py (comma list), then the stamps."""
+def _knockout_edits(names: str | None) -> list:
     import v3_knockouts as K
 
-    edits = [e for n in (names.split(",") if names else []) for e in K.KNOCKOUTS[n]]
+    return [e for n in (names.split(",") if names else []) for e in K.KNOCKOUTS[n]]
+
+
+def knocked_out(names: str | None):
+    """An edit of v3.cu: the named knock-outs of scripts/v3_knockouts.py (comma list) that edit
+    v3.cu, then the stamps (the others edit their own files: knockout_kernels)."""
+    edits = [e for e in _knockout_edits(names) if getattr(e, "file", "v3.cu") == "v3.cu"]
 
     def edit(src: str) -> str:
         for e in edits:
@@ -117,6 +122,17 @@ def knocked_out(names: str | None):
         return stamped(src)
 
     return edit
+
+
+def knockout_kernels(names: str | None, edited_kernels) -> Path:
+    """A stamped copy of kernels/ (``edited_kernels``: v3_stamping's) with the named knock-outs
+    applied, each to its own file (the 128-key step's in v3_pairs.cuh)."""
+    kd = edited_kernels(ROOT / "kernels", "pa-v3-timeline-", knocked_out(names))
+    for e in _knockout_edits(names):
+        file = getattr(e, "file", "v3.cu")
+        if file != "v3.cu":
+            (kd / file).write_text(e((kd / file).read_text()))
+    return kd
 
 
 def list_schedule(durations, sms: int, gap: float = 0.0) -> float:
@@ -229,7 +245,7 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(ROOT))
     import v3_stamping as V
 
-    os.environ["PA_BENCH_KERNELS"] = str(V.edited_kernels(ROOT / "kernels", "pa-v3-timeline-", knocked_out(args.knockout)))
+    os.environ["PA_BENCH_KERNELS"] = str(knockout_kernels(args.knockout, V.edited_kernels))
     import cupy as cp
 
     from pa_bench.backends.cuda import CudaBackend
