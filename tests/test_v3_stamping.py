@@ -30,8 +30,11 @@ class _Module:
 
 
 class _Backend:
-    def __init__(self):
-        self._kernels, self._combines, self._smem, self.calls = {}, {}, {}, []
+    def __init__(self, build=None):
+        from pa_bench.backends.kernels import KernelBuild
+
+        self.b = build or KernelBuild("v3", cta_rows=128)
+        self._kernels, self._combines, self._smem, self._image_bytes, self.calls = {}, {}, {}, {}, []
 
     def prepare(self, inputs):
         self.calls.append("prepare")
@@ -39,7 +42,7 @@ class _Backend:
 
     def build(self, variant, pb):
         self.calls.append(f"build {variant}")
-        return "B"
+        return self.b
 
     def _module(self, build):
         self.calls.append("module")
@@ -48,9 +51,13 @@ class _Backend:
     def _dynamic_smem(self, mod, fn, build):
         return 1234
 
+    def _probe_int(self, mod, name):
+        self.calls.append(f"probe {name}")
+        return 33280
+
     def launcher(self, prep, variant):
         self.calls.append(f"launcher {variant}")
-        assert self._kernels == {"B": "kernel"} and self._combines == {"B": "fn:pa_combine"}
+        assert self._kernels == {self.b: "kernel"} and self._combines == {self.b: "fn:pa_combine"}
         return "launch"
 
 
@@ -61,7 +68,21 @@ def test_v3_runs_from_the_module_whose_stamps_are_read(monkeypatch):
     be = _Backend()
     prep, mod, launch = V.module_launch(be, V.problem("0x64"))
     assert (prep, launch) == ("prep", "launch") and isinstance(mod, _Module)
-    assert be.calls == ["prepare", "build v3", "module", "launcher v3"] and be._smem == {"B": 1234}
+    assert be.calls == ["prepare", "build v3", "module", "launcher v3"] and be._smem == {be.b: 1234}
+    assert be._image_bytes == {}
+
+
+def test_a_shared_tile_build_gets_its_image_bytes_before_its_launcher(monkeypatch):
+    """The launcher sizes a shared-tile build's workspace by its image bytes (CudaBackend does the
+    same when it builds): without them the launch fails (a KeyError) before anything runs."""
+    import pa_bench.problem.inputs as inputs
+    from pa_bench.backends.kernels import KernelBuild
+
+    monkeypatch.setattr(inputs, "make_inputs", lambda pb: "inputs")
+    be = _Backend(KernelBuild("v3", kv_shared=True, cta_rows=128, step_keys=128))
+    V.module_launch(be, V.problem("32Kx1024"))
+    assert be.calls == ["prepare", "build v3", "module", "probe pa_v3_image_bytes", "launcher v3"]
+    assert be._image_bytes == {be.b: 33280}
 
 
 def test_event_times_warm_first_then_time_each_launch():
