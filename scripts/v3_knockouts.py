@@ -10,7 +10,9 @@ takes (own or shared tiles, 64- or 128-key steps: ``pa-bench time`` prints it in
 knock-out edits every path that does its work, so it means the same on each: ``no-softmax`` and
 ``no-pingpong`` edit both consumer steps, ``no-copy`` and ``no-convert`` each producer. The outputs of a knock-out are wrong by design: only its time means
 anything, and only as "how much faster without this", an upper bound on what making that part
-free could give; one that changes the values the tensor cores see can also move the GPU's clock.
+free could give; one that changes the values the tensor cores see can also move the GPU's clock,
+so each time is printed with the SM clock pa-bench measured over its samples and the SM cycles
+they make (the producer knock-outs' stale images ran 12 % faster clocks than v3 on an H100).
 A knock-out whose edit no longer matches the source fails loudly rather than
 timing the real kernel under a wrong name.
 
@@ -258,8 +260,19 @@ def main() -> int:
             if proc.returncode != 0 or not rows:
                 print(f"{name:<12} failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}")
                 continue
-            print(f"{name:<12} " + "  ".join(f"{r['shape']} {r['ms_median']:.4f} ms" for r in rows))
+            print(f"{name:<12} " + "  ".join(_row_text(r) for r in rows))
     return 0
+
+
+def _row_text(r: dict) -> str:
+    """A shape's time, with the SM clock pa-bench measured over its samples and the SM cycles they
+    make: a knock-out that changes what the tensor cores see can raise the clock, and then its time
+    overstates what the part costs; its cycles do not (docs/PERF_NOTES.md)."""
+    text = f"{r['shape']} {r['ms_median']:.4f} ms"
+    mhz = r.get("sm_clock_mhz")
+    if isinstance(mhz, (int, float)) and mhz == mhz and mhz > 0:
+        text += f" @ {mhz:.0f} MHz = {r['ms_median'] * mhz / 1e3:.4f} M cycles"
+    return text
 
 
 def _records(stdout: str) -> list[dict]:

@@ -134,3 +134,11 @@ def test_records_are_read_from_the_json_output():
     out = 'noise\n{"run": "x", "records": [{"variant": "v3", "shape": "2.1Kx256", "ms_median": 0.05},' \
           ' {"variant": "v3", "shape": "a", "ms_median": null}]}'
     assert K._records(out) == [{"variant": "v3", "shape": "2.1Kx256", "ms_median": 0.05}]
+
+
+def test_a_row_prints_its_clock_and_cycles_where_pa_bench_measured_them():
+    """1 ms at 1,650 MHz is 1.65 M SM cycles; a row without a clock (NaN, missing) prints its time only."""
+    assert K._row_text({"shape": "32Kx1024", "ms_median": 1.0, "sm_clock_mhz": 1650.0}) == \
+        "32Kx1024 1.0000 ms @ 1650 MHz = 1.6500 M cycles"
+    assert K._row_text({"shape": "0x1536", "ms_median": 0.0561, "sm_clock_mhz": float("nan")}) == "0x1536 0.0561 ms"
+    assert K._row_text({"shape": "0x1536", "ms_median": 0.0561}) == "0x1536 0.0561 ms"
