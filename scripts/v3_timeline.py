@@ -124,10 +124,12 @@ def knocked_out(names: str | None):
     return edit
 
 
-def knockout_kernels(names: str | None, edited_kernels) -> Path:
-    """A stamped copy of kernels/ (``edited_kernels``: v3_stamping's) with the named knock-outs
-    applied, each to its own file (the 128-key step's in v3_pairs.cuh)."""
-    kd = edited_kernels(ROOT / "kernels", "pa-v3-timeline-", knocked_out(names))
+def knockout_kernels(names: str | None) -> Path:
+    """A stamped copy of kernels/ with the named knock-outs applied, each to its own file (the
+    128-key step's in v3_pairs.cuh)."""
+    import v3_stamping as V
+
+    kd = V.edited_kernels(ROOT / "kernels", "pa-v3-timeline-", knocked_out(names))
     for e in _knockout_edits(names):
         file = getattr(e, "file", "v3.cu")
         if file != "v3.cu":
@@ -245,7 +247,7 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(ROOT))
     import v3_stamping as V
 
-    os.environ["PA_BENCH_KERNELS"] = str(knockout_kernels(args.knockout, V.edited_kernels))
+    os.environ["PA_BENCH_KERNELS"] = str(knockout_kernels(args.knockout))
     import cupy as cp
 
     from pa_bench.backends.cuda import CudaBackend

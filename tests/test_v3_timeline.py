@@ -115,18 +115,16 @@ def test_knockouts_compose_with_the_stamps(names):
     assert T.knocked_out(None)(src) == T.stamped(src)
 
 
-def test_a_knockout_of_the_128_key_step_edits_v3_pairs_not_v3(tmp_path):
+def test_a_knockout_of_the_128_key_step_edits_v3_pairs_not_v3():
     """no-softmax edits both consumer steps: the 64-key one in v3.cu (once, beside the stamps) and
     the 128-key one in v3_pairs.cuh; a knock-out of v3.cu only leaves v3_pairs.cuh as it is."""
-    import v3_stamping as V
-
     pairs = (ROOT / "kernels" / "v3_pairs.cuh").read_text()
-    kd = T.knockout_kernels("no-softmax", V.edited_kernels)
+    kd = T.knockout_kernels("no-softmax")
     v3 = (kd / "v3.cu").read_text()
     assert v3.count("(void)n; al[0] = al[1] = 1.f;") == 1 and "pa_tl_stamp(6)" in v3
     edited = (kd / "v3_pairs.cuh").read_text()
     assert edited != pairs and edited.count("(void)n; al[0] = al[1] = 1.f;") == 1
-    kd2 = T.knockout_kernels("kscale-in-q", V.edited_kernels)
+    kd2 = T.knockout_kernels("kscale-in-q")
     assert (kd2 / "v3_pairs.cuh").read_text() == pairs and "knock-out" in (kd2 / "v3.cu").read_text()
 
 
