@@ -47,6 +47,9 @@ timing the real kernel under a wrong name.
   of normal data; qk_scale_log2 alone for the fp16 control) is folded into Q's rows once per
   CTA, so S keeps about its real spread: no per-element multiply and no key-scale loads, with the
   values the tensor cores see kept close to v3's (what separates the two readings of ``no-k-scales``);
+- ``fp16-softmax``: kscale-in-q and no-v-scales: the softmax an fp16 kernel runs (no per-key
+  multiply of S or of P, no scale loads) on values close to v3's: what SPEC's scale arithmetic
+  costs the consumers beside an fp16 kernel's;
 - ``no-pingpong``: the consumers' turns removed (no named barrier orders the two warpgroups'
   wgmma issue). Unlike the others this one still computes the right output: the turns order
   only when each warpgroup issues, so it answers "do the turns still pay?".
@@ -217,6 +220,7 @@ KNOCKOUTS = {
     "no-k-scales": [no_k_scales],
     "no-v-scales": [no_v_scales],
     "kscale-in-q": [kscale_in_q],
+    "fp16-softmax": [kscale_in_q, no_v_scales],
 }
 
 

@@ -35,11 +35,7 @@ def module_launch(be, pb):
     prep = be.prepare(make_inputs(pb))
     build = be.build("v3", pb)
     mod, fn = be._module(build)
-    be._kernels[build] = fn
-    be._combines[build] = mod.get_function("pa_combine")
-    be._smem[build] = be._dynamic_smem(mod, fn, build)
-    if build.kv_shared:   # the shared tiles' workspace is sized by the build's image bytes
-        be._image_bytes[build] = be._probe_int(mod, "pa_v3_image_bytes")
+    be.adopt(build, mod, fn)
     return prep, mod, be.launcher(prep, "v3")
 
 

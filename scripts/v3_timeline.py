@@ -11,7 +11,8 @@ its first softmax, begins its last turn and has its last P.V, and when the produ
 consumer warpgroup end (``STAMPS``), with the SM and the CTA's tile count. The copy is launched
 through the cuda backend (PA_BENCH_KERNELS points at it) a few times warm, then once more with the
 stamps read back. Per shape it prints the launch's median time between CUDA events, the span of
-its CTAs, the fit "CTA time = fixed + per tile x tiles", the stamps' medians from a CTA's start,
+its CTAs, the SM clock across them and the SM cycles each SM was busy (the clock-free measure to
+compare builds by), the fit "CTA time = fixed + per tile x tiles", the stamps' medians from a CTA's start,
 the gaps between one CTA's end and the next's start on an SM, and the idle tail of the SMs; and
 the fit list-scheduled on the SMs in launch order (longest first: how the hardware hands out a grid
 of one CTA an SM), which should give the measured span back, beside the span of a persistent grid
@@ -167,8 +168,9 @@ def summarize(t: np.ndarray) -> dict:
     else:
         fixed, per_tile = float("nan"), float(np.median(dur_us / tiles))
 
-    def since_start(name):   # us from the CTA's start, by the SM's clock
-        return (t[:, STAMPS[name] + 1] - t[:, STAMPS["start"] + 1]) / mhz
+    def since_start(name):   # us from the CTA's start, by the SM's clock; NaN where never stamped
+        us = (t[:, STAMPS[name] + 1] - t[:, STAMPS["start"] + 1]) / mhz
+        return np.where(t[:, STAMPS[name]] == 0, np.nan, us)
 
     stages = {}
     for k in sorted(set(tiles.tolist()) & {1, 2, 4, 8, 12, 16, 24, 32}) or [int(np.median(tiles))]:
@@ -201,6 +203,7 @@ def summarize(t: np.ndarray) -> dict:
         "span_us": span, "mhz": mhz, "fixed_us": float(fixed), "per_tile_us": float(per_tile),
         "tiles": (int(tiles.min()), int(tiles.max()), int(tiles.sum())),
         "busy_per_sm_us": float(dur_us.sum() / len(per_sm)),
+        "busy_per_sm_mcycles": float(clk.sum() / len(per_sm) / 1e6),
         "gap_us": float(np.median(gaps)) if gaps else 0.0,
         "tail_us": (float(np.median(tail)), float(np.mean(tail))),
         "producer_lead_us": float(np.median((ends - t[:, STAMPS["producer_end"]]) / 1e3)),
@@ -216,7 +219,8 @@ def report(shape: str, s: dict, event_us: float | None) -> str:
              (f"  CTA time = {s['fixed_us']:.2f} us + {s['per_tile_us']:.3f} us x tiles" if np.isfinite(s["fixed_us"]) else
               f"  CTA time / tiles = {s['per_tile_us']:.3f} us (lengths too alike to fit a fixed part)") +
              f" (tiles {s['tiles'][0]}-{s['tiles'][1]}, "
-             f"{s['tiles'][2]} in all); busy per SM {s['busy_per_sm_us']:.1f} us",
+             f"{s['tiles'][2]} in all); busy per SM {s['busy_per_sm_us']:.1f} us, "
+             f"{s['busy_per_sm_mcycles']:.4f} M cycles",
              f"  next CTA on an SM starts {s['gap_us']:.2f} us after one ends; SMs idle at the end {s['tail_us'][0]:.1f} us "
              f"(median), {s['tail_us'][1]:.1f} (mean); consumers end {s['producer_lead_us']:.2f} us after the producer"]
     if s["model"]:
@@ -224,10 +228,13 @@ def report(shape: str, s: dict, event_us: float | None) -> str:
         lines.append(f"  the fit list-scheduled on {s['sms']} SMs: span {m['list_us']:.1f} us (measured {s['span_us']:.1f}); "
                      "a persistent grid (fixed cost once an SM, x us an item): "
                      + ", ".join(f"x={x:.1f}: {v:.1f} us" for x, v in m["persistent_us"].items()))
+    def at(v):   # a stamp the build does not write (the 128-key step has none in its loop): "-"
+        return "-" if np.isnan(v) else f"{v:.2f}"
+
     for k, st in s["stages"].items():
-        lines.append(f"  {k:>3} tiles ({st['n']} CTAs), us from start: Q {st['q_ready']:.2f}, tile 0 landed {st['landed']:.2f}, "
-                     f"first softmax {st['first_softmax']:.2f}, last turn {st['last_turn']:.2f}, last P.V {st['last_pv']:.2f}, "
-                     f"end {st['wg0_end']:.2f}")
+        lines.append(f"  {k:>3} tiles ({st['n']} CTAs), us from start: Q {at(st['q_ready'])}, tile 0 landed {at(st['landed'])}, "
+                     f"first softmax {at(st['first_softmax'])}, last turn {at(st['last_turn'])}, last P.V {at(st['last_pv'])}, "
+                     f"end {at(st['wg0_end'])}")
     return "\n".join(lines)
 
 

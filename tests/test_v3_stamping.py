@@ -10,6 +10,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 import v3_stamping as V  # noqa: E402
 
+from pa_bench.backends.cuda import CudaBackend  # noqa: E402
+
 
 def test_the_copy_holds_every_kernel_file_and_the_edited_v3(tmp_path):
     kd = V.edited_kernels(ROOT / "kernels", "pa-test-", lambda s: "// edited\n" + s)
@@ -30,6 +32,10 @@ class _Module:
 
 
 class _Backend:
+    """Stands in for CudaBackend: its compile, probes and launcher are stubs; ``adopt`` is the real one."""
+
+    adopt = CudaBackend.adopt
+
     def __init__(self, build=None):
         from pa_bench.backends.kernels import KernelBuild
 
@@ -83,6 +89,30 @@ def test_a_shared_tile_build_gets_its_image_bytes_before_its_launcher(monkeypatc
     V.module_launch(be, V.problem("32Kx1024"))
     assert be.calls == ["prepare", "build v3", "module", "probe pa_v3_image_bytes", "launcher v3"]
     assert be._image_bytes == {be.b: 33280}
+
+
+def test_adopting_registers_everything_a_launch_reads_or_nothing():
+    """CudaBackend.adopt is what both kernel() and the stamping scripts register a module with: the
+    smem, the kernel, pa_combine, and (shared tiles only) the image bytes; a failed probe records none."""
+    from pa_bench.backends.kernels import KernelBuild
+
+    be = _Backend(KernelBuild("v3", kv_shared=True, cta_rows=128, step_keys=128))
+    be.adopt(be.b, _Module(), "kernel")
+    assert (be._smem, be._image_bytes) == ({be.b: 1234}, {be.b: 33280})
+    assert (be._kernels, be._combines) == ({be.b: "kernel"}, {be.b: "fn:pa_combine"})
+
+    other = KernelBuild("v3", cta_rows=192)
+    be.adopt(other, _Module(), "k192")
+    assert be._kernels[other] == "k192" and other not in be._image_bytes
+
+    def no_probe(mod, name):
+        raise RuntimeError(f"no {name}")
+
+    be2 = _Backend(KernelBuild("v3", kv_shared=True, cta_rows=128))
+    be2._probe_int = no_probe
+    with pytest.raises(RuntimeError):
+        be2.adopt(be2.b, _Module(), "kernel")
+    assert be2._smem == be2._kernels == be2._combines == be2._image_bytes == {}
 
 
 def test_event_times_warm_first_then_time_each_launch():

@@ -73,8 +73,21 @@ def test_the_summary_recovers_the_fixed_and_per_tile_cost_the_gaps_and_the_tail(
     assert s["producer_lead_us"] == pytest.approx(2.0, abs=0.01)
     assert s["stages"][2]["q_ready"] == pytest.approx(1.0, abs=0.01)
     assert s["stages"][8]["last_pv"] == pytest.approx(10.0, abs=0.01)
+    # busy cycles per SM: SM 0 runs 11 + 5 us, SM 1 7 us, at 1,800 cycles a us
+    assert s["busy_per_sm_mcycles"] == pytest.approx((16 + 7) * 1800 / 2 / 1e6, rel=1e-3)
     text = T.report("toy", s, 20.0)
     assert "3.00 us + 1.000 us x tiles" in text and "0.50 us after one ends" in text
+    assert "0.0207 M cycles" in text
+
+
+def test_stamps_a_build_never_writes_print_as_dashes():
+    t = _timeline()
+    for name in ("landed", "first_softmax", "last_turn", "last_pv"):   # the 128-key step's loop has none
+        t[:, T.STAMPS[name]] = t[:, T.STAMPS[name] + 1] = 0
+    s = T.summarize(t)
+    assert np.isnan(s["stages"][8]["last_pv"]) and s["stages"][8]["q_ready"] == pytest.approx(1.0, abs=0.01)
+    text = T.report("toy", s, None)
+    assert "tile 0 landed -, first softmax -, last turn -, last P.V -, end 11.00" in text
 
 
 def test_lengths_too_alike_give_no_fixed_part():

@@ -303,14 +303,24 @@ class CudaBackend:
                 self.compiles[build] = {"compile_seconds": round(time.perf_counter() - started, 3),
                                         "cache": K.cache_outcome(cache, before)
                                         if self.compilers.get(build) == "nvrtc" else None}
-                self._smem[build] = self._dynamic_smem(mod, fn, build)
-                if build.kv_shared:
-                    self._image_bytes[build] = self._probe_int(mod, "pa_v3_image_bytes")
+                self.adopt(build, mod, fn)
             except Exception as exc:
                 raise PaBenchError(f"compiling {build.variant} failed: {fmt.error_line(exc)}") from exc
-            self._kernels[build] = fn
-            self._combines[build] = mod.get_function("pa_combine")
         return fn
+
+    def adopt(self, build: K.KernelBuild, mod, fn) -> None:
+        """Make ``fn`` of module ``mod`` the kernel that launches of ``build`` run: its dynamic shared
+        memory, a shared-tile build's image bytes (which size its workspace), the kernel and the
+        module's pa_combine. ``kernel()`` adopts what it compiles; a script that launches its own
+        copy of a kernel (scripts/v3_stamping.py) adopts that module instead."""
+        smem = self._dynamic_smem(mod, fn, build)
+        image_bytes = self._probe_int(mod, "pa_v3_image_bytes") if build.kv_shared else None
+        combine = mod.get_function("pa_combine")
+        self._smem[build] = smem
+        if image_bytes is not None:
+            self._image_bytes[build] = image_bytes
+        self._kernels[build] = fn
+        self._combines[build] = combine
 
     def combine_kernel(self, build: K.KernelBuild):
         """pa_combine of the build's module (pa_common.cuh): merges the key segments of a launch."""
