@@ -1038,7 +1038,10 @@ __device__ __forceinline__ void issue_pv(float (&o)[O_REGS], const u32 (&pf)[PV_
 // scales of the step's first tile: per tile kq[BN] then vs[BN], the next tile's 2*BN floats on
 // (sc_index).
 __host__ __device__ constexpr int sc_index(int j) { return (j >> 3) * 2 * BN + (j & 7) * 8; }
-template <bool MASKED, int NJ = BN / 8>
+// WITH_VS: each p multiplied by its key's V scale right after its exponential and its sum (the
+// same bits as scale_by_vs after the softmax; the 128-key step: its multiplies then fill the
+// exponentials' issue gaps rather than follow the masked and unmasked paths' join).
+template <bool MASKED, int NJ = BN / 8, bool WITH_VS = false>
 __device__ __forceinline__ void softmax_tile(const float* kq, int j0, const int (&lim)[2],
                                              float (&s)[4 * NJ], float (&m)[2], float (&l)[2], float (&alpha)[2]) {
     const int t = threadIdx.x & 3;
@@ -1068,12 +1071,16 @@ __device__ __forceinline__ void softmax_tile(const float* kq, int j0, const int 
         l[rr] = __fmul_rn(l[rr], alpha[rr]);
     }
 #pragma unroll
-    for (int j = 0; j < NJ; ++j)
+    for (int j = 0; j < NJ; ++j) {
+        float2 v2 = {1.f, 1.f};
+        if (WITH_VS) v2 = *reinterpret_cast<const float2*>(kq + BN + sc_index(j) + 2 * t);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            s[4 * j + e] = pa::exp2_ftz(__fsub_rn(s[4 * j + e], mref[e >> 1]));
-            l[e >> 1] = __fadd_rn(l[e >> 1], s[4 * j + e]);
+            const float p = pa::exp2_ftz(__fsub_rn(s[4 * j + e], mref[e >> 1]));
+            l[e >> 1] = __fadd_rn(l[e >> 1], p);
+            s[4 * j + e] = WITH_VS ? __fmul_rn(p, (e & 1) ? v2.y : v2.x) : p;
         }
+    }
 }
 
 // P = fp16(p * v_scale*p_scale), in two parts: the multiplies are written before the wait for the

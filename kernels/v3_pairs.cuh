@@ -91,13 +91,10 @@ __device__ __forceinline__ void consume_pairs(const Cta& c, unsigned char* sm, u
     auto scales = [&](int n) { return reinterpret_cast<const float*>(sm + SM_K + (n % K_PAIRS) * K_SLOT + PAIR_SC); };
     auto softmax = [&](int n, float (&al)[2]) {
         const int tile = c.t_begin + 2 * n;
-        if (tile + 1 < first_masked && 2 * n + 1 < n_tiles) softmax_tile<false, 2 * BN / 8>(scales(n), tile * BN, lim, s, m, l, al);
-        else softmax_tile<true, 2 * BN / 8>(scales(n), tile * BN, lim, s, m, l, al);
+        if (tile + 1 < first_masked && 2 * n + 1 < n_tiles) softmax_tile<false, 2 * BN / 8, true>(scales(n), tile * BN, lim, s, m, l, al);
+        else softmax_tile<true, 2 * BN / 8, true>(scales(n), tile * BN, lim, s, m, l, al);
     };
-    auto finish = [&](int n) {               // P's V scales, then K slot n is read
-        scale_by_vs<2 * BN / 8>(scales(n), s);
-        release_k(n);
-    };
+    auto finish = [&](int n) { release_k(n); };   // (the softmax applied P's V scales): K slot n is read
     auto rescale = [&]() { rescale_o(o, alpha); };
 
     if (wg == NCWG - 1) named_barrier_arrive(PP_BAR, 256);
