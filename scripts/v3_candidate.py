@@ -11,6 +11,10 @@ against the numerics model and times it in turns with v3, on the launches v3's r
 segments, shared tiles, consumer step): an A/B of two kernel sources with pa-bench's timing.
 The candidate's ``pa_common.cuh`` and ``v3_pairs.cuh`` are its own (its folder comes first on the
 include path). Not for a candidate that changes the host's side (the launch rule, the arguments).
+
+A candidate meant to keep v3's bits (a schedule change) says so with ``PA_V3_CANDIDATE_SAME_BITS=1``:
+``v3_cand`` then has v3 as its bitwise twin, and a run that lists v3 first (``--variant
+v3,v3_cand``) fails the candidate's parity on any shape where its output differs from v3's by a bit.
 """
 
 from __future__ import annotations
@@ -70,9 +74,11 @@ def register(spec: str | None = None) -> str:
     from pa_bench.backends import kernels
 
     v3 = registry.get("v3")
+    same_bits = os.environ.get("PA_V3_CANDIDATE_SAME_BITS", "") not in ("", "0")
     registry.register(dataclasses.replace(
         v3, name=NAME, summary=f"v3 as built from {spec} (scripts/v3_candidate.py)",
-        source=str(folder / "v3.cu"), geometry=kernels.GEOMETRY["v3"]))
+        source=str(folder / "v3.cu"), geometry=kernels.GEOMETRY["v3"],
+        bitwise_twin="v3" if same_bits else v3.bitwise_twin))
     return str(folder / "v3.cu")
 
 

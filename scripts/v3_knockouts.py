@@ -150,7 +150,9 @@ def no_softmax(src: str, file: str = "v3.cu") -> str:
 
 @on(PAIRS)
 def no_softmax_pairs(src: str) -> str:
-    return no_softmax(src, PAIRS)
+    """The 128-key step's softmax (which also applies P's V scales) replaced by the V scales alone."""
+    return _sub(_SOFTMAX, r"\1        (void)n; al[0] = al[1] = 1.f;\n        scale_by_vs<2 * BN / 8>(scales(n), s);\2",
+                src, f"no-softmax ({PAIRS})", file=PAIRS)
 
 
 def no_image_copy(src: str) -> str:
@@ -187,8 +189,16 @@ def kscale_in_q(src: str) -> str:
     return _sub(_Q_STORE, lambda m: fold + m.group(1), src, "kscale-in-q")
 
 
+_V_SCALE_FUSED = re.compile(r"        if \(WITH_VS\) v2 = [^\n]*\n((?:.*\n){4})"
+                            r"            s\[4 \* j \+ e\] = WITH_VS \? __fmul_rn\(p, \(e & 1\) \? v2\.y : v2\.x\) : p;\n")
+
+
 def no_v_scales(src: str) -> str:
+    """Both places P meets the V scales: scale_by_vs (64-key steps) and the softmax's exponential
+    loop (WITH_VS: 128-key steps)."""
     src = _sub(_V_SCALE, "        (void)j, (void)t;   // knock-out: no V-scale multiply\n", src, "no-v-scales")
+    src = _sub(_V_SCALE_FUSED, r"        (void)v2;\n\1            s[4 * j + e] = p;   // knock-out: no V-scale multiply\n",
+               src, "no-v-scales (softmax)")
     return src.replace("    const float* vs = kq + BN;",
                        "    [[maybe_unused]] const float* vs = kq + BN;", 1)
 

@@ -62,6 +62,17 @@ def test_the_candidate_takes_v3s_launch_rule(candidate):
             K.launch_geometry("v3", pb.queries, pb.heads_q, pb.heads_kv, context=pb.context)
 
 
+def test_a_candidate_that_keeps_v3s_bits_is_held_to_them(candidate, monkeypatch):
+    from pa_bench.numerics.judge import twin_note
+
+    assert registry.get("v3_cand").bitwise_twin is None        # by default only parity is judged
+    registry.unregister(candidate.NAME)
+    monkeypatch.setenv("PA_V3_CANDIDATE_SAME_BITS", "1")
+    candidate.register()
+    assert registry.get("v3_cand").bitwise_twin == "v3"
+    assert twin_note("v3_cand", "v3", False, 1e-7).startswith("parity: v3_cand is not bitwise identical to v3")
+
+
 def test_a_git_ref_gives_that_commits_kernels(candidate):
     files = candidate.candidate_files("HEAD")
     assert set(files) >= {"v3.cu", "v3_pairs.cuh", "pa_common.cuh"}

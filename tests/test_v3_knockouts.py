@@ -38,8 +38,10 @@ def test_each_knockout_edits_the_kernel(name):
         assert "knock-out: no conversions" in out
     if name in ("no-softmax", "gemm-only"):
         assert "softmax_tile<true>(f16_stage" not in out
-        assert "softmax_tile<true, 2 * BN / 8>" in PAIRS_SRC and "softmax_tile<" not in pairs
-        assert "release_k(n);" in pairs and "scale_by_vs<" in pairs   # the slot is still released
+        assert "softmax_tile<true, 2 * BN / 8, true>" in PAIRS_SRC and "softmax_tile<" not in pairs
+        # the 128-key softmax applied P's V scales: the knock-out keeps them, and still releases the slot
+        assert "scale_by_vs<" not in PAIRS_SRC and "scale_by_vs<2 * BN / 8>(scales(n), s);" in pairs
+        assert "release_k(n);" in pairs
     if name in ("no-alu", "half-alu"):
         assert "i8x16_to_f16(vx[i]" not in out
         assert ("i8x16_to_f16(kx[i]" in out) == (name == "half-alu")
@@ -56,7 +58,9 @@ def test_each_knockout_edits_the_kernel(name):
         assert "__fmul_rn(s[4 * j + e], (e & 1) ? k2.y : k2.x)" in SRC and "k2.y" not in out
         assert "knock-out: no key-scale multiply" in out
     if name in ("no-scales", "no-v-scales"):
-        assert "__fmul_rn(s[4 * j], v2.x)" in SRC and "v2.x" not in out and "knock-out: no V-scale multiply" in out
+        assert "__fmul_rn(s[4 * j], v2.x)" in SRC and "v2.x" not in out
+        assert out.count("knock-out: no V-scale multiply") == 2   # 64-key steps and the 128-key softmax
+        assert "__fmul_rn(p, (e & 1) ? v2.y : v2.x)" in SRC and "if (WITH_VS) v2 =" not in out
     if name == "no-k-scales":
         assert "v2.x" in out
     if name == "no-v-scales":
