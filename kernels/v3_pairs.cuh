@@ -118,13 +118,14 @@ __device__ __forceinline__ void consume_pairs(const Cta& c, unsigned char* sm, u
             u64 dk = desc_k(n), dv = desc_v(n - 1);
             pin(dk);
             pin(dv);
-            rescale();
             pin(s);
+            wgmma_fence();
+            issue_s2(s, dq, dk);             // S first: O's rescale runs while it starts (FA3's order)
+            wgmma_commit();
+            rescale();
             pin(pf);
             pin(o);
-            wgmma_fence();
-            issue_s2(s, dq, dk);
-            wgmma_commit();
+            wgmma_fence();                   // (O was just written: fence before P.V reads it)
             issue_pv2(o, pf, dv);
             wgmma_commit();
             turn_end(n);
