@@ -13,8 +13,9 @@ The candidate's ``pa_common.cuh`` and ``v3_pairs.cuh`` are its own (its folder c
 include path). Not for a candidate that changes the host's side (the launch rule, the arguments).
 
 A candidate meant to keep v3's bits (a schedule change) says so with ``PA_V3_CANDIDATE_SAME_BITS=1``:
-``v3_cand`` then has v3 as its bitwise twin, and a run that lists v3 first (``--variant
-v3,v3_cand``) fails the candidate's parity on any shape where its output differs from v3's by a bit.
+``v3_cand`` then has v3 as its bitwise twin, and a run of both (``--variant v3,v3_cand``; v3,
+registered first, is computed first) fails the candidate's parity on any shape where its output
+differs from v3's by a bit.
 """
 
 from __future__ import annotations
