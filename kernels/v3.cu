@@ -1083,9 +1083,9 @@ __device__ __forceinline__ void softmax_tile(const float* kq, int j0, const int 
     }
 }
 
-// P = fp16(p * v_scale*p_scale) at 64-key steps (the 128-key step multiplies in softmax_tile, WITH_VS),
-// in two parts: the multiplies are written before the wait for the
-// previous tile's P.V, the packing into the A fragments of P.V's k-steps after it, as the P.V in
+// P = fp16(p * v_scale*p_scale) at 64-key steps (the 128-key step multiplies in softmax_tile,
+// WITH_VS), in two parts: the multiplies are written before the wait for the previous tile's P.V,
+// the packing into the A fragments of P.V's k-steps after it, as the P.V in
 // flight reads the fragments being replaced. What that buys is the V scales' loads issued before
 // the wait: ptxas schedules the multiplies after it all the same (in the SASS: docs/PERF_NOTES.md).
 // The A fragment of k-step kk is {(g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)} of

@@ -5,7 +5,9 @@
 //   m64n128k16 wgmma per k-step with Q and K from shared memory (the 64-key step at 128 rows reads
 //   Q from registers, which a 64 x 128 S, its P and O leave no room for), and P.V is 8 k-steps of
 //   m64nDk16 with P from registers. The online softmax runs once per pair: the row maximum, O's
-//   rescale and l's rescale every 128 keys (the numerics model at 128-key tiles).
+//   rescale and l's rescale every 128 keys (the numerics model at 128-key tiles); it multiplies each
+//   p by its V scale right after the exponential, where the multiplies fill the exponentials'
+//   issue gaps (the same bits as after the softmax: docs/PERF_NOTES.md).
 // Pipeline: K and V are staged apart, K_PAIRS (3) K slots and V_PAIRS (2) V slots deep. A K slot
 //   holds the pair's 128 key rows per 64-dim block, so that one descriptor spans both tiles, and
 //   each tile's kq and vs; a V slot holds both tiles' V. K runs a pair ahead of V. The producers are
