@@ -21,9 +21,13 @@
 //   one program for both, with a barrier policy; see tests/test_model_kernel_host.py):
 //   load:       the tile's K rows into shared memory, cooperatively (zeros past k1);
 //   scores:     s[j] = f32(q.k exact in f64) * k_mult (f32), -inf past the limit or past k1;
+//               with a lazy running maximum (lazy), s[j] = f32(f32(q.k) * k_mult - mref) in f64
+//               (the product exact, one rounding to f32: the kernels' fma), mref = m or 0 if -inf;
 //   probs:      every thread: m_new = max(m, max_j s), msafe = m_new or 0 if -inf,
 //               alpha = exp2_ftz(m - msafe); thread j: p = exp2_ftz(s - msafe),
-//               P = round_fp16(p * v_mult);
+//               P = round_fp16(p * v_mult); lazy: d = max_j s, the row moves where d > -inf
+//               with no key yet or d > slack: m = d + mref, alpha = exp2_ftz(-d) (0 with no key
+//               yet), p = exp2_ftz(s - d); else alpha = 1, p = exp2_ftz(s) (model._lazy_tile);
 //   accumulate: lane t: l = l*alpha, then + p of keys 4t..4t+3 of each slice in order;
 //               thread d: acc = acc*alpha, then per 16-key slice the block FMA (emulated: groups
 //               of mma_k products, pa_bench/numerics/mma.py) or the rn add, straight into acc
@@ -110,7 +114,7 @@ PAM_HD float fmaxv(float a, float b) { return a > b ? a : b; }   // no NaN reach
 
 // ---- the model's functions (pa_bench/numerics/model.py, mma.py), step for step
 
-// exp2_ftz: 2^x of float32 x <= 0, results below 2^-126 flushed to 0 (-inf gives 0): float64
+// exp2_ftz: 2^x of float32 x <= 14 (above 0 only under a lazy maximum), results below 2^-126 flushed to 0 (-inf gives 0): float64
 // range reduction, e^y by Horner from 1/13! down to 1/0! (model._EXP2_COEF), ldexp, one rounding.
 PAM_HD float exp2_ftz(float x) {
     const double LN2 = 0x1.62e42fefa39efp-1;          // math.log(2.0)
@@ -183,7 +187,10 @@ struct Args {
     float* out_acc;           // [P, Hkv, GR, D]
     int heads_kv, rows, d, tile;
     long long nk;
-    int emulated, mma_k, extra_bits, pv_chain, threads;
+    int emulated, mma_k, extra_bits, pv_chain;
+    int lazy;                 // 1: the lazy running maximum (model.max_slack), 0: the exact one
+    float slack;
+    int threads;
 };
 
 struct Smem {
@@ -240,7 +247,7 @@ PAM_HD void phase_load(const Args& a, const Smem& sm, const Cta& c, int t, int t
     }
 }
 
-PAM_HD void phase_scores(const Args& a, const Smem& sm, const Cta& c, int t, int t0) {
+PAM_HD void phase_scores(const Args& a, const Smem& sm, const Cta& c, const Thread& th, int t, int t0) {
     if (t >= a.tile) return;
     const long long key = t0 + t;
     float s = neg_inf();
@@ -248,7 +255,13 @@ PAM_HD void phase_scores(const Args& a, const Smem& sm, const Cta& c, int t, int
         const signed char* kr = sm.k + t * (a.d + K_PAD);
         double dot = 0.0;                             // exact: the order does not matter
         for (int i = 0; i < a.d; ++i) dot = dadd(dot, dmul(sm.q[i], static_cast<double>(kr[i])));
-        s = fmul(to_f32(dot), a.k_mult[c.h * a.nk + key]);
+        const float km = a.k_mult[c.h * a.nk + key];
+        if (a.lazy) {
+            const double mref = th.m == neg_inf() ? 0.0 : static_cast<double>(th.m);
+            s = to_f32(dsub(dmul(static_cast<double>(to_f32(dot)), static_cast<double>(km)), mref));
+        } else {
+            s = fmul(to_f32(dot), km);
+        }
     }
     sm.s[t] = s;
 }
@@ -256,13 +269,22 @@ PAM_HD void phase_scores(const Args& a, const Smem& sm, const Cta& c, int t, int
 PAM_HD void phase_probs(const Args& a, const Smem& sm, const Cta& c, Thread& th, int t, int t0) {
     float tmax = neg_inf();
     for (int j = 0; j < a.tile; ++j) tmax = fmaxv(tmax, sm.s[j]);
-    const float m_new = fmaxv(th.m, tmax);
-    const float msafe = m_new == neg_inf() ? 0.0f : m_new;
-    th.alpha = exp2_ftz(fsub(th.m, msafe));
-    th.m = m_new;
+    float sub;                                        // what p's exponent subtracts from s
+    if (a.lazy) {
+        const bool fresh = th.m == neg_inf();
+        const bool move = tmax > (fresh ? neg_inf() : a.slack);
+        sub = move ? tmax : 0.0f;
+        th.alpha = move ? (fresh ? 0.0f : exp2_ftz(-sub)) : 1.0f;
+        if (move) th.m = fadd(sub, fresh ? 0.0f : th.m);
+    } else {
+        const float m_new = fmaxv(th.m, tmax);
+        sub = m_new == neg_inf() ? 0.0f : m_new;
+        th.alpha = exp2_ftz(fsub(th.m, sub));
+        th.m = m_new;
+    }
     if (t < a.tile) {
         const long long key = t0 + t;
-        const float p = exp2_ftz(fsub(sm.s[t], msafe));
+        const float p = exp2_ftz(fsub(sm.s[t], sub));
         const float vm = key < c.k1 ? a.v_mult[c.h * a.nk + key] : 0.0f;
         sm.p[t] = p;
         sm.bp[t] = round_fp16(fmul(p, vm));
@@ -334,7 +356,7 @@ PAM_PROG void cta_program(X& x, const Args& a, const Smem& sm, int z, int h, int
     for (int t0 = c.k0; t0 < end; t0 += a.tile) {
         x.each([&](Thread&, int t) { phase_load(a, sm, c, t, t0); });
         x.barrier();
-        x.each([&](Thread&, int t) { phase_scores(a, sm, c, t, t0); });
+        x.each([&](Thread& th, int t) { phase_scores(a, sm, c, th, t, t0); });
         x.barrier();
         x.each([&](Thread& th, int t) { phase_probs(a, sm, c, th, t, t0); });
         x.barrier();
@@ -361,10 +383,10 @@ extern "C" __global__ void pa_model(const double* q, const signed char* k, const
                                     const float* k_mult, const float* v_mult, const long long* limit,
                                     const int* parts, float* out_m, float* out_l, float* out_acc,
                                     int heads_kv, int rows, int d, int tile, long long nk, int emulated,
-                                    int mma_k, int extra_bits, int pv_chain) {
+                                    int mma_k, int extra_bits, int pv_chain, int lazy, float slack) {
     extern __shared__ __align__(16) unsigned char pam_smem[];
     const pam::Args a = {q, k, v, k_mult, v_mult, limit, parts, out_m, out_l, out_acc,
-                         heads_kv, rows, d, tile, nk, emulated, mma_k, extra_bits, pv_chain,
+                         heads_kv, rows, d, tile, nk, emulated, mma_k, extra_bits, pv_chain, lazy, slack,
                          static_cast<int>(blockDim.x)};
     const pam::Smem sm = pam::smem_layout(pam_smem, d, tile);
     pam::DeviceThreads x;

@@ -1025,18 +1025,25 @@ __device__ __forceinline__ void issue_pv(float (&o)[O_REGS], const u32 (&pf)[PV_
     }
 }
 
-// The online softmax of one tile's S, in place: s = S_raw * kq (kq = k_scale*qk_scale_log2 per
-// key), masked keys -inf, running max m, alpha = exp2(m_old - m_new), p = exp2(s - m_new) into s
+// The online softmax of one tile's S, in place, with a lazy running maximum: a row keeps its
+// reference m while the tile's scores stay within 2^MAX_SLACK of it. t = fma(S_raw, kq, -m) (kq =
+// k_scale*qk_scale_log2 per key; one rounding; m taken as 0 while the row has seen no key), masked
+// keys -inf. Where every row of the warp has a reference and t <= MAX_SLACK (most tiles), p =
+// exp2(t): no shuffles, alpha = 1. Otherwise each row's maximum d = max_j t is formed across its 4
+// lanes, and a row with no reference yet (d > -inf) or with d > MAX_SLACK takes m = m + d, t = t - d,
+// alpha = exp2(-d) (0 for a row with no reference); the others keep theirs. So p <= 2^MAX_SLACK and
+// P = fp16(p * v_scale*p_scale) <= 2^MAX_SLACK (every v_scale*p_scale <= 1). p = exp2(t) into s
 // (ex2.approx.ftz), l = l*alpha + sum p (per-lane partial sums, added across the 4 lanes of a row
-// at the end). With P = fp16_rn(p * v_scale*p_scale) and O = O*alpha before each tile's 4 k16
-// steps of P.V, O is one tensor-core chain over the CTA's keys, as in v1/v2 (the model's
-// pv_chain_keys 0); the key segments bound that chain on long contexts (docs/NUMERICS.md). The
-// fp32 arithmetic uses the _rn intrinsics (no contraction).
+// at the end). With P rounded to fp16 and O = O*alpha before each tile's k16 steps of P.V, O is
+// one tensor-core chain over the CTA's keys, as in v1/v2 (the model's pv_chain_keys 0); the key
+// segments bound that chain on long contexts (docs/NUMERICS.md). The numerics model follows the
+// same rule (model.max_slack). Other fp32 arithmetic uses the _rn intrinsics (no contraction).
 // Register fragments (PTX ISA, wgmma m64nNk16): warp w of a warpgroup holds rows 16w..16w+15;
 // element 4j+e of s (lane g = lane/4, t = lane%4): row g + 8*(e>>1), key j0 + 8j + 2t + (e&1).
 // A step of NJ n8 blocks: one tile (NJ = 8) or, at 128-key steps, two (16). `sc` points at the
 // scales of the step's first tile: per tile kq[BN] then vs[BN], the next tile's 2*BN floats on
 // (sc_index).
+constexpr float MAX_SLACK = 8.f;
 __host__ __device__ constexpr int sc_index(int j) { return (j >> 3) * 2 * BN + (j & 7) * 8; }
 // WITH_VS: each p multiplied by its key's V scale right after its exponential and its sum (the
 // same bits as scale_by_vs after the softmax; the 128-key step: its multiplies then fill the
@@ -1045,30 +1052,43 @@ template <bool MASKED, int NJ = BN / 8, bool WITH_VS = false>
 __device__ __forceinline__ void softmax_tile(const float* kq, int j0, const int (&lim)[2],
                                              float (&s)[4 * NJ], float (&m)[2], float (&l)[2], float (&alpha)[2]) {
     const int t = threadIdx.x & 3;
-    float mx[2] = {PA_NEG_INF, PA_NEG_INF};
+    float mx[2] = {PA_NEG_INF, PA_NEG_INF}, nref[2];
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) nref[rr] = m[rr] == PA_NEG_INF ? -0.f : -m[rr];
 #pragma unroll
     for (int j = 0; j < NJ; ++j) {
         const float2 k2 = *reinterpret_cast<const float2*>(kq + sc_index(j) + 2 * t);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            float v = __fmul_rn(s[4 * j + e], (e & 1) ? k2.y : k2.x);
+            float v = __fmaf_rn(s[4 * j + e], (e & 1) ? k2.y : k2.x, nref[e >> 1]);
             if (MASKED) v = (j0 + 8 * j + 2 * t + (e & 1) <= lim[e >> 1]) ? v : PA_NEG_INF;
             s[4 * j + e] = v;
             mx[e >> 1] = fmaxf(mx[e >> 1], v);
         }
     }
+    alpha[0] = alpha[1] = 1.f;
+    // a row keeps its reference while its t <= MAX_SLACK; a row with none yet while it has no key
+    float top[2];
 #pragma unroll
-    for (int sh = 1; sh <= 2; sh *= 2)
+    for (int rr = 0; rr < 2; ++rr) top[rr] = m[rr] == PA_NEG_INF ? PA_NEG_INF : MAX_SLACK;
+    if (!__all_sync(0xffffffffu, (mx[0] <= top[0]) & (mx[1] <= top[1]))) {
 #pragma unroll
-        for (int rr = 0; rr < 2; ++rr) mx[rr] = fmaxf(mx[rr], __shfl_xor_sync(0xffffffffu, mx[rr], sh));
-    float mref[2];
+        for (int sh = 1; sh <= 2; sh *= 2)
 #pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-        const float mn = fmaxf(m[rr], mx[rr]);
-        mref[rr] = mn == PA_NEG_INF ? 0.f : mn;
-        alpha[rr] = pa::exp2_ftz(__fsub_rn(m[rr], mref[rr]));
-        m[rr] = mn;
-        l[rr] = __fmul_rn(l[rr], alpha[rr]);
+            for (int rr = 0; rr < 2; ++rr) mx[rr] = fmaxf(mx[rr], __shfl_xor_sync(0xffffffffu, mx[rr], sh));
+        float d[2];
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+            const bool move = mx[rr] > top[rr];
+            d[rr] = move ? mx[rr] : 0.f;
+            if (move) {
+                alpha[rr] = m[rr] == PA_NEG_INF ? 0.f : pa::exp2_ftz(-d[rr]);
+                m[rr] = __fsub_rn(d[rr], nref[rr]);
+                l[rr] = __fmul_rn(l[rr], alpha[rr]);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 4 * NJ; ++i) s[i] = __fsub_rn(s[i], d[(i >> 1) & 1]);
     }
 #pragma unroll
     for (int j = 0; j < NJ; ++j) {
@@ -1076,11 +1096,58 @@ __device__ __forceinline__ void softmax_tile(const float* kq, int j0, const int 
         if (WITH_VS) v2 = *reinterpret_cast<const float2*>(kq + BN + sc_index(j) + 2 * t);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            const float p = pa::exp2_ftz(__fsub_rn(s[4 * j + e], mref[e >> 1]));
+            const float p = pa::exp2_ftz(s[4 * j + e]);
             l[e >> 1] = __fadd_rn(l[e >> 1], p);
             s[4 * j + e] = WITH_VS ? __fmul_rn(p, (e & 1) ? v2.y : v2.x) : p;
         }
     }
+}
+
+// Whether x holds for every thread of the warpgroup (bar.red.and over its 128 threads, named
+// barrier `id`): a decision every warp of the warpgroup takes alike, as a wgmma it guards needs.
+__device__ __forceinline__ bool warpgroup_all(bool x, int id) {
+    u32 r;
+    asm volatile("{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.and.pred q, %2, 128, p;\nselp.u32 %0, 1, 0, q;\n}\n"
+                 : "=r"(r) : "r"(static_cast<u32>(x)), "r"(id) : "memory");
+    return r != 0;
+}
+
+// The same rule for a step with no masked key, taken speculatively: t, p, p's sum and P are
+// formed as if every row of the warpgroup kept its reference, and the rows' maxima only
+// afterwards, beside the exponentials rather than before them. Returns whether that held (then l
+// and s are as softmax_tile<false> leaves them and alpha = 1); where it did not (a row's first
+// keys, or its scores above 2^MAX_SLACK), m, l and alpha are untouched, s holds no S any more, and
+// the caller forms S again (a wgmma: so the test is the warpgroup's, on named barrier `bar`) and
+// runs softmax_tile: the same bits either way.
+template <int NJ, bool WITH_VS>
+__device__ __forceinline__ bool softmax_tile_kept(const float* kq, float (&s)[4 * NJ], const float (&m)[2],
+                                                  float (&l)[2], float (&alpha)[2], int bar) {
+    const int t = threadIdx.x & 3;
+    float mx[2] = {PA_NEG_INF, PA_NEG_INF}, nref[2], sum[2] = {l[0], l[1]};
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) nref[rr] = m[rr] == PA_NEG_INF ? -0.f : -m[rr];
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) {
+        const float2 k2 = *reinterpret_cast<const float2*>(kq + sc_index(j) + 2 * t);
+        float2 v2 = {1.f, 1.f};
+        if (WITH_VS) v2 = *reinterpret_cast<const float2*>(kq + BN + sc_index(j) + 2 * t);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float v = __fmaf_rn(s[4 * j + e], (e & 1) ? k2.y : k2.x, nref[e >> 1]);
+            mx[e >> 1] = fmaxf(mx[e >> 1], v);
+            const float p = pa::exp2_ftz(v);
+            sum[e >> 1] = __fadd_rn(sum[e >> 1], p);
+            s[4 * j + e] = WITH_VS ? __fmul_rn(p, (e & 1) ? v2.y : v2.x) : p;
+        }
+    }
+    float top[2];
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) top[rr] = m[rr] == PA_NEG_INF ? PA_NEG_INF : MAX_SLACK;
+    if (!warpgroup_all((mx[0] <= top[0]) & (mx[1] <= top[1]), bar)) return false;
+    l[0] = sum[0];
+    l[1] = sum[1];
+    alpha[0] = alpha[1] = 1.f;
+    return true;
 }
 
 // P = fp16(p * v_scale*p_scale) at 64-key steps (the 128-key step multiplies in softmax_tile,

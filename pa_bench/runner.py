@@ -497,7 +497,7 @@ def _model_positions(job: _Job, problem, compared: np.ndarray, seed: int) -> np.
 def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
                   todo: list[str], variants: list[str]) -> None:
     from pa_bench.numerics import metrics
-    from pa_bench.numerics.model import model_attention, pv_chain_keys
+    from pa_bench.numerics.model import max_slack, model_attention, pv_chain_keys
 
     backend, cfg = job.backend, job.config
     sel = _rows_for(job, problem.queries, problem.seed)
@@ -521,20 +521,20 @@ def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
     def model_err(variant: str, kernel_out: np.ndarray | None) -> float:
         # the arithmetic the backend's kernel does: its tile size (a Triton kernel's: its
         # configuration's on this shape), where it splits the keys, how long one P.V accumulator
-        # chain runs and its key segments
+        # chain runs, its key segments and its running maximum
         key = (backend.tile_keys(variant, problem), backend.split_keys(variant, problem), pv_chain_keys(variant),
-               backend.segment_keys(variant, problem))
+               backend.segment_keys(variant, problem), max_slack(variant))
         if key not in model_errs:
             if backend.name == "numpy" and kernel_out is not None:
                 out = kernel_out  # the numpy backend's output is the model's
             elif hasattr(backend, "model"):  # the backend runs the model itself (cuda: on the GPU)
                 with job.phases.phase("model"):
                     out = backend.model(inputs, key[0], model_rows, split_keys=key[1], pv_chain_keys=key[2],
-                                        segment_keys=key[3])
+                                        segment_keys=key[3], max_slack=key[4])
             else:
                 with job.phases.phase("model"):
                     out = model_attention(inputs, key[0], model_rows, split_keys=key[1], pv_chain_keys=key[2],
-                                          segment_keys=key[3])
+                                          segment_keys=key[3], max_slack=key[4])
             model_errs[key] = float(metrics.error_metrics(out, ref_model)["max_abs_err"])
         return model_errs[key]
 

@@ -59,6 +59,9 @@ class Variant:
     pv_chain_keys: int | None = None  # keys one P.V accumulator sums before it is added (_rn) into O:
                                       # None = one MMA chain over the whole key range (every kernel
                                       # today; 64 would be a fresh accumulator per 64-key tile)
+    max_slack: float | None = None  # the online softmax's lazy running maximum (the numerics model):
+                                    # a row keeps its reference while its scaled scores stay within
+                                    # 2^max_slack of it (v3: 8); None = the exact running maximum
     runner: Any = None              # what runs a peer (a class, or "module:Class") or a Python
                                     # kernel (its host module, "pa_bench.backends.triton_runner")
     geometry: Callable[..., Any] | None = None  # a CUDA kernel outside kernels/: its launch
@@ -69,6 +72,9 @@ class Variant:
             raise ValueError(f"variant {self.name!r}: kind must be one of {KINDS}, not {self.kind!r}")
         if self.is_kernel and self.tile_keys is None:
             raise ValueError(f"variant {self.name!r}: a kernel needs tile_keys for the numerics model")
+        if self.max_slack is not None and not 0 <= self.max_slack <= 14:
+            raise ValueError(f"variant {self.name!r}: max_slack must be in [0, 14] (p <= 2^max_slack is "
+                             f"rounded to fp16), not {self.max_slack!r}")
         if self.kind == CUDA_KERNEL and not self.source:
             raise ValueError(f"variant {self.name!r}: a CUDA kernel needs its source file")
         if self.kind != CUDA_KERNEL and self.runner is None:
@@ -203,7 +209,7 @@ register(Variant(
     threads=512, cta="512 threads: a producer warpgroup + 3 consumer warpgroups x 64 rows (the query heads of "
     "one KV group packed into the rows; 384 threads and 2 warpgroups where those fill the GPU faster, "
     "by pa_bench.numerics.fill's estimate); 214 KB of dynamic shared memory at D=128, 110 KB at D=64",
-    turing_path=False, fill_rows=(128, 192), tile_sharing=True))
+    turing_path=False, fill_rows=(128, 192), tile_sharing=True, max_slack=8.0))
 register(Variant(
     "triton", TRITON_KERNEL, "the same problem in Triton: int8 K/V gathered and converted in the kernel, "
     "the query heads of a KV group packed into a program's rows",

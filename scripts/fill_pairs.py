@@ -25,7 +25,7 @@ import numpy as np
 
 from pa_bench.backends.cuda import CudaBackend
 from pa_bench.numerics import fill
-from pa_bench.numerics.model import SEGMENT_KEYS, cta_rows, model_attention, segment_keys, step_keys
+from pa_bench.numerics.model import SEGMENT_KEYS, cta_rows, max_slack, model_attention, segment_keys, step_keys
 from pa_bench.numerics.reference import sample_rows
 from pa_bench.problem.config import TimingSettings
 from pa_bench.problem.inputs import make_inputs
@@ -104,7 +104,8 @@ def main() -> None:
             out = backend.compute(prep, "v3", rows)
             err = float(np.abs(out.out - ref).max())
             tile = backend.tile_keys("v3", pb)
-            model = model_attention(inputs, tile, rows, segment_keys=backend.segment_keys("v3", pb))
+            model = model_attention(inputs, tile, rows, segment_keys=backend.segment_keys("v3", pb),
+                                    max_slack=max_slack("v3"))
             model_err = float(np.abs(model - ref).max())
             bits[lc.label] = out.out.tobytes()
             print(f"{shape} v3 {lc.label}: err vs FP64 {err:.3e}, model ({tile}-key tiles) {model_err:.3e} "

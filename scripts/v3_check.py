@@ -64,7 +64,7 @@ QUICK = ("tiny-d128", "odd-d128-p64", "odd-d64-p64")
 
 def run_case(be, cp, c: Case, dump: Path | None) -> tuple[bool, str, object, object]:
     from pa_bench.numerics import metrics
-    from pa_bench.numerics.model import model_arrays, model_attention
+    from pa_bench.numerics.model import max_slack, model_arrays, model_attention
     from pa_bench.numerics.reference import sample_rows
     from pa_bench.problem.inputs import make_inputs
     from pa_bench.problem.plan import Problem
@@ -80,7 +80,8 @@ def run_case(be, cp, c: Case, dump: Path | None) -> tuple[bool, str, object, obj
         ko = be.compute(prep, "v3", rows=rows, check_determinism=True)
         ref = be.reference(inp, rows)
         seg = be.segment_keys("v3", pb)
-        model = cp.asnumpy(model_attention(model_arrays(inp, cp), 64, rows, segment_keys=seg, mma="rn"))
+        model = cp.asnumpy(model_attention(model_arrays(inp, cp), be.tile_keys("v3", pb), rows, segment_keys=seg,
+                                           mma="rn", max_slack=max_slack("v3")))
         pm = metrics.evaluate_parity(ko.out, ref, model_out=model, canary_ok=ko.canary_ok)
         ok = bool(pm.parity_pass and ko.deterministic)
         line = (f"{c.name:<20} {pb.shape.label:>10} {c.heads_q:>2}/{c.heads_kv:<2} D{c.head_dim:<3} "

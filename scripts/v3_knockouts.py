@@ -25,7 +25,8 @@ timing the real kernel under a wrong name.
 - ``no-producer``: both (the producer only waits and arrives: the consumers alone; with shared
   tiles or v3-dq's images, at 64- or 128-key steps, the issuer arms each slot with a plain arrive);
 - ``no-softmax``: the consumers skip the online softmax (P is packed from raw S; no rescale; the
-  128-key step still applies the V scales and releases its K slot);
+  128-key step still applies the V scales and releases its K slot, and takes neither its
+  speculative softmax nor that one's fallback, which issues S again);
 - ``gemm-only``: no-producer and no-softmax: wgmma, barriers and P packing only;
 - ``no-alu``: the producer stores its int8 chunks unconverted (loads and stores stay: what the
   conversion's arithmetic alone costs);
@@ -39,7 +40,8 @@ timing the real kernel under a wrong name.
   register and stored only if it takes an impossible value: what the stores alone cost);
 - ``no-scales``: the consumers apply neither per-key scale: S is not multiplied by the key scales
   (k_scale * qk_scale_log2) before the softmax, nor p by the V scales (v_scale * p_scale) before
-  it is packed into P, and neither array is loaded from the stage. ``no-k-scales`` and
+  it is packed into P, and neither array is loaded from the stage (in the 128-key step's
+  speculative softmax as in its full one). ``no-k-scales`` and
   ``no-v-scales`` remove one of the two. Without the K scales S keeps its raw integer spread and P
   is nearly one-hot, so these also change what the tensor cores multiply, and with it the GPU's
   power and clock: their gain is not the scales' cost alone (docs/PERF_NOTES.md);
@@ -80,12 +82,18 @@ _STORES_DONE = re.compile(r"(\n        if \(pw == 0\) \{   // lanes 0-15: K scal
 _TURN_SYNC = re.compile(r"\n        named_barrier_sync\(PP_BAR \+ wg, 256\);")
 _TURN_ARRIVE = re.compile(r"\n        if \(wg != NCWG - 1 \|\| n < n_(?:tiles|steps)\) named_barrier_arrive\(PP_BAR \+ \(wg \+ 1\) % NCWG, 256\);")
 _TURN_OPEN = re.compile(r"\n    if \(wg == NCWG - 1\) named_barrier_arrive\(PP_BAR, 256\);")
-_K_SCALE = re.compile(r"        const float2 k2 = \*reinterpret_cast<const float2\*>\(kq \+ sc_index\(j\) \+ 2 \* t\);\n"
-                      r"(#pragma unroll\n        for \(int e = 0; e < 4; \+\+e\) \{\n)"
-                      r"            float v = __fmul_rn\(s\[4 \* j \+ e\], \(e & 1\) \? k2\.y : k2\.x\);\n")
+# the key scales' loads and their multiplies (fused with t's subtraction of the reference), each in
+# softmax_tile and in the 128-key step's speculative softmax_tile_kept
+_K_LOAD = re.compile(r"        const float2 k2 = \*reinterpret_cast<const float2\*>\(kq \+ sc_index\(j\) \+ 2 \* t\);\n")
+_K_SCALE = re.compile(r"(\n            (?:const )?float v = )__fmaf_rn\(s\[4 \* j \+ e\], \(e & 1\) \? k2\.y : k2\.x, "
+                      r"(nref\[e >> 1\])\);")
 _V_SCALE = re.compile(r"        const float2 v2 = \*reinterpret_cast<const float2\*>\(vs \+ sc_index\(j\) \+ 2 \* t\);\n"
                       r"(?:        s\[4 \* j( \+ \d)?\] = __fmul_rn\(s\[4 \* j( \+ \d)?\], v2\.[xy]\);\n){4}")
 _SOFTMAX = re.compile(r"(    auto softmax = \[&\]\(int n, float \(&al\)\[2\]\) \{\n).*?(\n    \};\n)", re.S)
+# the 128-key step loop's softmax: the speculative softmax_tile_kept, and where it fails, S issued
+# again and the softmax lambda (the whole block, from the tile it needs to its closing brace)
+_KEPT = re.compile(r"\n            const int tile = c\.t_begin \+ 2 \* n;\n            if \(!\(tile.*?softmax_tile_kept<.*?"
+                   r"\n                softmax\(n, alpha_next\);\n            \}\n", re.S)
 # the image producers (shared tiles, v3-dq): the 64-key issuers' copy of a stage, the pairs issuer's
 # arms and copies, the shared tiles' flag polls and converters
 _IMAGE_COPY = re.compile(r"(\n +)mbar_arrive_expect_tx\(bar_full \+ 8 \* s, IMG_BYTES\);\n +bulk_g2s\([^;]*\);")
@@ -96,7 +104,9 @@ _CONVERTERS = re.compile(r"\n    if \(tid >= 64\) return;\n")
 
 
 def _sub(pattern: re.Pattern, repl: str, text: str, what: str, count: int = 1, file: str = "v3.cu") -> str:
-    out, n = pattern.subn(repl, text, count=count)
+    """Every match edited, and exactly ``count`` of them: a new copy of the work (another path
+    through the kernel that does it) fails as loudly as a stale edit."""
+    out, n = pattern.subn(repl, text)
     if n != count:
         raise SystemExit(f"v3_knockouts: the {what} edit no longer matches kernels/{file}; update the script")
     return out
@@ -150,9 +160,12 @@ def no_softmax(src: str, file: str = "v3.cu") -> str:
 
 @on(PAIRS)
 def no_softmax_pairs(src: str) -> str:
-    """The 128-key step's softmax (which also applies P's V scales) replaced by the V scales alone."""
-    return _sub(_SOFTMAX, r"\1        (void)n; al[0] = al[1] = 1.f;\n        scale_by_vs<2 * BN / 8>(scales(n), s);\2",
-                src, f"no-softmax ({PAIRS})", file=PAIRS)
+    """The 128-key step's softmax (which also applies P's V scales) replaced by the V scales alone,
+    and the step loop's speculative softmax (with its fallback's second S) by that plain call."""
+    src = _sub(_SOFTMAX, r"\1        (void)n; al[0] = al[1] = 1.f;\n        scale_by_vs<2 * BN / 8>(scales(n), s);\2",
+               src, f"no-softmax ({PAIRS})", file=PAIRS)
+    return _sub(_KEPT, "\n            softmax(n, alpha_next);   // knock-out: no speculative softmax, no second S\n",
+                src, f"no-softmax (speculative, {PAIRS})", file=PAIRS)
 
 
 def no_image_copy(src: str) -> str:
@@ -169,7 +182,10 @@ def no_share_convert(src: str) -> str:
 
 
 def no_k_scales(src: str) -> str:
-    return _sub(_K_SCALE, r"\1            float v = s[4 * j + e];   // knock-out: no key-scale multiply\n", src, "no-k-scales")
+    """The key scales neither loaded nor multiplied, in softmax_tile and the speculative
+    softmax_tile_kept: t = s - m alone."""
+    src = _sub(_K_LOAD, "", src, "no-k-scales (loads)", count=2)
+    return _sub(_K_SCALE, r"\1__fadd_rn(s[4 * j + e], \2);   // knock-out: no key-scale multiply", src, "no-k-scales", count=2)
 
 
 _Q_STORE = re.compile(r"(\n#pragma unroll\n    for \(int i = 0; i < Q_CHUNKS; \+\+i\) \{\n        const int idx = tid \+ 128 \* i;\n"
@@ -189,16 +205,17 @@ def kscale_in_q(src: str) -> str:
     return _sub(_Q_STORE, lambda m: fold + m.group(1), src, "kscale-in-q")
 
 
-_V_SCALE_FUSED = re.compile(r"        if \(WITH_VS\) v2 = [^\n]*\n((?:.*\n){4})"
-                            r"            s\[4 \* j \+ e\] = WITH_VS \? __fmul_rn\(p, \(e & 1\) \? v2\.y : v2\.x\) : p;\n")
+# the V scales of the 128-key step's softmax (WITH_VS), in softmax_tile and softmax_tile_kept
+_V_LOAD_FUSED = re.compile(r"        float2 v2 = \{1\.f, 1\.f\};\n        if \(WITH_VS\) v2 = [^\n]*\n")
+_V_SCALE_FUSED = re.compile(r"s\[4 \* j \+ e\] = WITH_VS \? __fmul_rn\(p, \(e & 1\) \? v2\.y : v2\.x\) : p;")
 
 
 def no_v_scales(src: str) -> str:
-    """Both places P meets the V scales: scale_by_vs (64-key steps) and the softmax's exponential
-    loop (WITH_VS: 128-key steps)."""
+    """Every place P meets the V scales: scale_by_vs (64-key steps) and the exponential loops of
+    both 128-key softmax paths (WITH_VS: softmax_tile and the speculative softmax_tile_kept)."""
     src = _sub(_V_SCALE, "        (void)j, (void)t;   // knock-out: no V-scale multiply\n", src, "no-v-scales")
-    src = _sub(_V_SCALE_FUSED, r"        (void)v2;\n\1            s[4 * j + e] = p;   // knock-out: no V-scale multiply\n",
-               src, "no-v-scales (softmax)")
+    src = _sub(_V_LOAD_FUSED, "", src, "no-v-scales (softmax loads)", count=2)
+    src = _sub(_V_SCALE_FUSED, "s[4 * j + e] = p;   // knock-out: no V-scale multiply", src, "no-v-scales (softmax)", count=2)
     return src.replace("    const float* vs = kq + BN;",
                        "    [[maybe_unused]] const float* vs = kq + BN;", 1)
 

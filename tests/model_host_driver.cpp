@@ -26,9 +26,11 @@ extern "C" void pam_host_run(const double* q, const signed char* k, const signed
                              const float* k_mult, const float* v_mult, const long long* limit,
                              const int* parts, float* out_m, float* out_l, float* out_acc,
                              int heads_kv, int rows, int d, int tile, long long nk, int emulated,
-                             int mma_k, int extra_bits, int pv_chain, int n_parts, int threads) {
+                             int mma_k, int extra_bits, int pv_chain, int lazy, float slack, int n_parts,
+                             int threads) {
     const pam::Args a = {q, k, v, k_mult, v_mult, limit, parts, out_m, out_l, out_acc,
-                         heads_kv, rows, d, tile, nk, emulated, mma_k, extra_bits, pv_chain, threads};
+                         heads_kv, rows, d, tile, nk, emulated, mma_k, extra_bits, pv_chain, lazy, slack,
+                         threads};
     std::vector<unsigned char> smem(static_cast<size_t>(pam::smem_bytes(d, tile)));
     const pam::Smem sm = pam::smem_layout(smem.data(), d, tile);
     HostThreads x;

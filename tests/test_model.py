@@ -27,12 +27,14 @@ def reference(inp, rows=None):
                                k_scale=inp.k_scale, v_scale=inp.v_scale)
 
 
-def naive_model(inp, tile, rows, split=0, segment=0, mma="rn"):
+def naive_model(inp, tile, rows, split=0, segment=0, mma="rn", slack=None):
     """DESIGN.md's per-tile arithmetic, one row and one tile at a time: S exact then rounded to
     fp32, exp2 to the nearest fp32 (flushed below 2^-126), l summed per lane (lane t: keys
     4t..4t+3 of each 16-key slice) and P.V added per 16-key slice (``mma``). With ``split`` keys
     [0, split) and [split, ...) run separately and merge per lane; with ``segment`` each block of
-    ``segment`` keys runs separately and the rows' sums merge in order."""
+    ``segment`` keys runs separately and the rows' sums merge in order. With ``slack`` the lazy
+    running maximum (v3's): t = s_raw*kq - m rounded once, and the row's reference moves only
+    where it has none yet or where a tile's t exceeds ``slack``."""
     f32 = np.float32
     hq, nq, d = inp.q.shape
     hkv, nk, _ = inp.k_i8.shape
@@ -45,13 +47,26 @@ def naive_model(inp, tile, rows, split=0, segment=0, mma="rn"):
         m, lanes, acc = f32(-np.inf), np.zeros(4, f32), np.zeros(d, dtype=f32)
         for t0 in range(k0, k1, tile):
             keys = range(t0, t0 + tile)
-            s = [f32(np.dot(inp.q[h, i].astype(np.float64), inp.k_i8[g, j].astype(np.float64)))
-                 * (inp.k_scale[g, j] * f32(inp.qk_scale_log2)) if j < k1 and j <= ctx + i else f32(-np.inf)
-                 for j in keys]
-            m_new = max(m, max(s))
-            msafe = f32(0) if m_new == -np.inf else m_new
-            alpha = exp2(f32(m - msafe))
-            p = [exp2(f32(sj - msafe)) for sj in s]
+            raw = [(f32(np.dot(inp.q[h, i].astype(np.float64), inp.k_i8[g, j].astype(np.float64))),
+                    inp.k_scale[g, j] * f32(inp.qk_scale_log2)) if j < k1 and j <= ctx + i else None
+                   for j in keys]
+            if slack is None:
+                s = [f32(-np.inf) if r is None else r[0] * r[1] for r in raw]
+                m_new = max(m, max(s))
+                msafe = f32(0) if m_new == -np.inf else m_new
+                alpha = exp2(f32(m - msafe))
+                p = [exp2(f32(sj - msafe)) for sj in s]
+            else:
+                mref = f32(0) if m == -np.inf else m
+                t = [f32(-np.inf) if r is None else f32(np.float64(r[0]) * np.float64(r[1]) - np.float64(mref))
+                     for r in raw]
+                top = max(t)
+                alpha, m_new = f32(1), m
+                if top > (-np.inf if m == -np.inf else slack):
+                    alpha = f32(0) if m == -np.inf else exp2(-top)
+                    m_new = f32(top + mref)
+                    t = [f32(tj - top) for tj in t]
+                p = [exp2(tj) for tj in t]
             lanes = lanes * alpha
             for n in range(0, tile, 16):
                 for t in range(4):
@@ -96,6 +111,90 @@ def naive_model(inp, tile, rows, split=0, segment=0, mma="rn"):
                 l = l if segment else lane_sum(l)
             out[h, r] = acc * (f32(1) / l) * f32(1 / inp.p_scale)
     return out
+
+
+def growing_scores(shape="300x13", hq=2, hkv=1, d=64, data="realistic", every=64):
+    """Inputs whose K scales grow with the key, by 1 each ``every`` keys: a row's scores rise
+    tile after tile, so a lazy running maximum moves mid-row, not only at a row's first key."""
+    inp = inputs_for(shape, data=data, hq=hq, hkv=hkv, d=d)
+    keys = np.arange(inp.k_scale.shape[1])
+    inp.k_scale[...] = (inp.k_scale * (1 + keys / every)).astype(np.float32)
+    return inp
+
+
+def moves_counted(monkeypatch) -> list[int]:
+    """model._lazy_tile wrapped: how many rows that had a reference moved it, per call."""
+    moved, inner = [], model_mod._lazy_tile
+
+    def counting(prod, m, slack, xp):
+        out = inner(prod, m, slack, xp)
+        moved.append(int(((out[0] != m) & (m != -np.inf)).sum()))
+        return out
+
+    monkeypatch.setattr(model_mod, "_lazy_tile", counting)
+    return moved
+
+
+@pytest.mark.parametrize("slack", [0.0, 8.0])
+@pytest.mark.parametrize("tile, segment", [(16, 0), (64, 0), (64, 128)])
+def test_lazy_maximum_follows_the_per_tile_rule(tile, segment, slack, monkeypatch):
+    inp = growing_scores()
+    rows = np.array([0, 7, 12])
+    expected = naive_model(inp, tile, rows, segment=segment, mma="emulated", slack=slack)
+    moved = moves_counted(monkeypatch)
+    got = model_attention(inp, tile, rows, segment_keys=segment, mma="emulated", max_slack=slack)
+    np.testing.assert_array_equal(got, expected)
+    assert sum(moved) > 0                             # the rule's move path, not only first keys
+
+
+@pytest.mark.parametrize("data", ["normal", "realistic", "growing"])
+def test_lazy_maximum_keeps_the_exact_ones_error_against_fp64(data):
+    inp = growing_scores("1Kx64", hq=4, hkv=2, every=256) if data == "growing" else inputs_for("1Kx64", data=data)
+    ref = reference(inp)
+    exact, lazy = model_attention(inp, 64), model_attention(inp, 64, max_slack=8.0)
+    err_exact = np.abs(exact.astype(np.float64) - ref).max()
+    err_lazy = np.abs(lazy.astype(np.float64) - ref).max()
+    assert not np.array_equal(exact, lazy)            # another arithmetic: t rounded once, p up to 2^8
+    assert 0 < err_lazy <= 2 * err_exact, (err_lazy, err_exact)
+
+
+def test_lazy_maximum_moves_only_where_the_slack_is_exceeded(monkeypatch):
+    """One tile by hand; then on growing scores a slack of 0 moves the references more often than
+    8 does, and on realistic data (an attention sink first) 8 never moves them after a row's first
+    tile."""
+    from pa_bench.numerics.model import _lazy_tile
+
+    prod = np.array([[0.0, 1.0, 2.0], [-3.0, -np.inf, 9.5]])          # two rows of one tile
+    m = np.array([1.0, 1.0], np.float32)
+    m2, alpha, p = _lazy_tile(prod, m, 8.0, np)
+    assert m2.tolist() == [1.0, 9.5] and alpha[0] == 1 and alpha[1] == np.float32(2.0 ** -8.5)
+    assert p[0].tolist() == [0.5, 1.0, 2.0] and p[1].tolist() == [np.float32(2.0 ** -12.5), 0.0, 1.0]
+    fresh = np.full(2, -np.inf, np.float32)
+    m3, alpha3, p3 = _lazy_tile(np.array([[-20.0, -30.0], [-np.inf, -np.inf]]), fresh, 8.0, np)
+    assert m3[0] == -20 and m3[1] == -np.inf and alpha3.tolist() == [0.0, 1.0]   # a row's first key
+    assert p3[0].tolist() == [1.0, 2.0 ** -10] and p3[1].tolist() == [0.0, 0.0]
+    moved = moves_counted(monkeypatch)
+    counts = {}
+    for name, inp in (("growing", growing_scores("1Kx64", hq=4, hkv=2, every=256)),
+                      ("realistic", inputs_for("1Kx64", hq=4, hkv=2))):
+        for slack in (0.0, 8.0):
+            moved.clear()
+            model_attention(inp, 64, max_slack=slack)
+            counts[name, slack] = sum(moved)
+    assert counts["growing", 0.0] > counts["growing", 8.0] > 0
+    assert counts["realistic", 8.0] == 0 < counts["realistic", 0.0]
+
+
+def test_v3s_slack_is_the_kernels():
+    import re
+    from pathlib import Path
+
+    src = (Path(model_mod.__file__).resolve().parents[2] / "kernels" / "v3.cu").read_text()
+    found = re.search(r"constexpr float MAX_SLACK = ([0-9.]+)f;", src)
+    assert found and model_mod.max_slack("v3") == float(found.group(1)) == 8.0
+    assert model_mod.max_slack("v1") is None and model_mod.max_slack("v2t") is None
+    with pytest.raises(ValueError, match="max_slack"):
+        model_attention(inputs_for("40x13", hq=2, hkv=1), 16, max_slack=20.0)
 
 
 def test_tile_sizes():

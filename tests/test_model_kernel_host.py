@@ -37,7 +37,7 @@ def lib(tmp_path_factory):
     assert proc.returncode == 0, proc.stderr[-3000:]
     lib = ctypes.CDLL(str(so))
     P, I, L = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
-    lib.pam_host_run.argtypes = [P] * 10 + [I] * 4 + [L] + [I] * 4 + [I, I]
+    lib.pam_host_run.argtypes = [P] * 10 + [I] * 4 + [L] + [I] * 4 + [I, ctypes.c_float] + [I, I]
     lib.pam_host_run.restype = None
     lib.pam_host_smem_bytes.argtypes = [I, I]
     lib.pam_host_smem_bytes.restype = L
@@ -56,9 +56,10 @@ def host_engine(lib, calls: list | None = None):
     """model_attention's engine running pa_model.cu's program on the CPU, with the arguments
     model_kernel lays out for the GPU launch."""
 
-    def parts(a, qf, limit, tile, ranges, mma, mma_k, pv_chain):
-        launch = mk.kernel_launch(a, qf, limit, tile, ranges, mma, mma_k, pv_chain)
-        args = [_ptr(x) if isinstance(x, np.ndarray) else int(x) for x in launch.args]
+    def parts(a, qf, limit, tile, ranges, mma, mma_k, pv_chain, slack=None):
+        launch = mk.kernel_launch(a, qf, limit, tile, ranges, mma, mma_k, pv_chain, slack)
+        args = [_ptr(x) if isinstance(x, np.ndarray) else float(x) if isinstance(x, np.floating) else int(x)
+                for x in launch.args]
         assert launch.grid == (qf.shape[1], qf.shape[0], len(ranges))
         lib.pam_host_run(*args, launch.grid[2], launch.block[0])
         if calls is not None:
@@ -74,20 +75,24 @@ def inputs_for(shape, data="realistic", hq=2, hkv=1, d=64, out_dtype="float32"):
     return make_inputs(pb)
 
 
-# (shape, heads q/kv, D, rows, tile, split, segment, pv_chain): rows end inside tiles (the causal
-# edge), splits at the half, segments of 64/128 keys (a row with no key in the last segment:
-# 190x14, row 0), pv_chain 64 (v3) and 16/32, D 64 and 128.
+# (shape, heads q/kv, D, rows, tile, split, segment, pv_chain, max_slack): rows end inside tiles
+# (the causal edge), splits at the half, segments of 64/128 keys (a row with no key in the last
+# segment: 190x14, row 0), pv_chain 64 (v3) and 16/32, D 64 and 128, the lazy running maximum
+# (v3's slack 8, and 0, where nearly every tile whose maximum rises moves the reference).
 CASES = {
-    "t16": ("100x13", 2, 1, 64, [0, 5, 12], 16, 0, 0, 0),
-    "t64": ("100x13", 4, 2, 64, [0, 5, 12], 64, 0, 0, 0),
-    "t64-d128": ("70x9", 2, 1, 128, [0, 3, 8], 64, 0, 0, 0),
-    "split16": ("97x13", 2, 1, 64, [0, 6, 12], 16, "half", 0, 0),
-    "split64": ("130x7", 2, 1, 64, [0, 6], 64, 64, 0, 0),
-    "seg64": ("190x14", 2, 1, 64, [0, 1, 13], 16, 0, 64, 0),
-    "seg128-t64": ("200x13", 2, 1, 64, [0, 7, 12], 64, 0, 128, 0),
-    "chain64": ("150x13", 2, 1, 64, [0, 5, 12], 64, 0, 0, 64),
-    "chain32-seg": ("150x13", 2, 1, 64, [0, 12], 64, 0, 64, 32),
-    "chain16-d128": ("90x5", 2, 1, 128, [0, 4], 64, 0, 0, 16),
+    "t16": ("100x13", 2, 1, 64, [0, 5, 12], 16, 0, 0, 0, None),
+    "t64": ("100x13", 4, 2, 64, [0, 5, 12], 64, 0, 0, 0, None),
+    "t64-d128": ("70x9", 2, 1, 128, [0, 3, 8], 64, 0, 0, 0, None),
+    "split16": ("97x13", 2, 1, 64, [0, 6, 12], 16, "half", 0, 0, None),
+    "split64": ("130x7", 2, 1, 64, [0, 6], 64, 64, 0, 0, None),
+    "seg64": ("190x14", 2, 1, 64, [0, 1, 13], 16, 0, 64, 0, None),
+    "seg128-t64": ("200x13", 2, 1, 64, [0, 7, 12], 64, 0, 128, 0, None),
+    "chain64": ("150x13", 2, 1, 64, [0, 5, 12], 64, 0, 0, 64, None),
+    "chain32-seg": ("150x13", 2, 1, 64, [0, 12], 64, 0, 64, 32, None),
+    "chain16-d128": ("90x5", 2, 1, 128, [0, 4], 64, 0, 0, 16, None),
+    "lazy8-t64": ("300x13", 4, 2, 64, [0, 5, 12], 64, 0, 0, 0, 8.0),
+    "lazy8-seg-t128": ("250x9", 2, 1, 128, [0, 8], 128, 0, 128, 0, 8.0),
+    "lazy0-t16": ("100x13", 2, 1, 64, [0, 5, 12], 16, 0, 0, 0, 0.0),
 }
 MMAS = [("emulated", 16), ("emulated", 8), ("rn", 16)]
 
@@ -95,11 +100,11 @@ MMAS = [("emulated", 16), ("emulated", 8), ("rn", 16)]
 @pytest.mark.parametrize("mma, mma_k", MMAS, ids=["emu16", "emu8", "rn"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_host_kernel_gives_the_numpy_models_bits(lib, case, mma, mma_k):
-    shape, hq, hkv, d, rows, tile, split, seg, chain = CASES[case]
+    shape, hq, hkv, d, rows, tile, split, seg, chain, slack = CASES[case]
     data = ("normal", "realistic")[(list(CASES).index(case) + (mma_k == 8)) % 2]
     inp = inputs_for(shape, data=data, hq=hq, hkv=hkv, d=d)
     split = split_point(inp.problem.context) if split == "half" else split
-    kw = dict(split_keys=split, segment_keys=seg, mma=mma, mma_k=mma_k, pv_chain_keys=chain)
+    kw = dict(split_keys=split, segment_keys=seg, mma=mma, mma_k=mma_k, pv_chain_keys=chain, max_slack=slack)
     calls = []
     want = model_attention(inp, tile, np.array(rows), **kw)
     got = model_attention(inp, tile, np.array(rows), engine=host_engine(lib, calls), **kw)
@@ -141,21 +146,22 @@ def test_kernel_engine_launches_as_cupy_would(lib, monkeypatch):
 
     def function(grid, block, args, shared_mem=0):
         gr, hkv, n_parts = grid
-        assert block[0] % 32 == 0 and block[1:] == (1, 1) and len(args) == 19
+        assert block[0] % 32 == 0 and block[1:] == (1, 1) and len(args) == 21
         assert shared_mem == lib.pam_host_smem_bytes(int(args[12]), int(args[13]))
         seen.append(grid)
-        lib.pam_host_run(*[_ptr(x) if isinstance(x, np.ndarray) else int(x) for x in args],
-                         n_parts, block[0])
+        lib.pam_host_run(*[_ptr(x) if isinstance(x, np.ndarray) else float(x) if isinstance(x, np.floating)
+                           else int(x) for x in args], n_parts, block[0])
 
     monkeypatch.setitem(sys.modules, "cupy", fake)
     monkeypatch.setattr(mk, "_function", lambda device_id: function)
     inp = inputs_for("190x14", hq=4, hkv=2)
     rows = np.array([0, 6, 13])
     a = model_arrays(inp, fake)
-    for tile, seg in ((16, 64), (64, 0)):
-        got = model_attention(a, tile, rows, segment_keys=seg, mma="emulated", engine="kernel")
-        np.testing.assert_array_equal(got, model_attention(inp, tile, rows, segment_keys=seg, mma="emulated"))
-    assert seen == [(2 * 3, 2, 4), (2 * 3, 2, 1)]
+    for tile, seg, slack in ((16, 64, None), (64, 0, None), (64, 64, 8.0)):
+        got = model_attention(a, tile, rows, segment_keys=seg, mma="emulated", max_slack=slack, engine="kernel")
+        np.testing.assert_array_equal(got, model_attention(inp, tile, rows, segment_keys=seg, mma="emulated",
+                                                           max_slack=slack))
+    assert seen == [(2 * 3, 2, 4), (2 * 3, 2, 1), (2 * 3, 2, 4)]
 
 
 def test_kernel_engine_needs_cupy_arrays():

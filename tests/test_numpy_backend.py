@@ -10,7 +10,7 @@ from pa_bench.backends import KernelOutput, make_backend
 from pa_bench.errors import BackendUnavailable, PaBenchError
 from pa_bench.problem.inputs import make_inputs
 from pa_bench import variants as registry
-from pa_bench.numerics.model import model_attention, pv_chain_keys, tile_keys
+from pa_bench.numerics.model import max_slack, model_attention, pv_chain_keys, tile_keys
 from pa_bench.backends.numpy import NumpyBackend
 from pa_bench.problem.plan import Problem
 from pa_bench.numerics.reference import dequantize, reference_attention, sample_rows
@@ -31,8 +31,9 @@ def test_compute_is_the_model_of_the_variants_tile(inputs):
         ko = be.compute(be.prepare(inputs), variant, rows)
         assert isinstance(ko, KernelOutput)
         assert ko.out.dtype == np.float32 and ko.out.shape == (4, len(rows), 64)
-        # the variant's tile and P.V chain (registry.pv_chain_keys)
-        assert np.array_equal(ko.out, model_attention(inputs, tile, rows, pv_chain_keys=pv_chain_keys(variant)))
+        # the variant's tile, P.V chain and running maximum (registry.pv_chain_keys, max_slack)
+        assert np.array_equal(ko.out, model_attention(inputs, tile, rows, pv_chain_keys=pv_chain_keys(variant),
+                                                      max_slack=max_slack(variant)))
         assert ko.canary_ok is True
         assert ko.deterministic is True  # small: checked by running twice
 
@@ -57,8 +58,9 @@ def test_compute_runs_v3s_key_segments_where_its_fill_rule_does():
     rows = sample_rows(64, 5, 0)
     assert be.segment_keys("v3", inp.problem) == 576 and be.segment_keys("v1", inp.problem) == 0
     v3 = be.compute(be.prepare(inp), "v3", rows).out
-    assert np.array_equal(v3, model_attention(inp, 64, rows, segment_keys=576))
-    assert not np.array_equal(v3, model_attention(inp, 64, rows, segment_keys=0))
+    assert np.array_equal(v3, model_attention(inp, 64, rows, segment_keys=576, max_slack=8.0))
+    assert not np.array_equal(v3, model_attention(inp, 64, rows, segment_keys=0, max_slack=8.0))
+    assert not np.array_equal(v3, model_attention(inp, 64, rows, segment_keys=576))   # the exact maximum
 
 
 def test_v2_and_v2t_are_bitwise_equal_and_differ_from_v1(inputs):
@@ -175,8 +177,8 @@ def test_a_variants_pv_chain_reaches_the_model_and_changes_bits(inputs):
         rows = sample_rows(37, 9, 0)
         be = NumpyBackend()
         per_tile = be.compute(be.prepare(inputs), "v3-fresh-pv", rows).out
-        one_chain = model_attention(inputs, 64, rows)
-        assert np.array_equal(per_tile, model_attention(inputs, 64, rows, pv_chain_keys=64))
+        one_chain = model_attention(inputs, 64, rows, max_slack=8.0)
+        assert np.array_equal(per_tile, model_attention(inputs, 64, rows, pv_chain_keys=64, max_slack=8.0))
         assert not np.array_equal(one_chain, per_tile)
         np.testing.assert_allclose(per_tile, one_chain, atol=1e-5)
     finally:

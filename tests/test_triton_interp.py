@@ -493,10 +493,11 @@ class _CudaOnCpu(NumpyBackend):
         sel = out if rows is None else out[:, np.asarray(rows), :]
         return KernelOutput(out=np.ascontiguousarray(sel), canary_ok=guards, deterministic=None)
 
-    def model(self, inputs, tile_keys, rows=None, split_keys=0, pv_chain_keys=0, segment_keys=None):
+    def model(self, inputs, tile_keys, rows=None, split_keys=0, pv_chain_keys=0, segment_keys=None,
+              max_slack=None):
         self.models.append(tile_keys)
         return model_attention(inputs, tile_keys, rows, split_keys=split_keys, pv_chain_keys=pv_chain_keys,
-                               segment_keys=segment_keys)
+                               segment_keys=segment_keys, max_slack=max_slack)
 
 
 def test_a_run_judges_128_key_tiles_against_the_model_of_128_key_tiles(smoke_yaml, tmp_path, monkeypatch):

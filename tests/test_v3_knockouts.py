@@ -39,6 +39,10 @@ def test_each_knockout_edits_the_kernel(name):
     if name in ("no-softmax", "gemm-only"):
         assert "softmax_tile<true>(f16_stage" not in out
         assert "softmax_tile<true, 2 * BN / 8, true>" in PAIRS_SRC and "softmax_tile<" not in pairs
+        # nor the step loop's speculative softmax, nor its fallback's second S
+        assert "softmax_tile_kept<" in PAIRS_SRC and "softmax_tile_kept<" not in pairs
+        assert PAIRS_SRC.count("issue_s2(s, dq, dk") == 3 and pairs.count("issue_s2(s, dq, dk") == 2
+        assert "knock-out: no speculative softmax" in pairs
         # the 128-key softmax applied P's V scales: the knock-out keeps them, and still releases the slot
         assert "scale_by_vs<" not in PAIRS_SRC and "scale_by_vs<2 * BN / 8>(scales(n), s);" in pairs
         assert "release_k(n);" in pairs
@@ -55,12 +59,14 @@ def test_each_knockout_edits_the_kernel(name):
         assert out.count("for (int i = 0; i < NI; ++i)") == SRC.count("for (int i = 0; i < NI; ++i)") - 2
         assert "i8x16_to_f16(kx[i]" in out and "i8x16_to_f16(vx[i]" in out
     if name in ("no-scales", "no-k-scales"):
-        assert "__fmul_rn(s[4 * j + e], (e & 1) ? k2.y : k2.x)" in SRC and "k2.y" not in out
-        assert "knock-out: no key-scale multiply" in out
+        # in softmax_tile and the 128-key step's speculative softmax_tile_kept: no multiply, no load
+        assert SRC.count("__fmaf_rn(s[4 * j + e], (e & 1) ? k2.y : k2.x, nref[e >> 1])") == 2
+        assert "k2" not in out and out.count("knock-out: no key-scale multiply") == 2
     if name in ("no-scales", "no-v-scales"):
         assert "__fmul_rn(s[4 * j], v2.x)" in SRC and "v2.x" not in out
-        assert out.count("knock-out: no V-scale multiply") == 2   # 64-key steps and the 128-key softmax
-        assert "__fmul_rn(p, (e & 1) ? v2.y : v2.x)" in SRC and "if (WITH_VS) v2 =" not in out
+        # 64-key steps, and both 128-key softmax paths (the full one and the speculative one)
+        assert out.count("knock-out: no V-scale multiply") == 3
+        assert SRC.count("__fmul_rn(p, (e & 1) ? v2.y : v2.x)") == 2 and "if (WITH_VS) v2 =" not in out
     if name == "no-k-scales":
         assert "v2.x" in out
     if name == "no-v-scales":
@@ -126,7 +132,10 @@ def test_knockouts_remove_their_work_from_the_128_key_build(tmp_path, name, gone
         sass[which] = subprocess.run(["cuobjdump", "-sass", "-fun", "pa_v3", str(cubin)], capture_output=True,
                                      text=True, check=True).stdout
     assert sass["real"].count(gone) > 8 and sass[name].count(gone) == 0
-    assert sass[name].count("HGMMA.64x128x16") == sass["real"].count("HGMMA.64x128x16") == 32
+    # S and P.V of the first and last steps and of the step loop (8 each), and in the loop 8 more:
+    # S issued again where the speculative softmax falls back, which goes with the softmax
+    gmma = 32 if gone == "MUFU.EX2" else 40
+    assert sass["real"].count("HGMMA.64x128x16") == 40 and sass[name].count("HGMMA.64x128x16") == gmma
 
 
 def test_a_stale_edit_fails_loudly():

@@ -15,7 +15,7 @@ import numpy as np
 
 from pa_bench import variants as registry
 from pa_bench.backends.base import KernelOutput
-from pa_bench.numerics.model import pv_chain_keys, step_keys, tile_keys
+from pa_bench.numerics.model import max_slack, pv_chain_keys, step_keys, tile_keys
 
 # The determinism check runs the model a second time; do it only while that is cheap:
 # at most this many (query head x row x visible key) score elements (about a second).
@@ -101,11 +101,11 @@ REFERENCE_SECONDS_PER_ELEMENT = 20e-9
 
 
 def arithmetics(backend, problem, variants) -> list[tuple]:
-    """The distinct arithmetics (tile, split, P.V chain, segments) of ``variants``' kernels on
-    ``problem``: the model runs once per arithmetic (the others reuse its output)."""
+    """The distinct arithmetics (tile, split, P.V chain, segments, running maximum) of ``variants``'
+    kernels on ``problem``: the model runs once per arithmetic (the others reuse its output)."""
 
     keys = [(backend.tile_keys(v, problem), backend.split_keys(v, problem), pv_chain_keys(v),
-             backend.segment_keys(v, problem))
+             backend.segment_keys(v, problem), max_slack(v))
             for v in variants if registry.is_kernel(v)]
     return list(dict.fromkeys(keys))
 
@@ -216,15 +216,17 @@ class NumpyBackend:
         tile = self.tile_keys(variant, prepared.problem)
         split = self.split_keys(variant, prepared.problem)
         chain = pv_chain_keys(variant)
+        slack = max_slack(variant)
         seg = self.segment_keys(variant, prepared.problem)
         check = self.check_determinism if check_determinism is None else check_determinism
         if self._cache_owner is not prepared:  # one shape's outputs at a time
             self._cache, self._cache_owner = {}, prepared
-        key = (id(prepared), tile, split, chain, seg, None if rows is None else np.asarray(rows).tobytes(), check)
+        key = (id(prepared), tile, split, chain, seg, slack, None if rows is None else np.asarray(rows).tobytes(),
+               check)
         hit = self._cache.get(key)
         if hit is not None:
             return KernelOutput(out=hit.out.copy(), canary_ok=True, deterministic=hit.deterministic)
-        kw = dict(split_keys=split, pv_chain_keys=chain, segment_keys=seg)
+        kw = dict(split_keys=split, pv_chain_keys=chain, segment_keys=seg, max_slack=slack)
         out = np.asarray(model_attention(prepared, tile, rows, **kw), dtype=np.float32)
         deterministic = None
         if check and _model_work(prepared, rows) <= DETERMINISM_MAX_WORK:

@@ -7,6 +7,13 @@ docs/NUMERICS.md section 3 to the last rounding::
     s[j]     = s_raw[j] * (k_scale[j] * qk_scale_log2)  (fp32; invalid keys: -inf)
     per tile:  m_new = max(m, max_j s[j]);  alpha = exp2(m - m_new)   (0 while m == -inf)
                p[j]  = exp2(s[j] - m_new)               (results below 2^-126 flushed to 0)
+    or, with a lazy running maximum (``max_slack``, v3), per tile and row:
+               t[j]  = s_raw[j] * (k_scale[j] * qk_scale_log2) - m     (one rounding; m as 0
+                                                        while the row has no key: then t = s)
+               d     = max_j t[j]; a row with no key yet (d > -inf), or with d > max_slack,
+                       moves: m = m + d, t[j] = t[j] - d, alpha = exp2(-d) (0 with no key yet);
+                       the others keep m, alpha = 1
+               p[j]  = exp2(t[j])                       (so p <= 2^max_slack)
                l     = l*alpha + p[j] ...               (per lane, in the kernels' order)
                P[j]  = fp16_rn(p[j] * (v_scale[j] * p_scale))
                acc   = acc*alpha, then per 16-key slice acc = MMA(acc, P . V)
@@ -46,6 +53,13 @@ from pa_bench.problem.inputs import Inputs
 def tile_keys(variant: str) -> int:
     """Keys per online-softmax tile of ``variant`` (pa_bench.variants)."""
     return registry.get(variant).tile_keys
+
+
+def max_slack(variant: str | None) -> float | None:
+    """``variant``'s lazy running maximum (pa_bench.variants ``max_slack``: a row keeps its
+    reference while its scaled scores stay within 2^max_slack of it), or None: the exact one."""
+    entry = registry.find(variant) if variant else None
+    return None if entry is None or entry.max_slack is None else float(entry.max_slack)
 
 
 def pv_chain_keys(variant: str) -> int:
@@ -196,7 +210,8 @@ def round_fp16(x, xp=np):
 
 
 def exp2_ftz(x, xp=np):
-    """``2^x`` of float32 ``x <= 0`` as float32, results below 2^-126 flushed to zero (as the
+    """``2^x`` of float32 ``x <= 14`` (at most max_slack above 0 under a lazy running maximum) as
+    float32, results below 2^-126 flushed to zero (as the
     kernels' ``ex2.approx.ftz``; -inf gives 0). Computed with IEEE float64 adds and multiplies
     only (a range reduction and a degree-13 polynomial), so NumPy and CuPy give the same bits;
     the result is float64-accurate before its one rounding to float32."""
@@ -260,7 +275,7 @@ ENGINES = ("xp", "kernel")
 
 def model_attention(inputs: Inputs | ModelArrays, tile_keys: int, rows=None, split_keys: int = 0, *,
                     segment_keys: int | None = None, mma: str = DEFAULT_MMA, mma_k: int = _SLICE,
-                    pv_chain_keys: int = 0, engine: str | Callable = "xp"):
+                    pv_chain_keys: int = 0, max_slack: float | None = None, engine: str | Callable = "xp"):
     """The kernels' arithmetic with ``tile_keys`` keys per tile: float32 [Hq, R, D] on the
     inputs' array module (numpy for :class:`Inputs`; give :func:`model_arrays` for cupy).
 
@@ -272,7 +287,8 @@ def model_attention(inputs: Inputs | ModelArrays, tile_keys: int, rows=None, spl
     ``mma``: how P.V accumulates (MMA_MODES); ``mma_k``: products per MMA (16; 8 for the Turing
     path's m16n8k8 pairs). ``pv_chain_keys``: 0 (P.V accumulates straight into acc), or a
     multiple of 16 dividing ``tile_keys``: per tile, each group of that many keys runs its slices'
-    MMA chain from a fresh fp32 accumulator, added to acc with one fp32 add. ``engine``: who
+    MMA chain from a fresh fp32 accumulator, added to acc with one fp32 add. ``max_slack``: None
+    (the exact running maximum) or a variant's lazy one (:func:`max_slack`). ``engine``: who
     computes the key parts (ENGINES). With ``out_dtype: float16`` the result is rounded through fp16.
     """
     a = inputs if isinstance(inputs, ModelArrays) else model_arrays(inputs)
@@ -288,6 +304,9 @@ def model_attention(inputs: Inputs | ModelArrays, tile_keys: int, rows=None, spl
     if chain < 0 or chain % _SLICE or (chain and tile % chain):
         raise ValueError(f"pv_chain_keys must be 0 or a multiple of {_SLICE} dividing {tile}, "
                          f"got {pv_chain_keys}")
+    slack = None if max_slack is None else float(max_slack)
+    if slack is not None and not 0 <= slack <= 14:
+        raise ValueError(f"max_slack must be None or in [0, 14], got {max_slack}")
     parts_fn = _engine(engine, xp)
     hq, nq, d = a.q.shape
     hkv = a.k_i8.shape[0]
@@ -311,7 +330,7 @@ def model_attention(inputs: Inputs | ModelArrays, tile_keys: int, rows=None, spl
         for r0 in range(0, len(rows), step):
             part = rows[r0:r0 + step]
             out[g0 * group:g1 * group, r0:r0 + len(part)] = _model_rows(
-                sub, tile, part, split, seg, mma, mma_k, chain, parts_fn)
+                sub, tile, part, split, seg, mma, mma_k, chain, slack, parts_fn)
 
     _on_threads(run, heads)  # KV heads are independent: one thread per share, the same bits
     if a.out_dtype == "float16":
@@ -382,14 +401,14 @@ def _engine(engine, xp) -> Callable:
 
 
 def _online_softmax_parts(a: ModelArrays, qf, limit, tile: int, ranges, mma: str, mma_k: int,
-                          pv_chain: int):
+                          pv_chain: int, slack: float | None = None):
     """The state (m, l per lane, acc) of each key range [k0, k1) of ``ranges``, in order (engine
     "xp": the array module's steps, one range after the other)."""
-    return [_online_softmax(a, qf, limit, tile, k0, k1, mma, mma_k, pv_chain) for k0, k1 in ranges]
+    return [_online_softmax(a, qf, limit, tile, k0, k1, mma, mma_k, pv_chain, slack) for k0, k1 in ranges]
 
 
 def _model_rows(a: ModelArrays, tile: int, rows: np.ndarray, split: int, seg: int, mma: str, mma_k: int,
-                pv_chain: int = 0, parts_fn: Callable | None = None):
+                pv_chain: int = 0, slack: float | None = None, parts_fn: Callable | None = None):
     """model_attention for one chunk of rows: float32 [Hq, R, D] (before the output dtype)."""
     xp, f32 = a.xp, a.xp.float32
     hq, _, d = a.q.shape
@@ -400,7 +419,7 @@ def _model_rows(a: ModelArrays, tile: int, rows: np.ndarray, split: int, seg: in
     limit = xp.asarray(np.tile(ctx + rows, group))  # last visible key of each stacked row
     n_visit = int(ctx + rows.max() + 1)
     parts = (parts_fn or _online_softmax_parts)(a, qf, limit, tile, key_parts(n_visit, split, seg),
-                                                mma, mma_k, pv_chain)
+                                                mma, mma_k, pv_chain, slack)
     if len(parts) == 1:
         _, l, acc = parts[0]
         l = _lane_sum(l)
@@ -432,10 +451,11 @@ def _lane_sum(l):
 
 
 def _online_softmax(a: ModelArrays, qf, limit, tile: int, k0: int, k1: int, mma: str, mma_k: int,
-                    pv_chain: int = 0):
+                    pv_chain: int = 0, slack: float | None = None):
     """Online softmax of the stacked rows ``qf`` [Hkv, G*R, D] (float64) over keys [k0, k1) in
     tiles of ``tile`` keys from k0: the state (m, l per lane [.., 4], acc) in fp32.
-    ``limit``: each row's last visible key. ``pv_chain``: see model_attention's pv_chain_keys."""
+    ``limit``: each row's last visible key. ``pv_chain``: see model_attention's pv_chain_keys.
+    ``slack``: None, the exact running maximum, or the lazy one's max_slack."""
     from pa_bench.numerics import mma as M
 
     xp = a.xp
@@ -446,6 +466,8 @@ def _online_softmax(a: ModelArrays, qf, limit, tile: int, k0: int, k1: int, mma:
     acc = xp.zeros((hkv, gr, d), dtype=f32)
 
     block = max(tile, min(_MAX_BLOCK_KEYS, _BLOCK_BYTES // (4 * hkv * gr)) // tile * tile)
+    if slack is not None:   # the exact products are float64
+        block = max(tile, block // 2 // tile * tile)
     min_limit = int(limit.min())
     for b0 in range(k0, k1, block):
         b1 = min(b0 + block, k1)
@@ -454,51 +476,78 @@ def _online_softmax(a: ModelArrays, qf, limit, tile: int, k0: int, k1: int, mma:
         # S = Q.K^T: exact in float64 (|q| < 2^15 on a 2^-24 grid times int8, D <= 256), so its
         # one rounding to fp32 does not depend on the summation order.
         kb = a.k_i8[:, b0:b1, :].astype(f64)
-        s = xp.matmul(qf, kb.transpose(0, 2, 1)).astype(f32) * a.k_mult[:, None, b0:b1]
+        s = xp.matmul(qf, kb.transpose(0, 2, 1)).astype(f32)
+        if slack is None:
+            s = s * a.k_mult[:, None, b0:b1]
+        else:   # the exact products s_raw * kq; each tile's t = product - m is rounded once, below
+            s = s.astype(f64) * a.k_mult[:, None, b0:b1].astype(f64)
         if b1 - 1 > min_limit:  # the causal edge crosses this block
-            s = xp.where(xp.arange(b0, b1)[None, None, :] > limit[None, :, None], f32(-xp.inf), s)
+            s = xp.where(xp.arange(b0, b1)[None, None, :] > limit[None, :, None], s.dtype.type(-xp.inf), s)
         if nt * tile != nb:  # a last partial tile (the end of a part): pad with invalid keys
-            s = xp.concatenate([s, xp.full((hkv, gr, nt * tile - nb), -xp.inf, dtype=f32)], axis=2)
+            s = xp.concatenate([s, xp.full((hkv, gr, nt * tile - nb), -xp.inf, dtype=s.dtype)], axis=2)
         s = s.reshape(hkv, gr, nt, tile)
-        # running max after each tile, the rescale factors and p, for the whole block at once
-        run = xp.concatenate([m[:, :, None], s.max(axis=3)], axis=2)
-        for t in range(1, nt + 1):
-            run[:, :, t] = xp.maximum(run[:, :, t - 1], run[:, :, t])
-        m_new = run[:, :, 1:]
-        msafe = xp.where(m_new == -xp.inf, f32(0), m_new)
-        alpha = exp2_ftz(run[:, :, :-1] - msafe, xp)                  # [hkv, gr, nt]
-        p = exp2_ftz(s - msafe[:, :, :, None], xp)                    # [hkv, gr, nt, tile]
+        if slack is None:
+            # running max after each tile, the rescale factors and p, for the whole block at once
+            run = xp.concatenate([m[:, :, None], s.max(axis=3)], axis=2)
+            for t in range(1, nt + 1):
+                run[:, :, t] = xp.maximum(run[:, :, t - 1], run[:, :, t])
+            m_new = run[:, :, 1:]
+            msafe = xp.where(m_new == -xp.inf, f32(0), m_new)
+            alpha = exp2_ftz(run[:, :, :-1] - msafe, xp)                  # [hkv, gr, nt]
+            p = exp2_ftz(s - msafe[:, :, :, None], xp)                    # [hkv, gr, nt, tile]
+            m = run[:, :, -1]
         vm = a.v_mult[:, b0:b1]
         if nt * tile != nb:
             vm = xp.concatenate([vm, xp.zeros((hkv, nt * tile - nb), dtype=f32)], axis=1)
-        big_p = round_fp16(p * vm.reshape(hkv, 1, nt, tile), xp)
-        # per lane: l = l*alpha, then + p of keys 4t..4t+3 of each slice in order
-        pl = p.reshape(hkv, gr, nt, tile // _SLICE, _LANES, _SLICE // _LANES)
+        vm = vm.reshape(hkv, 1, nt, tile)
         vb = a.v_i8[:, b0:b1, :]
         if nt * tile != nb:
             vb = xp.concatenate([vb, xp.zeros((hkv, nt * tile - nb, d), dtype=vb.dtype)], axis=1)
         for t in range(nt):
-            l = l * alpha[:, :, t, None]
+            if slack is None:
+                alpha_t, p_t = alpha[:, :, t], p[:, :, t]
+            else:
+                m, alpha_t, p_t = _lazy_tile(s[:, :, t], m, slack, xp)
+            big_p = round_fp16(p_t * vm[:, :, t], xp)
+            # per lane: l = l*alpha, then + p of keys 4t..4t+3 of each slice in order
+            pl = p_t.reshape(hkv, gr, tile // _SLICE, _LANES, _SLICE // _LANES)
+            l = l * alpha_t[:, :, None]
             for n in range(tile // _SLICE):
                 for j in range(_SLICE // _LANES):
-                    l = l + pl[:, :, t, n, :, j]
-            acc = acc * alpha[:, :, t, None]
+                    l = l + pl[:, :, n, :, j]
+            acc = acc * alpha_t[:, :, None]
             chain = pv_chain or tile
             for g0 in range(0, tile, chain):
                 # pv_chain 0: the slices add straight into acc; else into a fresh c, then acc + c
                 c = xp.zeros_like(acc) if pv_chain else acc
                 for n in range(g0 // _SLICE, (g0 + chain) // _SLICE):
                     c0 = t * tile + n * _SLICE
-                    ps, vs = big_p[:, :, t, n * _SLICE:(n + 1) * _SLICE], vb[:, c0:c0 + _SLICE, :]
+                    ps, vs = big_p[:, :, n * _SLICE:(n + 1) * _SLICE], vb[:, c0:c0 + _SLICE, :]
                     if mma == "emulated":
                         c = M.mma_accumulate(c, ps, vs, xp, k_group=mma_k)
                     else:
                         c = M.rn_accumulate(c, ps, vs, xp)
                 acc = acc + c if pv_chain else c
-        m = run[:, :, -1]
     return m, l, acc
 
 
-__all__ = ["model_attention", "model_arrays", "ModelArrays", "key_parts", "tile_keys", "step_keys", "pv_chain_keys", "split_keys",
+def _lazy_tile(prod, m, slack: float, xp):
+    """One tile of the lazy running maximum: ``prod`` [.., tile] the exact float64 products
+    s_raw * kq (-inf where masked), ``m`` [..] each row's reference. Returns (m, alpha, p)."""
+    f32, f64 = xp.float32, xp.float64
+    fresh = m == -xp.inf
+    mref = xp.where(fresh, f32(0), m)
+    t = (prod - mref.astype(f64)[..., None]).astype(f32)        # fma(s_raw, kq, -m): one rounding
+    top = xp.where(fresh, f32(-xp.inf), f32(slack))
+    mx = t.max(axis=-1)
+    move = mx > top
+    dd = xp.where(move, mx, f32(0))
+    alpha = xp.where(move, xp.where(fresh, f32(0), exp2_ftz(-xp.where(fresh, f32(0), dd), xp)), f32(1))
+    m = xp.where(move, dd + mref, m)
+    t = xp.where(move[..., None], t - dd[..., None], t)
+    return m, alpha, exp2_ftz(t, xp)
+
+
+__all__ = ["model_attention", "model_arrays", "ModelArrays", "key_parts", "tile_keys", "step_keys", "pv_chain_keys", "max_slack", "split_keys",
            "split_point", "SEGMENT_KEYS", "segment_keys", "cta_rows", "FILL_SMS", "FILL_MAX_SEGMENTS", "FILL_MIN_KEYS", "MMA_MODES", "DEFAULT_MMA", "round_fp16",
            "exp2_ftz", "ENGINES"]

@@ -62,10 +62,11 @@ class Launch:
         return [(self.m[z], self.l[z], self.acc[z]) for z in range(self.m.shape[0])]
 
 
-def kernel_launch(a, qf, limit, tile: int, ranges, mma: str, mma_k: int, pv_chain: int) -> Launch:
+def kernel_launch(a, qf, limit, tile: int, ranges, mma: str, mma_k: int, pv_chain: int,
+                  slack: float | None = None) -> Launch:
     """pa_model's launch for model._online_softmax_parts' arguments, on ``a.xp`` (numpy or cupy):
     ``qf`` [Hkv, GR, D] float64 stacked rows, ``limit`` [GR] each row's last visible key,
-    ``ranges`` the key parts [(k0, k1), ...]."""
+    ``ranges`` the key parts [(k0, k1), ...], ``slack`` the lazy running maximum's (None: exact)."""
     xp = a.xp
     hkv, gr, d = (int(n) for n in qf.shape)
     tile = int(tile)
@@ -87,7 +88,7 @@ def kernel_launch(a, qf, limit, tile: int, ranges, mma: str, mma_k: int, pv_chai
             xp.ascontiguousarray(a.k_mult, dtype=f32), xp.ascontiguousarray(a.v_mult, dtype=f32),
             xp.ascontiguousarray(limit, dtype=xp.int64), parts, m, l, acc,
             i32(hkv), i32(gr), i32(d), i32(tile), np.int64(nk), i32(mma == "emulated"), i32(mma_k),
-            i32(M.EXTRA_BITS), i32(pv_chain))
+            i32(M.EXTRA_BITS), i32(pv_chain), i32(slack is not None), f32(slack or 0.0))
     return Launch((gr, hkv, n_parts), (threads, 1, 1), shared, args, m, l, acc)
 
 
@@ -100,12 +101,13 @@ def _function(device_id: int):
     return module.get_function(FUNCTION)
 
 
-def online_softmax_parts(a, qf, limit, tile: int, ranges, mma: str, mma_k: int, pv_chain: int):
+def online_softmax_parts(a, qf, limit, tile: int, ranges, mma: str, mma_k: int, pv_chain: int,
+                         slack: float | None = None):
     """model._online_softmax_parts on the GPU in one launch of kernels/pa_model.cu (CuPy arrays):
     the (m, l, acc) of each key part, the same bits as the array-module steps."""
     import cupy as cp
 
-    launch = kernel_launch(a, qf, limit, tile, ranges, mma, mma_k, pv_chain)
+    launch = kernel_launch(a, qf, limit, tile, ranges, mma, mma_k, pv_chain, slack)
     if launch.grid[0] and launch.grid[1] and launch.grid[2]:
         fn = _function(cp.cuda.Device().id)
         fn(launch.grid, launch.block, launch.args, shared_mem=launch.shared_mem)

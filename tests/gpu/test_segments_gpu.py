@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from pa_bench.numerics.metrics import error_metrics, judge_parity, parity_floor
-from pa_bench.numerics.model import model_arrays, model_attention, pv_chain_keys, tile_keys
+from pa_bench.numerics.model import max_slack, model_arrays, model_attention, pv_chain_keys, tile_keys
 from pa_bench.numerics.reference import sample_rows
 from pa_bench.problem.inputs import make_inputs
 
@@ -62,7 +62,8 @@ def _check(backend, inputs, prep, rows, ref, variant):
                                        split_keys=backend.split_keys(variant, pb),
                                        segment_keys=backend.segment_keys(variant, pb),
                                        mma_k=8 if backend.describe()["mma"] == "m16n8k8" else 16,
-                                       pv_chain_keys=pv_chain_keys(variant), engine="kernel"))
+                                       pv_chain_keys=pv_chain_keys(variant), max_slack=max_slack(variant),
+                                       engine="kernel"))
     kern, mod = error_metrics(res.out, ref), error_metrics(model, ref)
     ok, why = judge_parity(kern["max_abs_err"], mod["max_abs_err"], parity_floor(ref), kern["nan_inf"], res.canary_ok)
     assert res.canary_ok, f"{variant}: guard canaries overwritten or output left unwritten"

@@ -4,10 +4,11 @@ elsewhere. Skipped on GPUs other than sm_90."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from pa_bench.numerics.metrics import evaluate_parity
-from pa_bench.numerics.model import model_arrays, model_attention, pv_chain_keys
+from pa_bench.numerics.model import max_slack, model_arrays, model_attention, pv_chain_keys
 from pa_bench.numerics.reference import sample_rows
 from pa_bench.problem.inputs import make_inputs
 from pa_bench.problem.plan import Problem
@@ -36,6 +37,9 @@ CASES = {
     "ragged-d128-mha-contig": ("1000x37", 128, 16, 16, "contiguous", 64, "normal", "float32"),
     "ragged-d128-gqa-p16": ("1000x37", 128, 32, 8, "paged", 16, "realistic", "float32"),
     "ragged-d64-gqa-p64": ("1000x37", 64, 32, 8, "paged", 64, "normal", "float16"),
+    # K scales that grow with the key (_check's ``grow``): rows' scores rise along the context, so
+    # the lazy running maximum moves mid-row and the speculative softmax falls back
+    "grow-d128-gqa-contig": ("16Kx200", 128, 32, 8, "contiguous", 64, "normal", "float32"),
 }
 
 
@@ -47,14 +51,20 @@ def backend():
     return be
 
 
-def _check(backend, case: str, segments=None, sample=None, rows_per_cta=None, step=None, launches=2):
+def _check(backend, case: str, segments=None, sample=None, rows_per_cta=None, step=None, launches=2,
+           grow=0):
     """Parity against FP64 and the numerics model of the launch's tile (64 keys, or 128 for
     128-key steps: ``step``, which takes shared tiles at 128 rows), canaries, and ``launches``
-    launches with the same bits."""
+    launches with the same bits. ``grow``: K scales multiplied by 1 + key/grow (contiguous
+    layouts: the scales are read from the logical array)."""
     shape, d, hq, hkv, layout, page, data, out = CASES[case]
     pb = Problem(parse_shape(shape), heads_q=hq, heads_kv=hkv, head_dim=d, layout=layout, page=page,
                  data=data, seed=1, out_dtype=out)
     inp = make_inputs(pb)
+    if grow:
+        assert layout == "contiguous"
+        keys = np.arange(inp.k_scale.shape[1])
+        inp.k_scale[...] = (inp.k_scale * (1 + keys / grow)).astype(np.float32)
     rows = None if sample is None else sample_rows(pb.queries, sample, seed=1)
     backend.segments, backend.rows = segments, rows_per_cta
     if step:
@@ -67,10 +77,12 @@ def _check(backend, case: str, segments=None, sample=None, rows_per_cta=None, st
             again = backend.compute(prep, "v3", rows=rows, check_determinism=False)
             assert again.canary_ok and again.out.tobytes() == ko.out.tobytes(), f"launch {launch + 3} differs"
         ref = backend.reference(inp, rows)
-        # the runner's model of v3 (the launch's tile, the P.V chain from the registry), on the GPU
+        # the runner's model of v3 (the launch's tile, the P.V chain and the lazy running maximum
+        # from the registry), on the GPU
         model = cp.asnumpy(model_attention(model_arrays(inp, cp), backend.tile_keys("v3", pb), rows,
                                            segment_keys=backend.segment_keys("v3", pb),
-                                           pv_chain_keys=pv_chain_keys("v3"), engine="kernel"))
+                                           pv_chain_keys=pv_chain_keys("v3"), max_slack=max_slack("v3"),
+                                           engine="kernel"))
         pm = evaluate_parity(ko.out, ref, model_out=model, canary_ok=ko.canary_ok)
         assert ko.canary_ok, "guard region overwritten or an output element left unwritten"
         assert ko.deterministic, "two launches differ"
@@ -135,3 +147,12 @@ def test_v3_128_key_steps_many_tiles_sampled(backend):
 def test_v3_refused_on_the_turing_path(backend):
     pb = Problem(parse_shape("1023x113"))
     assert "no Turing path" in CudaBackend(force_turing=True).unsupported_parity("v3", pb)
+
+
+@pytest.mark.parametrize("step", [None, 128])
+def test_v3_parity_where_the_running_maximum_moves_mid_row(backend, step):
+    """Scores that rise along the context (K scales x 1 + key/1024) move rows' lazy running maxima
+    every few tiles: the 64-key steps take the rule's slow path, the 128-key steps fall back from
+    their speculative softmax (S formed again). Parity with the model that follows the same rule,
+    canaries, determinism."""
+    _check(backend, "grow-d128-gqa-contig", sample=64, step=step, launches=3, grow=1024)
