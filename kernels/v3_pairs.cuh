@@ -133,10 +133,9 @@ __device__ __forceinline__ void consume_pairs(const Cta& c, unsigned char* sm, u
             wgmma_wait<1>();                 // S of pair n (P.V of pair n-1 may still run)
             pin(s);
             float alpha_next[2];
-            const int tile = c.t_begin + 2 * n;
-            if (!(tile + 1 < first_masked && 2 * n + 1 < n_tiles &&
-                  softmax_tile_kept<2 * BN / 8, true>(scales(n), s, m, l, alpha_next, 1 + wg))) {
-                if (tile + 1 < first_masked && 2 * n + 1 < n_tiles) {   // a reference moves: S again
+            const bool unmasked = c.t_begin + 2 * n + 1 < first_masked && 2 * n + 1 < n_tiles;
+            if (!(unmasked && softmax_tile_kept<2 * BN / 8, true>(scales(n), s, m, l, alpha_next, 1 + wg))) {
+                if (unmasked) {              // a reference moves: S again
                     pin(s);
                     wgmma_fence();
                     issue_s2(s, dq, dk);

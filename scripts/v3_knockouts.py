@@ -92,7 +92,7 @@ _V_SCALE = re.compile(r"        const float2 v2 = \*reinterpret_cast<const float
 _SOFTMAX = re.compile(r"(    auto softmax = \[&\]\(int n, float \(&al\)\[2\]\) \{\n).*?(\n    \};\n)", re.S)
 # the 128-key step loop's softmax: the speculative softmax_tile_kept, and where it fails, S issued
 # again and the softmax lambda (the whole block, from the tile it needs to its closing brace)
-_KEPT = re.compile(r"\n            const int tile = c\.t_begin \+ 2 \* n;\n            if \(!\(tile.*?softmax_tile_kept<.*?"
+_KEPT = re.compile(r"\n            const bool unmasked = [^\n]*\n            if \(!\(unmasked && softmax_tile_kept<.*?"
                    r"\n                softmax\(n, alpha_next\);\n            \}\n", re.S)
 # the image producers (shared tiles, v3-dq): the 64-key issuers' copy of a stage, the pairs issuer's
 # arms and copies, the shared tiles' flag polls and converters
