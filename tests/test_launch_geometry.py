@@ -229,12 +229,13 @@ def test_v3_builds_carry_their_rows_and_the_others_do_not():
 @pytest.mark.parametrize("ctx, queries, hq, hkv", [
     (32768, 1024, 32, 8), (65536, 512, 32, 8), (0, 1536, 32, 8), (2150, 256, 32, 8), (1023, 113, 32, 8),
     (16384, 200, 32, 8), (4096, 64, 16, 16), (100, 2000, 32, 8), (3000, 1, 32, 8), (65000, 64, 8, 1),
-    (20000, 700, 64, 8), (70000, 16, 32, 8), (16384, 256, 32, 8), (1024, 2048, 32, 8), (131072, 2048, 32, 8)])
+    (20000, 700, 64, 8), (70000, 16, 32, 8), (16384, 256, 32, 8), (1024, 2048, 32, 8), (131072, 2048, 32, 8),
+    (262144, 64, 32, 8), (262144, 256, 32, 8), (1048576, 64, 32, 8), (262144, 1, 8, 1)])
 def test_v3_fill_launch_follows_its_launch_geometry(ctx, queries, hq, hkv):
     """The launch v3 takes, checked against the CTAs its launch geometry really has and against
     every other candidate: the estimate schedules exactly the geometry's CTAs; the segments are
-    whole 64-key tiles, none under FILL_MIN_KEYS keys, at most FILL_MAX_SEGMENTS (long contexts
-    keep SEGMENT_KEYS); no candidate, rows x segments, is estimated more than FILL_PREFER faster;
+    whole 64-key tiles, none under FILL_MIN_KEYS keys, at most FILL_MAX_SEGMENTS (long contexts:
+    none over SEGMENT_KEYS keys); no candidate, rows x segments, is estimated more than FILL_PREFER faster;
     and none with fewer segments (then more rows) is within FILL_PREFER of the fastest."""
     from pa_bench.numerics import fill
     from pa_bench.numerics.model import SEGMENT_KEYS, cta_rows, segment_keys
@@ -248,8 +249,11 @@ def test_v3_fill_launch_follows_its_launch_geometry(ctx, queries, hq, hkv):
     assert len(costs) == geo.grid[0] * geo.grid[1] * geo.grid[2]
     n = geo.segments if seg else 1
     if ctx > SEGMENT_KEYS:
-        assert seg == SEGMENT_KEYS
-        cands = [(r, SEGMENT_KEYS) for r in (128, 192)]
+        # no segment longer than SEGMENT_KEYS: SEGMENT_KEYS itself, or more segments split evenly
+        n0 = -(-keys // SEGMENT_KEYS)
+        assert seg == SEGMENT_KEYS or (seg % 64 == 0 and seg == fill.segment_size(keys, n) and n0 < n <= max(8, 2 * n0))
+        cands = [(r, s) for r in (128, 192) for s in
+                 [SEGMENT_KEYS] + [fill.segment_size(keys, m) for m in range(n0 + 1, max(8, 2 * n0) + 1)]]
     else:
         if seg:
             assert seg % 64 == 0 and seg >= fill.FILL_MIN_KEYS and 2 <= n <= fill.FILL_MAX_SEGMENTS
@@ -375,3 +379,21 @@ def test_v3_takes_128_key_steps_where_its_shared_tile_ctas_are_long():
     # the estimate gives a pair launch PAIR_COST of the tile time it gives a 64-key launch
     one = fill.estimate(128, 0, 32768, 1024, 32, 8, pairs=False)
     assert fill.estimate(128, 0, 32768, 1024, 32, 8) < one
+
+
+def test_v3_long_context_of_few_rows_takes_more_segments_than_other_kernels():
+    """Past SEGMENT_KEYS keys the other kernels keep SEGMENT_KEYS; v3 takes more, shorter
+    segments where its 16 CTAs a segment would leave most SMs idle (256Kx64 at 32/8 heads: eight
+    segments, 128 CTAs), and none longer than SEGMENT_KEYS anywhere."""
+    from pa_bench.numerics import fill
+    from pa_bench.numerics.model import SEGMENT_KEYS, segment_keys
+
+    assert segment_keys(262144, "v1", 64, 32, 8) == SEGMENT_KEYS
+    seg = segment_keys(262144, "v3", 64, 32, 8)
+    assert seg == fill.segment_size(262144 + 64, 8) == 32832
+    geo = K.launch_geometry("v3", 64, 32, 8, context=262144, segment_keys=seg, cta_rows=128)
+    assert geo.segments == 8 and geo.grid[0] * geo.grid[1] * geo.grid[2] == 128
+    for ctx in (65537, 100000, 262144, 1048576):
+        for q in (1, 64, 256, 2048):
+            s = segment_keys(ctx, "v3", q, 32, 8)
+            assert 0 < s <= SEGMENT_KEYS and s % 64 == 0, (ctx, q, s)

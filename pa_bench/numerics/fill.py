@@ -120,21 +120,33 @@ def estimate(rows: int, seg_keys: int, context: int, queries: int, heads_q: int,
     return makespan(cta_costs(rows, seg_keys, context, queries, group, heads_kv, cost)) + merge
 
 
+def segment_candidates(keys: int, max_seg_keys: int = 0) -> list[int]:
+    """The keys per segment ``fill_launch`` weighs for a chunk of ``keys`` keys (0: one segment),
+    one for each segment count that whole 64-key tiles can make. Without ``max_seg_keys``: one
+    segment, or 2 to FILL_MAX_SEGMENTS segments of FILL_MIN_KEYS keys or more. With it (contexts
+    longer than SEGMENT_KEYS, which bounds a P.V chain): ``max_seg_keys`` itself (n0 segments, the
+    last one short), and every count above n0 up to max(FILL_MAX_SEGMENTS, 2 * n0) with the keys
+    split evenly: a chunk of few rows (256Kx64: 16 CTAs a segment) otherwise leaves most SMs idle."""
+    if max_seg_keys:
+        n0 = -(-keys // max_seg_keys)
+        counts, segs, seen = range(n0 + 1, max(FILL_MAX_SEGMENTS, 2 * n0) + 1), [max_seg_keys], {n0}
+    else:
+        counts, segs, seen = range(2, min(FILL_MAX_SEGMENTS, keys // FILL_MIN_KEYS) + 1), [0], {1}
+    for n in counts:
+        size = segment_size(keys, n)
+        if -(-keys // size) not in seen:   # n whose whole-tile segments make a count not yet seen
+            seen.add(-(-keys // size))
+            segs.append(size)
+    return segs
+
+
 @lru_cache(maxsize=4096)
 def fill_launch(options: tuple[int, ...], context: int, queries: int, heads_q: int, heads_kv: int,
-                fixed_seg_keys: int = 0) -> tuple[int, int]:
-    """(rows, keys per segment; 0: one segment) of the fastest launch by ``estimate``.
-    ``fixed_seg_keys``: the segments are given (long contexts: SEGMENT_KEYS), only rows are chosen."""
+                max_seg_keys: int = 0) -> tuple[int, int]:
+    """(rows, keys per segment; 0: one segment) of the fastest launch by ``estimate`` among
+    ``options`` rows x ``segment_candidates(keys, max_seg_keys)``."""
     keys = context + queries
-    if fixed_seg_keys:
-        segs = [fixed_seg_keys]
-    else:
-        segs, seen = [0], {1}
-        for n in range(2, min(FILL_MAX_SEGMENTS, keys // FILL_MIN_KEYS) + 1):
-            size = segment_size(keys, n)
-            if -(-keys // size) not in seen:   # n whose whole-tile segments make a count not yet seen
-                seen.add(-(-keys // size))
-                segs.append(size)
+    segs = segment_candidates(keys, max_seg_keys)
     cands = [(estimate(r, s, context, queries, heads_q, heads_kv), s, r) for r in options for s in segs]
     best = min(c[0] for c in cands)
     near = [c for c in cands if c[0] <= FILL_PREFER * best]

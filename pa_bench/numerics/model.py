@@ -109,8 +109,8 @@ def _fill(variant: str | None, context: int, queries: int, heads_q: int, heads_k
     if not options or queries <= 0:
         return (options[-1] if options else 0), 0
     ctx = int(context)
-    fixed = SEGMENT_KEYS if ctx > SEGMENT_KEYS else 0
-    return fill.fill_launch(options, ctx, int(queries), max(1, int(heads_q)), max(1, int(heads_kv)), fixed)
+    longest = SEGMENT_KEYS if ctx > SEGMENT_KEYS else 0
+    return fill.fill_launch(options, ctx, int(queries), max(1, int(heads_q)), max(1, int(heads_kv)), longest)
 
 
 def cta_rows(variant: str | None, context: int, queries: int, heads_q: int = 1, heads_kv: int = 1) -> int:
@@ -149,14 +149,14 @@ def step_keys(variant: str | None, context: int, queries: int, heads_q: int = 1,
 def segment_keys(context: int, variant: str | None = None, queries: int = 0, heads_q: int = 1,
                  heads_kv: int = 1) -> int:
     """The keys per segment for a chunk of ``queries`` rows after ``context`` keys (0: one
-    segment, the whole key range): SEGMENT_KEYS on contexts longer than SEGMENT_KEYS (every
-    variant); else, for a ``variant`` with ``fill_rows``, those of its fastest launch by
-    pa_bench.numerics.fill (whole 64-key tiles, none under FILL_MIN_KEYS keys, at most
-    FILL_MAX_SEGMENTS segments)."""
+    segment, the whole key range). For a ``variant`` with ``fill_rows`` (v3), those of its fastest
+    launch by pa_bench.numerics.fill: whole 64-key tiles, and on contexts longer than
+    SEGMENT_KEYS segments of at most SEGMENT_KEYS keys (fill.segment_candidates). For the other
+    variants: SEGMENT_KEYS on contexts longer than SEGMENT_KEYS, else 0."""
     ctx = int(context)
-    if ctx > SEGMENT_KEYS:
-        return SEGMENT_KEYS
-    return _fill(variant, ctx, queries, heads_q, heads_kv)[1]
+    if _fill_options(variant) and queries > 0:
+        return _fill(variant, ctx, queries, heads_q, heads_kv)[1]
+    return SEGMENT_KEYS if ctx > SEGMENT_KEYS else 0
 
 
 def split_point(context: int) -> int:
