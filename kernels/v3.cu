@@ -14,7 +14,9 @@
 //   rows each: S = Q.K^T and O += P.V by wgmma with B from shared memory (and, at 192 rows, Q as
 //   S's shared-memory operand: 152 registers a thread cannot also hold Q's 32), tile n's online
 //   softmax under tile n-1's P.V, and turns (pingpong, a ring over the consumers) so that one
-//   warpgroup's softmax runs under the others' wgmma, as in FlashAttention-3. A tile is
+//   warpgroup's softmax runs under the others' wgmma, as in FlashAttention-3. The softmax keeps a
+//   lazy running maximum, and on a tile with no masked key runs speculatively: exponentials first,
+//   the warpgroup's test after; where it fails, S is issued again (softmax_tile_kept). A tile is
 //   converted once for M_CTA rows, where v2 converts every fragment once per warp
 //   (docs/PERF_NOTES.md). The pipeline and its barriers, the layouts, descriptors and fragments
 //   are described where they are set up.
@@ -1304,6 +1306,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     auto desc_k = [&](int n) { return desc_sw128(base + SM_F16 + (n % F16_STAGES) * F16_STAGE + F16_K, 16, 1024); };
     auto desc_v = [&](int n) { return desc_sw128(base + SM_F16 + (n % F16_STAGES) * F16_STAGE + F16_V, KV_BLOCK, 1024); };
     auto f16_stage = [&](int n) { return sm + SM_F16 + (n % F16_STAGES) * F16_STAGE; };
+    auto kq_of = [&](int n) { return reinterpret_cast<const float*>(f16_stage(n) + F16_KQ); };
     auto softmax = [&](int n, float (&al)[2]) {
         const int tile = c.t_begin + n;
         if (tile < first_masked) softmax_tile<false>(f16_stage(n), tile * BN, lim, s, m, l, al);
@@ -1347,8 +1350,21 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
             wgmma_wait<1>();                 // S of tile n (P.V of tile n-1 may still run)
             pin(s);
             float alpha_next[2];
-            softmax(n, alpha_next);
-            scale_by_vs(f16_stage(n), s);
+            // a tile with no masked key: the softmax speculative (softmax_tile_kept), with V's
+            // scales; where a row of the warpgroup moves its reference, S again and the full rule
+            const bool unmasked = c.t_begin + n < first_masked;
+            if (!(unmasked && softmax_tile_kept<BN / 8, true>(kq_of(n), s, m, l, alpha_next, 1 + wg))) {
+                if (unmasked) {
+                    pin(s);
+                    wgmma_fence();
+                    issue_s_tile(dk);
+                    wgmma_commit();
+                    wgmma_wait<0>();
+                    pin(s);
+                }
+                softmax(n, alpha_next);
+                scale_by_vs(f16_stage(n), s);
+            }
             wgmma_wait<0>();
             pin(o);
             pin(pf);

@@ -94,6 +94,9 @@ _SOFTMAX = re.compile(r"(    auto softmax = \[&\]\(int n, float \(&al\)\[2\]\) \
 # again and the softmax lambda (the whole block, from the tile it needs to its closing brace)
 _KEPT = re.compile(r"\n            const bool unmasked = [^\n]*\n            if \(!\(unmasked && softmax_tile_kept<.*?"
                    r"\n                softmax\(n, alpha_next\);\n            \}\n", re.S)
+# the same at 64-key steps (v3.cu), whose fallback also applies V's scales after the softmax
+_KEPT64 = re.compile(r"\n            const bool unmasked = [^\n]*\n            if \(!\(unmasked && softmax_tile_kept<.*?"
+                     r"\n                softmax\(n, alpha_next\);\n                scale_by_vs\(f16_stage\(n\), s\);\n            \}\n", re.S)
 # the image producers (shared tiles, v3-dq): the 64-key issuers' copy of a stage, the pairs issuer's
 # arms and copies, the shared tiles' flag polls and converters
 _IMAGE_COPY = re.compile(r"(\n +)mbar_arrive_expect_tx\(bar_full \+ 8 \* s, IMG_BYTES\);\n +bulk_g2s\([^;]*\);")
@@ -155,7 +158,11 @@ def no_store(src: str) -> str:
 
 
 def no_softmax(src: str, file: str = "v3.cu") -> str:
-    return _sub(_SOFTMAX, r"\1        (void)n; al[0] = al[1] = 1.f;\2", src, f"no-softmax ({file})", file=file)
+    """The 64-key step's softmax lambda emptied, and its loop's speculative softmax (with the
+    fallback's second S) replaced by that lambda and V's scales."""
+    src = _sub(_SOFTMAX, r"\1        (void)n; al[0] = al[1] = 1.f;\2", src, f"no-softmax ({file})", file=file)
+    return _sub(_KEPT64, "\n            softmax(n, alpha_next);   // knock-out: no speculative softmax, no second S\n"
+                "            scale_by_vs(f16_stage(n), s);\n", src, f"no-softmax (speculative, {file})", file=file)
 
 
 @on(PAIRS)

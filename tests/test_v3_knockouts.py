@@ -38,6 +38,10 @@ def test_each_knockout_edits_the_kernel(name):
         assert "knock-out: no conversions" in out
     if name in ("no-softmax", "gemm-only"):
         assert "softmax_tile<true>(f16_stage" not in out
+        # the 64-key loop's speculative softmax and its fallback's second S go too; V's scales stay
+        assert "softmax_tile_kept<BN / 8, true>" in SRC and "softmax_tile_kept<BN / 8" not in out
+        assert SRC.count("issue_s_tile(dk);") == 2 and out.count("issue_s_tile(dk);") == 1
+        assert "knock-out: no speculative softmax" in out and out.count("scale_by_vs(f16_stage(n), s);") == 1
         assert "softmax_tile<true, 2 * BN / 8, true>" in PAIRS_SRC and "softmax_tile<" not in pairs
         # nor the step loop's speculative softmax, nor its fallback's second S
         assert "softmax_tile_kept<" in PAIRS_SRC and "softmax_tile_kept<" not in pairs
@@ -136,6 +140,29 @@ def test_knockouts_remove_their_work_from_the_128_key_build(tmp_path, name, gone
     # S issued again where the speculative softmax falls back, which goes with the softmax
     gmma = 32 if gone == "MUFU.EX2" else 40
     assert sass["real"].count("HGMMA.64x128x16") == 40 and sass[name].count("HGMMA.64x128x16") == gmma
+
+
+@pytest.mark.skipif(not shutil.which("cuobjdump"), reason="cuobjdump is not on PATH")
+def test_no_softmax_removes_the_64_key_steps_exponentials(tmp_path):
+    """The same at 64-key steps (192 rows, the first chunk's launch): no exponential left, and the
+    S issued again where the speculative softmax falls back gone with it."""
+    import subprocess
+
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc is not on PATH")
+    sass = {}
+    for which, edits in (("real", []), ("no-softmax", K.KNOCKOUTS["no-softmax"])):
+        d = K.kernel_dir(tmp_path, which, edits)
+        cubin = tmp_path / f"{which}.cubin"
+        subprocess.run([nvcc, "-cubin", "-arch=sm_90a", "-std=c++17", "-DPA_HEAD_DIM=128", "-DPA_PAGED=1",
+                        "-DPA_CTA_ROWS=192", f"-I{d}", "-o", str(cubin), str(d / "v3.cu")],
+                       capture_output=True, text=True, check=True)
+        sass[which] = subprocess.run(["cuobjdump", "-sass", "-fun", "pa_v3", str(cubin)], capture_output=True,
+                                     text=True, check=True).stdout
+    real, knocked = sass["real"].count("HGMMA"), sass["no-softmax"].count("HGMMA")
+    assert sass["real"].count("MUFU.EX2") > 8 and sass["no-softmax"].count("MUFU.EX2") == 0
+    assert real - knocked == 8, (real, knocked)   # the fallback's S: 8 k-steps of m64n64k16 at D 128
 
 
 def test_a_stale_edit_fails_loudly():
