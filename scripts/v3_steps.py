@@ -76,8 +76,8 @@ EDITS = [
      "            turn_end(n);\n            " + C.format(k=5) + "\n"
      "            wgmma_wait<1>();                 // S of tile n (P.V of tile n-1 may still run)\n"
      "            pin(s);\n            " + C.format(k=6) + "\n"),
-    ("            scale_by_vs(f16_stage(n), s);\n            wgmma_wait<0>();\n            pin(o);\n            pin(pf);\n",
-     "            scale_by_vs(f16_stage(n), s);\n            " + C.format(k=7) + "\n"
+    ("                scale_by_vs(f16_stage(n), s);\n            }\n            wgmma_wait<0>();\n            pin(o);\n            pin(pf);\n",
+     "                scale_by_vs(f16_stage(n), s);\n            }\n            " + C.format(k=7) + "\n"
      "            wgmma_wait<0>();\n            pin(o);\n            pin(pf);\n            " + C.format(k=8) + "\n"),
     # producer (the int8 path)
     ("    const u32 bar_landed = base + SM_BAR + 16 * F16_STAGES;\n",
