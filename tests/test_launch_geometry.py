@@ -251,9 +251,9 @@ def test_v3_fill_launch_follows_its_launch_geometry(ctx, queries, hq, hkv):
     if ctx > SEGMENT_KEYS:
         # no segment longer than SEGMENT_KEYS: SEGMENT_KEYS itself, or more segments split evenly
         n0 = -(-keys // SEGMENT_KEYS)
-        assert seg == SEGMENT_KEYS or (seg % 64 == 0 and seg == fill.segment_size(keys, n) and n0 < n <= max(8, 2 * n0))
+        assert seg == SEGMENT_KEYS or (seg % 64 == 0 and seg == fill.segment_size(keys, n) and n0 < n <= max(fill.FILL_MAX_SEGMENTS, 2 * n0))
         cands = [(r, s) for r in (128, 192) for s in
-                 [SEGMENT_KEYS] + [fill.segment_size(keys, m) for m in range(n0 + 1, max(8, 2 * n0) + 1)]]
+                 [SEGMENT_KEYS] + [fill.segment_size(keys, m) for m in range(n0 + 1, max(fill.FILL_MAX_SEGMENTS, 2 * n0) + 1)]]
     else:
         if seg:
             assert seg % 64 == 0 and seg >= fill.FILL_MIN_KEYS and 2 <= n <= fill.FILL_MAX_SEGMENTS
