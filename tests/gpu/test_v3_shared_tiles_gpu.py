@@ -76,7 +76,7 @@ def test_shared_tiles_give_v3s_bits_on_every_launch(backend, case, rows):
 
 def test_the_rule_shares_where_fill_says(backend):
     """8Kx1024 (32 row blocks of 128 rows, 128 tiles a block) shares; 0x1536 (24 tiles at most) does not."""
-    from pa_bench.numerics import fill
+    from pa_bench.launch import fill
 
     for case, expect in (("8Kx1024", True), ("pr-0x1536", False)):
         pb = _problem(case)
