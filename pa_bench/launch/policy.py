@@ -25,7 +25,6 @@ GPU it runs on):
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from pa_bench import variants as registry
