@@ -71,6 +71,12 @@ class CudaBackend:
     kernels_are_model = False
     model_on_gpu = True          # the numerics model runs here, on the GPU (``model``)
 
+    def __setattr__(self, name: str, value) -> None:
+        if name in Pins.__dataclass_fields__:   # a launch is pinned when the backend is made
+            raise AttributeError(f"CudaBackend.{name}: pin it instead: CudaBackend(config, pins=Pins({name}=...)) "
+                                 f"or backend.with_pins(Pins({name}=...)) (pa_bench.launch)")
+        super().__setattr__(name, value)
+
     def __init__(self, config=None, force_turing: bool = False, pins: Pins = NO_PINS):
         cp = _cupy()
         try:
