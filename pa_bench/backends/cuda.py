@@ -14,7 +14,7 @@ import hashlib
 import math
 import os
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
@@ -33,6 +33,7 @@ GUARD_ELEMS = 4096                      # canary elements before and after every
 MODEL_ENGINE = os.environ.get("PA_BENCH_MODEL_ENGINE", "kernel")
 CANARY_F32 = np.uint32(0xFFC0DEAD)      # a NaN with a payload no kernel produces
 CANARY_F16 = np.uint16(0xFDEA)
+_PINNED = frozenset(f.name for f in fields(Pins))   # what a caller fixes of a launch: Pins, not attributes
 
 
 def _cupy():
@@ -72,7 +73,7 @@ class CudaBackend:
     model_on_gpu = True          # the numerics model runs here, on the GPU (``model``)
 
     def __setattr__(self, name: str, value) -> None:
-        if name in Pins.__dataclass_fields__:   # a launch is pinned when the backend is made
+        if name in _PINNED:   # a launch is pinned when the backend is made
             raise AttributeError(f"CudaBackend.{name}: pin it instead: CudaBackend(config, pins=Pins({name}=...)) "
                                  f"or backend.with_pins(Pins({name}=...)) (pa_bench.launch)")
         super().__setattr__(name, value)
