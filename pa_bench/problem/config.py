@@ -21,6 +21,7 @@ import yaml
 from pa_bench import resources
 from pa_bench import variants as registry
 from pa_bench.errors import ConfigError, ShapeError
+from pa_bench.measure.settings import L2_FLUSHES, MAX_PLACEMENTS, MAX_ROUND_SAMPLES, TimingSettings
 from pa_bench.problem.shapes import Shape, parse_shape, parse_shapes
 
 CONFIG_DIR = resources.CONFIG_DIR  # configs/ of the checkout, or the wheel's copy
@@ -33,28 +34,6 @@ HEAD_DIMS = (64, 128)
 
 
 # --------------------------------------------------------------------------- dataclasses
-
-
-@dataclass(frozen=True)
-class TimingSettings:
-    """How kernels are timed (docs/DESIGN.md, "Config"; measure/timing.py)."""
-
-    hot: bool = False
-    warmup: int = 5
-    min_seconds: float = 0.5        # GPU time of a shape's samples (all variants) before it may stop
-    max_seconds: float = 15.0       # wall-time ceiling of a shape's sampling
-    max_noise: float = 0.005        # the median's 95 % interval within this of it: converged
-    min_samples: int = 20
-    max_samples: int = 10000        # rounds (``round_samples`` samples of every variant each)
-    l2_flush: str = "read"          # cold samples: "read" twice L2, or that and "discard" its lines
-    placements: int = 1             # copies of a shape's inputs in GPU memory, sampled in turn
-    prime: bool = True              # cold samples: one untimed call of a variant before its samples in a round
-    round_samples: int = 2          # samples of each variant per round (after its prime)
-
-
-L2_FLUSHES = ("read", "discard")
-MAX_PLACEMENTS = 8
-MAX_ROUND_SAMPLES = 16
 
 
 @dataclass(frozen=True)
