@@ -18,7 +18,7 @@ import click
 
 from pa_bench import __version__
 from pa_bench import fmt
-from pa_bench.exits import CliFailure, PaBenchGroup
+from pa_bench.exits import CliFailure, PaBenchGroup, run_dir_of
 from pa_bench.options import DEFAULT_RESULTS, RunOptions, build_backend, load_run_config, resolve_runs
 from pa_bench.present import console
 from pa_bench.variants import names as variant_names
@@ -232,7 +232,7 @@ def _run_command(mode: str, config, backend, opts: RunOptions, **kwargs) -> Path
                         retry_failed=opts.retry_failed, **kwargs)
         return path
     except KeyboardInterrupt as exc:
-        path = getattr(exc, "run_dir", None)
+        path = run_dir_of(exc)
         raise
     finally:
         progress.stop()

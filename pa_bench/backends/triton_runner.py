@@ -453,14 +453,16 @@ def kernel_info(kernel) -> dict:
     """Registers, spills, shared memory and a hash of the binary of a compiled Triton kernel
     (what a launch returned); {} for anything else."""
     info = {}
+    # Triton's compiled kernel: its members differ between Triton versions (and are absent on
+    # anything else), so each is looked up by name
+    got = {name: getattr(kernel, name, None) for name in ("n_regs", "n_spills", "metadata", "asm")}
     for key, attr in (("registers", "n_regs"), ("spills", "n_spills")):
-        value = getattr(kernel, attr, None)
-        if isinstance(value, int):
-            info[key] = value
-    shared = getattr(getattr(kernel, "metadata", None), "shared", None)
+        if isinstance(got[attr], int):
+            info[key] = got[attr]
+    shared = getattr(got["metadata"], "shared", None)
     if isinstance(shared, int):
         info["shared_bytes"] = shared
-    asm = getattr(kernel, "asm", None)
+    asm = got["asm"]
     binary = asm.get("cubin") if isinstance(asm, dict) else None
     if isinstance(binary, (bytes, bytearray)):
         info["binary_sha256"] = hashlib.sha256(binary).hexdigest()[:16]

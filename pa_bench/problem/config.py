@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -143,13 +143,12 @@ class Config:
         if self.description:
             out["description"] = self.description
         out["shapes"] = [_shape_to_yaml(s) for s in self.shapes]
-        for f in fields(self):
-            if f.name in ("name", "description", "shapes", "timing", "parity", "reference", "path"):
+        for key, value in vars(self).items():   # the fields, in their order
+            if key in ("name", "description", "shapes", "timing", "parity", "reference", "path"):
                 continue
-            value = getattr(self, f.name)
-            out[f.name] = list(value) if isinstance(value, tuple) else value
-        out["timing"] = {f.name: getattr(self.timing, f.name) for f in fields(TimingSettings)}
-        out["parity"] = {f.name: getattr(self.parity, f.name) for f in fields(ParitySettings)}
+            out[key] = list(value) if isinstance(value, tuple) else value
+        out["timing"] = asdict(self.timing)
+        out["parity"] = asdict(self.parity)
         if self.reference is not None:
             out["reference"] = {
                 "source": self.reference.source,
@@ -204,7 +203,7 @@ class Config:
 
 def _settings_dict(obj: Any) -> dict:
     try:
-        return {f.name: getattr(obj, f.name) for f in fields(obj)}
+        return asdict(obj)
     except TypeError:
         raise ConfigError(f"override: expected a mapping or settings object, got {obj!r}") from None
 
@@ -322,9 +321,10 @@ def read_yaml(p: Path, shown: str) -> Any:
     except ConfigError as exc:
         raise ConfigError(f"{shown}: {exc}") from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
+        marked = isinstance(exc, yaml.MarkedYAMLError)
+        mark = exc.problem_mark if marked else None
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        problem = (exc.problem if marked else None) or str(exc).splitlines()[0]
         raise ConfigError(f"{shown}: invalid YAML{where}: {problem}") from None
 
 
@@ -422,7 +422,7 @@ def _build(raw: Any, *, where: str, base_dir: Path, path: str | None,
            drop_stale_figures: bool = False) -> Config:
     c = _Checker(where)
     raw = c.mapping(raw, "", _TOP_KEYS)
-    defaults = Config(name="_", shapes=())
+    defaults = vars(Config(name="_", shapes=()))
     for required in ("name", "shapes"):
         if required not in raw:
             raise ConfigError(f"{where}: missing required key {required!r}")
@@ -437,7 +437,7 @@ def _build(raw: Any, *, where: str, base_dir: Path, path: str | None,
     shapes = _shapes(c, raw["shapes"])
 
     def get(key):
-        return raw.get(key, getattr(defaults, key))
+        return raw.get(key, defaults[key])
 
     heads_q = c.integer(get("heads_q"), "heads_q", 1)
     heads_kv = c.integer(get("heads_kv"), "heads_kv", 1)
@@ -563,10 +563,10 @@ def _variants(c: _Checker, value: Any) -> tuple[str, ...]:
 
 def _timing(c: _Checker, value: Any) -> TimingSettings:
     d = c.mapping(value, "timing", {f.name for f in fields(TimingSettings)})
-    dflt = TimingSettings()
+    dflt = asdict(TimingSettings())
 
     def get(key):
-        return d.get(key, getattr(dflt, key))
+        return d.get(key, dflt[key])
 
     t = TimingSettings(
         hot=c.boolean(get("hot"), "timing.hot"),
@@ -593,10 +593,10 @@ def _timing(c: _Checker, value: Any) -> TimingSettings:
 
 def _parity(c: _Checker, value: Any) -> ParitySettings:
     d = c.mapping(value, "parity", {f.name for f in fields(ParitySettings)})
-    dflt = ParitySettings()
+    dflt = asdict(ParitySettings())
 
     def get(key):
-        return d.get(key, getattr(dflt, key))
+        return d.get(key, dflt[key])
 
     return ParitySettings(
         sample_rows=c.integer(get("sample_rows"), "parity.sample_rows", 1, optional=True),
