@@ -78,7 +78,7 @@ class CudaBackend:
             raise BackendUnavailable(f"CuPy sees no NVIDIA GPU ({exc})") from exc
         self.cp = cp
         self.config = config
-        self.force_turing = bool(force_turing or getattr(config, "force_turing", False))
+        self.force_turing = bool(force_turing or (config is not None and config.force_turing))
         self.device = cp.cuda.Device()
         props = cp.cuda.runtime.getDeviceProperties(self.device.id)
         self.props = props
@@ -559,7 +559,7 @@ class CudaBackend:
 
     def _wait(self, what: str, flops: float, launches: int = 1, variant: str | None = None) -> None:
         """Wait for the GPU work enqueued so far, under the deadline for that work."""
-        fixed = getattr(self.config, "deadline", None) if self.config is not None else None
+        fixed = self.config.deadline if self.config is not None else None
         try:
             deadline.wait_stream(self.cp, deadline.deadline_for(flops, fixed, launches), what)
         except deadline.KernelHung as exc:
@@ -567,7 +567,7 @@ class CudaBackend:
 
     def deadlines(self, variants, problem) -> dict:
         """Seconds one call of each variant may take (pa_bench.measure.deadline)."""
-        fixed = getattr(self.config, "deadline", None) if self.config is not None else None
+        fixed = self.config.deadline if self.config is not None else None
         return {v: deadline.deadline_for(problem.flops, fixed) for v in variants}
 
     def _fill_canary(self, buf) -> None:
@@ -714,7 +714,7 @@ class CudaBackend:
         from pa_bench.peers import torch_util
 
         pb = prep.inputs.problem
-        want = max(int(getattr(settings, "placements", 1) or 1), 1)
+        want = max(settings.placements, 1)
         preps = [prep]
         try:
             while len(preps) < want:
