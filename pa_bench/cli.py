@@ -88,11 +88,13 @@ def _heads(_ctx, _param, value: str | None) -> tuple[int, int] | None:
 
 
 def _sample_rows(_ctx, _param, value: str | None) -> int | None:
-    """``--sample-rows N`` (N >= 1) or ``all`` (0: every row)."""
+    """``--sample-rows N`` (N >= 1) or ``all`` (ALL_ROWS: every row); None: not given."""
+    from pa_bench.problem.config import ALL_ROWS
+
     if value is None:
         return None
     if value.strip().lower() == "all":
-        return 0
+        return ALL_ROWS
     try:
         n = int(value)
     except ValueError:

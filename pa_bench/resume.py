@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from pa_bench.errors import PaBenchError
+from pa_bench.problem.config import ALL_ROWS
 from pa_bench.store.records import STATUS_OK, Record
 
 
@@ -66,7 +67,7 @@ def _show(value: Any) -> str:
 
 
 def _rows(n: int | None) -> str:
-    return "the config's default" if n is None else ("all" if n == 0 else str(n))
+    return "the config's default" if n is None else ("all" if n == ALL_ROWS else str(n))
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from pa_bench.notes import INPUTS, PARITY, TIMING, Note
 from pa_bench import notes as N
 from pa_bench.measure.outcome import TimingOutcome
 from pa_bench.measure.timing import TimingResult
+from pa_bench.problem.config import ALL_ROWS
 from pa_bench.numerics.judge import judge, twin_note
 from pa_bench.phases import PhaseClock
 from pa_bench.resume import check_resume, shape_work
@@ -185,8 +186,8 @@ def _run(
 ) -> Path:
     """Walk every shape of ``config`` for ``mode`` and write a run directory.
 
-    ``sample_rows``: query rows compared with FP64 per shape (None: the config's choice for
-    this backend; 0: every row). ``resume_run``: a run directory (or run id under
+    ``sample_rows``: ``--sample-rows``, query rows compared with FP64 per shape (None: the
+    config's for this backend, ``ParitySettings.rows_for``; ``ALL_ROWS``: every row). ``resume_run``: a run directory (or run id under
     ``results_root``) to carry on; its rows that finished ok are kept, and so are rows whose
     kernel hung unless ``retry_failed``. ``shard``: run only the shapes of this shard
     (pa_bench.shard); meta.json keeps the whole config and the shard.
@@ -466,11 +467,8 @@ def _rows_for(job: _Job, nq: int, seed: int) -> np.ndarray | None:
     """Query rows compared with FP64 (sorted), or None for every row."""
     from pa_bench.numerics.reference import sample_rows
 
-    n = job.sample_rows
-    if n is None:
-        p = job.config.parity
-        n = p.numpy_sample_rows if job.backend.name == "numpy" else p.sample_rows
-    if n is None or n <= 0 or n >= nq:
+    n = job.config.parity.rows_for(job.backend.name == "numpy", job.sample_rows)
+    if n == ALL_ROWS or n >= nq:
         return None
     return sample_rows(nq, n, seed)
 

@@ -36,13 +36,32 @@ HEAD_DIMS = (64, 128)
 # --------------------------------------------------------------------------- dataclasses
 
 
+#: Every query row, as a number of sampled rows: the value of ``parity.sample_rows``,
+#: ``parity.numpy_sample_rows`` and of ``--sample-rows all`` (a count is at least 1). YAML writes
+#: it ``null`` (or ``all``), and so does :meth:`Config.to_dict`.
+ALL_ROWS = 0
+
+
 @dataclass(frozen=True)
 class ParitySettings:
-    """How parity is checked. ``None`` sample sizes mean every query row."""
+    """How parity is checked.
 
-    sample_rows: int | None = None
-    numpy_sample_rows: int | None = 8
+    ``sample_rows`` (a GPU backend) and ``numpy_sample_rows`` (the numpy backend): query rows
+    compared with FP64 per shape, seeded, the first and last row always in; :data:`ALL_ROWS`:
+    every row. ``--sample-rows`` (``RunOptions.sample_rows``, the runner's ``sample_rows``,
+    meta.json's ``sample_rows``) beats both where given; there None is "not given: the config's".
+    """
+
+    sample_rows: int = ALL_ROWS
+    numpy_sample_rows: int = 8
     determinism: bool = True
+
+    def rows_for(self, numpy: bool, given: int | None = None) -> int:
+        """Rows compared per shape: ``given`` (``--sample-rows``) where not None, else the
+        config's for the backend (``numpy``: the numpy backend's); :data:`ALL_ROWS`: every row."""
+        if given is not None:
+            return given
+        return self.numpy_sample_rows if numpy else self.sample_rows
 
 
 @dataclass(frozen=True)
@@ -148,7 +167,7 @@ class Config:
                 continue
             out[key] = list(value) if isinstance(value, tuple) else value
         out["timing"] = asdict(self.timing)
-        out["parity"] = asdict(self.parity)
+        out["parity"] = _parity_dict(self.parity)
         if self.reference is not None:
             out["reference"] = {
                 "source": self.reference.source,
@@ -186,19 +205,31 @@ class Config:
                 raw["data_file"] = str(Path(value).expanduser().resolve())
             elif key in ("timing", "parity"):
                 sub = value if isinstance(value, Mapping) else _settings_dict(value)
-                raw[key] = {**raw[key], **sub}
+                raw[key] = {**raw[key], **(_rows_as_yaml(sub) if key == "parity" else sub)}
             elif key in top:
                 raw[key] = list(value) if isinstance(value, tuple) else value
             elif key in timing_keys:
                 raw["timing"][key] = value
             elif key in parity_keys:
-                raw["parity"][key] = value
+                raw["parity"].update(_rows_as_yaml({key: value}))
             else:
                 known = sorted(top | timing_keys | parity_keys)
                 raise ConfigError(f"override: unknown key {key!r}{_did_you_mean(key, known)}")
         where = f"{self.path or self.name} (with overrides)"
         return _build(raw, where=where, base_dir=Path.cwd(), path=self.path,
                       drop_stale_figures=shapes_given)
+
+
+_ROW_KEYS = ("sample_rows", "numpy_sample_rows")
+
+
+def _rows_as_yaml(d: Mapping[str, Any]) -> dict:
+    """Parity values as YAML writes them: :data:`ALL_ROWS` as null."""
+    return {k: None if k in _ROW_KEYS and v == ALL_ROWS else v for k, v in d.items()}
+
+
+def _parity_dict(p: "ParitySettings") -> dict:
+    return _rows_as_yaml(asdict(p))
 
 
 def _settings_dict(obj: Any) -> dict:
@@ -593,15 +624,25 @@ def _timing(c: _Checker, value: Any) -> TimingSettings:
 
 def _parity(c: _Checker, value: Any) -> ParitySettings:
     d = c.mapping(value, "parity", {f.name for f in fields(ParitySettings)})
-    dflt = asdict(ParitySettings())
+    dflt = _parity_dict(ParitySettings())
 
     def get(key):
         return d.get(key, dflt[key])
 
+    def rows(key: str) -> int:
+        value = get(key)
+        if value is None or value == "all":
+            return ALL_ROWS
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise c.fail(f"parity.{key}", f"expected a number of rows or null (every row), "
+                                          f"got {_type_name(value)} {value!r}")
+        if value < 1:
+            raise c.fail(f"parity.{key}", f"must be at least 1 (null: every row), got {value}")
+        return value
+
     return ParitySettings(
-        sample_rows=c.integer(get("sample_rows"), "parity.sample_rows", 1, optional=True),
-        numpy_sample_rows=c.integer(get("numpy_sample_rows"), "parity.numpy_sample_rows", 1,
-                                    optional=True),
+        sample_rows=rows("sample_rows"),
+        numpy_sample_rows=rows("numpy_sample_rows"),
         determinism=c.boolean(get("determinism"), "parity.determinism"),
     )
 
@@ -659,6 +700,6 @@ def _reference(c: _Checker, value: Any, shapes: tuple[Shape, ...],
 
 
 __all__ = [
-    "Config", "TimingSettings", "ParitySettings", "Reference", "RefFigure", "FigureTable",
+    "Config", "TimingSettings", "ParitySettings", "ALL_ROWS", "Reference", "RefFigure", "FigureTable",
     "load_config", "config_from_dict", "resolve_config_path", "packaged_configs", "DEFAULT_CONFIG", "CONFIG_DIR", "LAYOUTS", "DATA_KINDS", "OUT_DTYPES", "HEAD_DIMS",
 ]
