@@ -533,7 +533,7 @@ def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
             else:
                 with job.phases.phase("model"):
                     out = model_attention(inputs, key[0], model_rows, split_keys=key[1], pv_chain_keys=key[2],
-                                          segment_keys=key[3], max_slack=key[4])
+                                          segment_keys=key[3], max_slack=key[4], mma=cfg.parity.mma)
             model_errs[key] = float(metrics.error_metrics(out, ref_model)["max_abs_err"])
         return model_errs[key]
 

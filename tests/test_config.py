@@ -298,3 +298,12 @@ def test_every_row_has_one_value_and_the_command_line_beats_the_config(tmp_path)
     p = c.with_overrides(numpy_sample_rows=8).parity
     assert (p.rows_for(numpy=True), p.rows_for(numpy=False), p.rows_for(numpy=True, given=3)) == (8, ALL_ROWS, 3)
     assert "parity.numpy_sample_rows" in config_error(tmp_path, MINIMAL + "parity: {numpy_sample_rows: some}\n")
+
+
+def test_the_models_mma_is_a_checked_config_key_that_reaches_the_backend(tmp_path):
+    from pa_bench.backends import make_backend
+
+    assert "parity.mma" in config_error(tmp_path, MINIMAL + "parity: {mma: fast}\n")
+    c = load_config(write(tmp_path, MINIMAL + "parity: {mma: rn}\n"))
+    assert c.parity.mma == "rn" and load_config(write(tmp_path, MINIMAL)).parity.mma == "emulated"
+    assert make_backend("numpy", c).mma == "rn"

@@ -36,6 +36,11 @@ HEAD_DIMS = (64, 128)
 # --------------------------------------------------------------------------- dataclasses
 
 
+#: How the numerics model accumulates P.V (``parity.mma``): "emulated" mirrors mma.sync's truncating
+#: block FMA (pa_bench.numerics.mma), "rn" is the ideal (docs/NUMERICS.md has the evidence).
+MMA_MODES = ("emulated", "rn")
+DEFAULT_MMA = "emulated"
+
 #: Every query row, as a number of sampled rows: the value of ``parity.sample_rows``,
 #: ``parity.numpy_sample_rows`` and of ``--sample-rows all`` (a count is at least 1). YAML writes
 #: it ``null`` (or ``all``), and so does :meth:`Config.to_dict`.
@@ -50,11 +55,13 @@ class ParitySettings:
     compared with FP64 per shape, seeded, the first and last row always in; :data:`ALL_ROWS`:
     every row. ``--sample-rows`` (``RunOptions.sample_rows``, the runner's ``sample_rows``,
     meta.json's ``sample_rows``) beats both where given; there None is "not given: the config's".
+    ``mma``: how the numerics model that judges the kernels accumulates P.V (:data:`MMA_MODES`).
     """
 
     sample_rows: int = ALL_ROWS
     numpy_sample_rows: int = 8
     determinism: bool = True
+    mma: str = DEFAULT_MMA
 
     def rows_for(self, numpy: bool, given: int | None = None) -> int:
         """Rows compared per shape: ``given`` (``--sample-rows``) where not None, else the
@@ -369,6 +376,12 @@ def load_config(path: str | Path = DEFAULT_CONFIG) -> Config:
     return _build(raw, where=shown, base_dir=p.resolve().parent, path=shown)
 
 
+def config_defaults() -> dict:
+    """``Config.to_dict()`` of a config that sets nothing: the value of a key a stored config
+    written before the key existed stands for (pa_bench.resume, pa_bench.store.merge)."""
+    return Config(name="_", shapes=()).to_dict()
+
+
 def config_from_dict(raw: Mapping[str, Any], where: str, path: str | None = None) -> Config:
     """A validated config from plain data (``Config.to_dict()``, as a run's meta.json stores it)."""
     if not isinstance(raw, Mapping) or not raw:
@@ -644,6 +657,7 @@ def _parity(c: _Checker, value: Any) -> ParitySettings:
         sample_rows=rows("sample_rows"),
         numpy_sample_rows=rows("numpy_sample_rows"),
         determinism=c.boolean(get("determinism"), "parity.determinism"),
+        mma=c.choice(get("mma"), "parity.mma", MMA_MODES),
     )
 
 
@@ -700,6 +714,6 @@ def _reference(c: _Checker, value: Any, shapes: tuple[Shape, ...],
 
 
 __all__ = [
-    "Config", "TimingSettings", "ParitySettings", "ALL_ROWS", "Reference", "RefFigure", "FigureTable",
+    "Config", "TimingSettings", "ParitySettings", "ALL_ROWS", "MMA_MODES", "DEFAULT_MMA", "config_defaults", "Reference", "RefFigure", "FigureTable",
     "load_config", "config_from_dict", "resolve_config_path", "packaged_configs", "DEFAULT_CONFIG", "CONFIG_DIR", "LAYOUTS", "DATA_KINDS", "OUT_DTYPES", "HEAD_DIMS",
 ]

@@ -77,8 +77,8 @@ def check_compatible(runs: Sequence[RunDir], metas: Sequence[Mapping[str, Any]])
                 raise refuse(what, _show(get(m0)), _show(get(m)))
         c0, c = _flat(m0.get("config") or {}), _flat(m.get("config") or {})
         for key in list(c0) + [k for k in c if k not in c0]:
-            if c0.get(key) != c.get(key):
-                raise refuse(f"config key {key}", _show(c0.get(key)), _show(c.get(key)))
+            if key in c0 and key in c and c0[key] != c[key]:   # a key one part predates: not compared
+                raise refuse(f"config key {key}", _show(c0[key]), _show(c[key]))
         if m0.get("sample_rows") != m.get("sample_rows"):
             raise refuse("--sample-rows", _show(m0.get("sample_rows")), _show(m.get("sample_rows")))
         k0, k = _kernel_sources(m0), _kernel_sources(m)
