@@ -35,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-from pa_bench.backends.kernels import KERNEL_DIR
+from pa_bench.backends.kernels import kernel_dir
 from pa_bench.peers.torch_util import on_timed_stream
 
 VARIANT = "triton"   # its name in pa_bench.variants
@@ -127,7 +127,7 @@ def kernel_module():
     mod = _modules.get(key)
     if mod is None:
         name = f"pa_bench_triton_pa{'_interp' if key else ''}"
-        spec = importlib.util.spec_from_file_location(name, KERNEL_DIR / KERNEL_FILE)
+        spec = importlib.util.spec_from_file_location(name, kernel_dir() / KERNEL_FILE)
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod          # Triton reads the kernel's source through its module
         spec.loader.exec_module(mod)
@@ -138,14 +138,14 @@ def kernel_module():
 def tile_keys() -> int:
     """Keys per tile of the kernel's default configuration (its ``BLOCK_N``, read from the source
     without importing Triton); a configuration's ``block_n`` may differ (``planned_tile_keys``)."""
-    for line in (KERNEL_DIR / KERNEL_FILE).read_text().splitlines():
+    for line in (kernel_dir() / KERNEL_FILE).read_text().splitlines():
         if line.startswith("BLOCK_N = "):
             return int(line.split("=")[1].split("#")[0])
     raise RuntimeError(f"{KERNEL_FILE} defines no BLOCK_N")
 
 
 def source_hash() -> str:
-    return hashlib.sha256((KERNEL_DIR / KERNEL_FILE).read_bytes()).hexdigest()[:16]
+    return hashlib.sha256((kernel_dir() / KERNEL_FILE).read_bytes()).hexdigest()[:16]
 
 
 def meta() -> dict:
