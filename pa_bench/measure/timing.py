@@ -39,8 +39,8 @@ kernel alone (nvbench's), whatever runs beside it. Without it a sample follows a
 kernel, and what that leaves behind survives the L2 flush: on the H200 a first chunk through
 cuDNN took up to 1.9 % longer after another variant than after itself, flash up to 3.3 % less
 (docs/TIMING.md, scripts/order_check.py), so a variant's time depended on its neighbour in the
-variant list. Sampling stops by
-:class:`pa_bench.measure.settings.TimingSettings`' stopping rule: every variant's median is known to ``max_noise`` (the 95 %
+variant list. Sampling stops by the rule of :class:`pa_bench.measure.settings.TimingSettings`:
+every variant's median is known to ``max_noise`` (the 95 %
 interval of the median within that of it, with ``min_samples``) and the shape's samples hold
 ``min_seconds`` of GPU time, or a ceiling is reached (``max_seconds`` of wall time,
 ``max_samples`` rounds); the reason is kept per variant. Every wait for the GPU has a deadline
@@ -317,7 +317,6 @@ def time_interleaved(
     warmup = max(settings.warmup, 1)
     prime = settings.prime and not hot
     per_round = max(settings.round_samples, 1)
-    rule = settings
     names = list(fns)
     limit_s = {n: (deadlines or {}).get(n) for n in names}
     for name in names:                       # module load, lazy allocations, clocks up
@@ -361,11 +360,11 @@ def time_interleaved(
                     late[name] += was_late
                     gpu_ms += ms * batch[name]
             rounds += 1
-            enough_time = gpu_ms >= rule.min_seconds * 1e3
+            enough_time = gpu_ms >= settings.min_seconds * 1e3
             for name in names:
-                if not reason[name] and enough_time and tracked[name].converged(rule):
+                if not reason[name] and enough_time and tracked[name].converged(settings):
                     reason[name] = stats.STOP_NOISE
-            limit = stats.ceiling(rule, rounds, time.monotonic() - t0)
+            limit = stats.ceiling(settings, rounds, time.monotonic() - t0)
             if limit or all(reason.values()):
                 for name in names:           # a variant still short of its precision stopped
                     if not reason[name]:     # for the same reason as the round

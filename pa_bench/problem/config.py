@@ -232,7 +232,7 @@ _ROW_KEYS = ("sample_rows", "numpy_sample_rows")
 
 def _rows_as_yaml(d: Mapping[str, Any]) -> dict:
     """Parity values as YAML writes them: :data:`ALL_ROWS` as null."""
-    return {k: None if k in _ROW_KEYS and v == ALL_ROWS else v for k, v in d.items()}
+    return {k: None if k in _ROW_KEYS and type(v) is int and v == ALL_ROWS else v for k, v in d.items()}
 
 
 def _parity_dict(p: "ParitySettings") -> dict:
