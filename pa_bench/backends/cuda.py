@@ -64,6 +64,7 @@ class CudaBackend:
     """See docs/DESIGN.md, 'Backend interface'."""
 
     name = "cuda"
+    mma: str = DEFAULT_MMA    # the numerics model's P.V accumulation: the config's parity.mma
 
     def __init__(self, config=None, force_turing: bool = False):
         cp = _cupy()
@@ -77,7 +78,8 @@ class CudaBackend:
         self.cp = cp
         self.config = config
         self.force_turing = bool(force_turing or (config is not None and config.force_turing))
-        self.mma = config.parity.mma if config is not None else DEFAULT_MMA  # the model's P.V
+        if config is not None:
+            self.mma = config.parity.mma
         self.device = cp.cuda.Device()
         props = cp.cuda.runtime.getDeviceProperties(self.device.id)
         self.props = props
