@@ -18,7 +18,7 @@ import click
 
 from pa_bench import __version__
 from pa_bench import fmt
-from pa_bench.exits import CliFailure, PaBenchGroup
+from pa_bench.exits import CliFailure, PaBenchGroup, run_dir_of
 from pa_bench.options import DEFAULT_RESULTS, RunOptions, build_backend, load_run_config, resolve_runs
 from pa_bench.present import console
 from pa_bench.variants import names as variant_names
@@ -88,11 +88,13 @@ def _heads(_ctx, _param, value: str | None) -> tuple[int, int] | None:
 
 
 def _sample_rows(_ctx, _param, value: str | None) -> int | None:
-    """``--sample-rows N`` (N >= 1) or ``all`` (0: every row)."""
+    """``--sample-rows N`` (N >= 1) or ``all`` (ALL_ROWS: every row); None: not given."""
+    from pa_bench.problem.config import ALL_ROWS
+
     if value is None:
         return None
     if value.strip().lower() == "all":
-        return 0
+        return ALL_ROWS
     try:
         n = int(value)
     except ValueError:
@@ -232,7 +234,7 @@ def _run_command(mode: str, config, backend, opts: RunOptions, **kwargs) -> Path
                         retry_failed=opts.retry_failed, **kwargs)
         return path
     except KeyboardInterrupt as exc:
-        path = getattr(exc, "run_dir", None)
+        path = run_dir_of(exc)
         raise
     finally:
         progress.stop()

@@ -71,7 +71,7 @@ def plan_key(config, variants) -> str:
     import hashlib
     from importlib import metadata
 
-    from pa_bench.backends.kernels import KERNEL_DIR
+    from pa_bench.backends.kernels import kernel_dir
 
     def version(dist: str) -> str:
         try:
@@ -83,7 +83,7 @@ def plan_key(config, variants) -> str:
     what = {k: raw.get(k) for k in ("shapes", "heads_q", "heads_kv", "head_dim", "layout", "page", "out_dtype",
                                     "softmax_scale", "force_turing")}
     h = hashlib.sha256(json.dumps([what, sorted(variants)], sort_keys=True, default=str).encode())
-    for f in sorted(KERNEL_DIR.iterdir()):
+    for f in sorted(kernel_dir().iterdir()):
         if f.is_file():
             h.update(f.name.encode() + f.read_bytes())
     for dist in ("pa-bench", "torch", "triton", "cupy-cuda12x", "cupy-cuda13x", "cupy"):

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from pa_bench.errors import PaBenchError
+from pa_bench.problem.config import ALL_ROWS
 from pa_bench.shard import Shard
 from pa_bench.store import results as R
 from pa_bench.store.merge import merge_runs
@@ -124,7 +125,7 @@ def worker_argv(config_file: Path, shard: Shard, *, backend: str, results_root: 
     argv = [sys.executable, "-m", "pa_bench", "run", str(config_file), "--shard", str(shard),
             "--backend", backend, "--results", str(results_root), "--json"]
     if sample_rows is not None:
-        argv += ["--sample-rows", "all" if sample_rows == 0 else str(sample_rows)]
+        argv += ["--sample-rows", "all" if sample_rows == ALL_ROWS else str(sample_rows)]
     return argv
 
 

@@ -37,6 +37,12 @@ class Interrupted(Exception):
         self.run_dir = run_dir
 
 
+def run_dir_of(exc: BaseException) -> Path | None:
+    """The run directory a Ctrl-C carries where a run raised it (pa_bench.runner.RunInterrupted,
+    :class:`Interrupted`); None for a bare KeyboardInterrupt."""
+    return getattr(exc, "run_dir", None)
+
+
 class CliFailure(Exception):
     """A command finished but its verdict is a failure (parity failed, a slowdown): exit 1."""
 
@@ -71,7 +77,7 @@ class PaBenchGroup(click.Group):
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt as exc:  # before click turns it into Abort and loses the run
-            raise Interrupted(getattr(exc, "run_dir", None)) from None
+            raise Interrupted(run_dir_of(exc)) from None
 
     def _main(self, args, prog_name, complete_var, **extra) -> int:
         try:
@@ -90,7 +96,7 @@ class PaBenchGroup(click.Group):
         except KernelHung as exc:        # the GPU is lost: say so on one line and leave at once
             _hung(exc, args)
         except (Interrupted, KeyboardInterrupt) as exc:
-            return _interrupted(getattr(exc, "run_dir", None), _resumable(args))
+            return _interrupted(run_dir_of(exc), _resumable(args))
         except CliFailure as exc:
             return _fail(str(exc), exc.exit_code)
         except PaBenchError as exc:
@@ -115,7 +121,7 @@ def _fail(message: str, code: int) -> int:
 def _hung(exc: KernelHung, args) -> None:
     """One line (the hung call, where the run is kept and how to carry on), then exit code 3
     without the interpreter's clean-up, which would wait on the hung kernel."""
-    run_dir = getattr(exc, "run_dir", None)
+    run_dir = exc.run_dir
     where = ""
     if run_dir is not None:
         words = [a for a in (args or sys.argv[1:]) if not str(a).startswith("-")]
@@ -165,5 +171,5 @@ def _interrupted(run_dir: Path | None, resumable: bool = True) -> int:
     return code
 
 
-__all__ = ["PaBenchGroup", "CliFailure", "Interrupted", "Terminated", "RESUMABLE", "EXIT_INTERRUPTED",
+__all__ = ["PaBenchGroup", "CliFailure", "Interrupted", "run_dir_of", "Terminated", "RESUMABLE", "EXIT_INTERRUPTED",
            "EXIT_TERMINATED", "EXIT_HUNG", "DEBUG_ENV"]

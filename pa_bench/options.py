@@ -34,7 +34,7 @@ class RunOptions:
     resume: str | None = None
     as_json: bool = False
     wide: bool = False
-    sample_rows: int | None = None  # 0: every row
+    sample_rows: int | None = None  # ParitySettings.rows_for's given: ALL_ROWS (0) is every row
     hot: bool | None = None
     max_seconds: float | None = None
     deadline: float | None = None  # seconds one GPU wait may take (None: the config's, or scaled)

@@ -43,9 +43,8 @@ class PhaseClock:
         self._since = now
 
     def _tell(self, name: str | None) -> None:
-        tell = getattr(self.progress, "phase", None)
-        if tell is not None and name is not None:
-            tell(name)
+        if self.progress is not None and name is not None:
+            self.progress.phase(name)
 
     @contextmanager
     def phase(self, name: str, part: str | None = None) -> Iterator[None]:

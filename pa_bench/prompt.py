@@ -201,10 +201,10 @@ class VariantTotal:
 
 
 def _samples(res: Any) -> list[float] | None:
-    """A backend answer's samples (None for a reason string or an empty result)."""
-    if res is None or isinstance(res, str):
+    """A backend answer's samples (None for a reason string, a failure or an empty result)."""
+    if res is None or isinstance(res, (str, TimingFailure)):
         return None
-    arr = [float(x) for x in getattr(res, "samples_ms", []) or []]
+    arr = [float(x) for x in res.samples_ms or []]
     return arr or None
 
 
@@ -255,8 +255,8 @@ def summarize(chunks: list[Chunk], measured: list[int], timings: Mapping[str, Ma
                 st = stats.summarize(s)
                 row.ms, row.source = st.median, P.MEASURED
                 row.ms_q1, row.ms_q3, row.samples = st.q1, st.q3, st.count
-                row.stop_reason = getattr(res, "stop_reason", None) or None
-                row.throttled = int(sum(bool(t) for t in (getattr(res, "throttled", None) or [])))
+                row.stop_reason = res.stop_reason or None
+                row.throttled = int(sum(bool(t) for t in (res.throttled or [])))
                 meds.append(st.median)
                 samples.append(s)
             measured_rows[j] = row
@@ -582,7 +582,7 @@ def run_prompt(pconfig: PromptConfig, backend, *, results_root: str | Path = "re
     try:
         timings = time_chunks(backend, cfg, chunks, measured, problems=problems, progress=progress,
                               on_result=lambda c, v, res: run.save_samples(
-                                  c.spec, v, res.samples_ms, getattr(res, "clocks_mhz", None)))
+                                  c.spec, v, res.samples_ms, res.clocks_mhz))
     except KeyboardInterrupt:
         progress.stop()
         run.update_meta(status="interrupted", finished=now_utc_iso(),

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from pa_bench.errors import PaBenchError
+from pa_bench.problem.config import ALL_ROWS, config_defaults
 from pa_bench.store.records import STATUS_OK, Record
 
 
@@ -50,9 +51,11 @@ def check_resume(run_name: str, stored: Mapping[str, Any], *, mode: str, config:
     made_with = stored.get("config")
     if isinstance(made_with, Mapping):
         ours, theirs = _flat(config), _flat(made_with)
+        unset = _flat(config_defaults())   # a key the run's config predates: its default
         for key in list(ours) + [k for k in theirs if k not in ours]:  # the config's order: name first
-            if ours.get(key) != theirs.get(key):
-                raise refuse(key, _show(ours.get(key)), _show(theirs.get(key)))
+            here, there = ours.get(key, unset.get(key)), theirs.get(key, unset.get(key))
+            if here != there:
+                raise refuse(key, _show(here), _show(there))
     made_rows = stored.get("sample_rows")
     if sample_rows is not None and sample_rows != made_rows:
         raise refuse("--sample-rows", _rows(sample_rows), _rows(made_rows))
@@ -66,7 +69,7 @@ def _show(value: Any) -> str:
 
 
 def _rows(n: int | None) -> str:
-    return "the config's default" if n is None else ("all" if n == 0 else str(n))
+    return "the config's default" if n is None else ("all" if n == ALL_ROWS else str(n))
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,8 @@ from pa_bench.measure.deadline import KernelHung
 from pa_bench.notes import INPUTS, PARITY, TIMING, Note
 from pa_bench import notes as N
 from pa_bench.measure.outcome import TimingOutcome
+from pa_bench.measure.timing import TimingResult
+from pa_bench.problem.config import ALL_ROWS
 from pa_bench.numerics.judge import judge, twin_note
 from pa_bench.phases import PhaseClock
 from pa_bench.resume import check_resume, shape_work
@@ -184,8 +186,8 @@ def _run(
 ) -> Path:
     """Walk every shape of ``config`` for ``mode`` and write a run directory.
 
-    ``sample_rows``: query rows compared with FP64 per shape (None: the config's choice for
-    this backend; 0: every row). ``resume_run``: a run directory (or run id under
+    ``sample_rows``: ``--sample-rows``, query rows compared with FP64 per shape (None: the
+    config's for this backend, ``ParitySettings.rows_for``; ``ALL_ROWS``: every row). ``resume_run``: a run directory (or run id under
     ``results_root``) to carry on; its rows that finished ok are kept, and so are rows whose
     kernel hung unless ``retry_failed``. ``shard``: run only the shapes of this shard
     (pa_bench.shard); meta.json keeps the whole config and the shard.
@@ -255,7 +257,7 @@ def _run(
         stored = run.read_meta().get("hung") or []
         run.update_meta(status="hung", finished=R.now_utc_iso(),
                         wall_seconds=round(time.time() - started, 3), **job.seconds(),
-                        hung=stored + [{"shape": getattr(exc, "shape", None), "variant": exc.variant,
+                        hung=stored + [{"shape": exc.shape, "variant": exc.variant,
                                         "what": exc.what, "seconds": exc.seconds}])
         exc.run_dir = run.path
         raise
@@ -425,7 +427,7 @@ def _record_hung(job: _Job, rows: dict[str, "_Row"], exc: KernelHung, key: str) 
     hung = [exc.variant] if exc.variant in rows else [v for v in rows if v not in job.kept]
     for v in hung:
         rows[v].failed = True
-        rows[v].notes.append(Note(getattr(exc, "phase", PARITY), str(exc)))
+        rows[v].notes.append(Note(exc.phase or PARITY, str(exc)))
         job.run.save_record(rows[v].finish())
 
 
@@ -465,11 +467,8 @@ def _rows_for(job: _Job, nq: int, seed: int) -> np.ndarray | None:
     """Query rows compared with FP64 (sorted), or None for every row."""
     from pa_bench.numerics.reference import sample_rows
 
-    n = job.sample_rows
-    if n is None:
-        p = job.config.parity
-        n = p.numpy_sample_rows if job.backend.kernels_are_model else p.sample_rows
-    if n is None or n <= 0 or n >= nq:
+    n = job.config.parity.rows_for(job.backend.kernels_are_model, job.sample_rows)
+    if n == ALL_ROWS or n >= nq:
         return None
     return sample_rows(nq, n, seed)
 
@@ -737,16 +736,16 @@ def _copy_parity(prev: Record, rec: Record, row: _Row) -> None:
     for name in ("max_abs_err", "rel_l2_err", "nmse", "cosine", "nan_inf", "canary_ok",
                  "model_max_abs_err", "err_ratio", "parity_pass", "sampled_rows",
                  "quant_max_abs_err", "deterministic", "diff_vs_v1", "diff_vs_v2"):
-        setattr(rec, name, getattr(prev, name))
+        setattr(rec, name, prev.value(name))
     if prev.parity_pass is not None:
         row.ran = True
     row.notes += [n for n in N.parse(prev.reason) if n.phase == PARITY]
 
 
-def _fill_timing(rec: Record, res, problem, base_samples, stats) -> None:
+def _fill_timing(rec: Record, res: TimingResult, problem, base_samples, stats) -> None:
     st = stats.summarize(res.samples_ms)
     rec.ms_median, rec.ms_min, rec.ms_max = st.median, st.min, st.max
-    rec.ms_ci_lo, rec.ms_ci_hi = stats.placed_interval(res.samples_ms, getattr(res, "placements", None))
+    rec.ms_ci_lo, rec.ms_ci_hi = stats.placed_interval(res.samples_ms, res.placements)
     rec.ms_q1, rec.ms_q3 = st.q1, st.q3
     rec.ms_rel_spread = st.rel_stdev
     rec.samples = st.count
@@ -755,9 +754,9 @@ def _fill_timing(rec: Record, res, problem, base_samples, stats) -> None:
     clocks = [float(c) for c in (res.clocks_mhz or []) if c is not None and math.isfinite(float(c))]
     rec.sm_clock_mhz = float(np.median(clocks)) if clocks else None
     rec.throttled = int(sum(bool(t) for t in (res.throttled or [])))
-    rec.stop_reason = getattr(res, "stop_reason", None) or None
-    rec.clock_source = getattr(res, "clock_source", None)
-    rec.host_bound = getattr(res, "host_bound", None)
+    rec.stop_reason = res.stop_reason or None
+    rec.clock_source = res.clock_source
+    rec.host_bound = res.host_bound
     if rec.variant == registry.BASELINE:
         rec.speedup_vs_v1, rec.speedup_lo, rec.speedup_hi = 1.0, 1.0, 1.0
     elif base_samples:

@@ -36,7 +36,6 @@ import os
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +43,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # this tree's pa_bench and kernels/
 
 from pa_bench.backends import triton_runner  # noqa: E402
+from pa_bench.measure.settings import TimingSettings  # noqa: E402
 
 GUARD = 4096                 # canary elements before and after each output (16-byte aligned)
 CANARY_F32 = 0xFFC0DEAD      # NaN payloads no kernel writes
@@ -52,17 +52,10 @@ COLUMNS = ("shape", "candidate", "status", "ms", "tflops", "vs_default", "max_ab
            "bitwise_vs_default", "arithmetic", "registers", "spills", "shared_bytes", "compile_s", "note")
 
 
-@dataclass
-class Settings:
-    """The fields pa_bench.measure.timing.time_interleaved reads: cold samples, a short budget."""
-
-    hot: bool = False
-    warmup: int = 3
-    min_seconds: float = 0.2
-    max_seconds: float = 1.5
-    max_noise: float = 0.005
-    min_samples: int = 10
-    max_samples: int = 2000
+def Settings(**limits) -> TimingSettings:
+    """The timing of a tune: cold samples, unprimed, one sample a round, a short budget."""
+    return TimingSettings(**{"warmup": 3, "min_seconds": 0.2, "max_seconds": 1.5, "min_samples": 10,
+                             "max_samples": 2000, "prime": False, "round_samples": 1, **limits})
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -285,3 +285,25 @@ def test_config_is_frozen():
     with pytest.raises(Exception):
         c.page = 16
     assert isinstance(c, Config) and math.isclose(c.timing.max_noise, 0.005)
+
+
+def test_every_row_has_one_value_and_the_command_line_beats_the_config(tmp_path):
+    from pa_bench.problem.config import ALL_ROWS, config_from_dict
+
+    c = load_config(write(tmp_path, MINIMAL + "parity: {sample_rows: null, numpy_sample_rows: all}\n"))
+    assert c.parity.sample_rows == c.parity.numpy_sample_rows == ALL_ROWS
+    assert c.to_dict()["parity"]["sample_rows"] is None       # written as the YAML writes it
+    assert config_from_dict(c.to_dict(), where="meta").parity == c.parity
+    assert c.with_overrides(sample_rows=5).with_overrides(sample_rows=ALL_ROWS).parity.sample_rows == ALL_ROWS
+    p = c.with_overrides(numpy_sample_rows=8).parity
+    assert (p.rows_for(numpy=True), p.rows_for(numpy=False), p.rows_for(numpy=True, given=3)) == (8, ALL_ROWS, 3)
+    assert "parity.numpy_sample_rows" in config_error(tmp_path, MINIMAL + "parity: {numpy_sample_rows: some}\n")
+
+
+def test_the_models_mma_is_a_checked_config_key_that_reaches_the_backend(tmp_path):
+    from pa_bench.backends import make_backend
+
+    assert "parity.mma" in config_error(tmp_path, MINIMAL + "parity: {mma: fast}\n")
+    c = load_config(write(tmp_path, MINIMAL + "parity: {mma: rn}\n"))
+    assert c.parity.mma == "rn" and load_config(write(tmp_path, MINIMAL)).parity.mma == "emulated"
+    assert make_backend("numpy", c).mma == "rn"

@@ -352,3 +352,16 @@ class MetaAtTheEnd(FakeGpu):
 def test_meta_records_the_builds_made_during_the_run(smoke, tmp_path):
     path = runner.run_parity(tiny(smoke, "256x64"), MetaAtTheEnd(), results_root=tmp_path)
     assert open_run(path).read_meta()["backend_meta"]["builds"] == ["v1", "v2", "v2t"]
+
+
+def test_a_config_key_the_run_predates_stands_for_its_default(smoke):
+    """A run stored before ``parity.mma`` existed resumes with the default and refuses another."""
+    from pa_bench.resume import check_resume
+
+    ours = smoke.to_dict()
+    stored = {"mode": "parity", "backend": {"backend": "numpy"}, "config": smoke.to_dict()}
+    del stored["config"]["parity"]["mma"]
+    check_resume("r", stored, mode="parity", config=ours, backend="numpy", sample_rows=None)
+    with pytest.raises(ResumeConflict, match="parity.mma is 'rn' here but 'emulated' in the run"):
+        check_resume("r", stored, mode="parity", config=smoke.with_overrides(mma="rn").to_dict(),
+                     backend="numpy", sample_rows=None)

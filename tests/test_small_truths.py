@@ -43,3 +43,14 @@ def test_cli_doc_lists_what_a_numpy_run_writes(invoke, numpy_args, smoke_yaml, t
     report = (run_dir / "report.md").read_text()
     timing_row = next(line for line in report.splitlines() if line.startswith("| timing |"))
     assert "nothing was timed" in timing_row and "warm-up" not in report
+
+
+def test_the_environment_table_names_every_variable_the_package_reads():
+    """docs/CLI.md's table of environment variables lists each PA_BENCH_* name in pa_bench/."""
+    read = set()
+    for path in (REPO / "pa_bench").rglob("*.py"):
+        read |= set(re.findall(r"PA_BENCH_[A-Z_]+[A-Z]", path.read_text(encoding="utf-8")))
+    text = (REPO / "docs" / "CLI.md").read_text(encoding="utf-8")
+    table = text.split("## Environment variables", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| `(PA_BENCH_[A-Z_]+)", table, flags=re.M))
+    assert read and read <= listed, sorted(read - listed)

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from pa_bench.measure import stats
+from pa_bench.measure.settings import TimingSettings
 from pa_bench.measure.stats import (
     TimingStats,
     flag_throttled,
     gbps,
     paired_speedup,
-    StopRule,
     MedianTracker,
     ceiling,
     median_interval,
@@ -106,7 +106,7 @@ def test_tracker_median_and_interval_match_the_sorted_sample():
 
 
 def test_converged_needs_min_samples_and_a_narrow_interval():
-    rule = StopRule(max_noise=0.005, min_samples=10)
+    rule = TimingSettings(max_noise=0.005, min_samples=10)
     assert not _tracker([10.0] * 9).converged(rule)
     assert _tracker([10.0] * 10).converged(rule)
     rng = np.random.default_rng(0)
@@ -117,10 +117,7 @@ def test_converged_needs_min_samples_and_a_narrow_interval():
 
 
 def test_ceilings_and_the_rule_from_settings():
-    rule = StopRule.of(SimpleNamespace(max_noise=0.01, min_samples=3, min_seconds=0.2, max_seconds=2.0,
-                                       max_samples=50))
-    assert rule == StopRule(max_noise=0.01, min_samples=3, min_seconds=0.2, max_seconds=2.0, max_samples=50)
-    assert StopRule.of(SimpleNamespace(max_noise=0.02)) == StopRule(max_noise=0.02)
+    rule = TimingSettings(max_noise=0.01, min_samples=3, min_seconds=0.2, max_seconds=2.0, max_samples=50)
     assert ceiling(rule, 49, 1.99) == ""
     assert ceiling(rule, 50, 0.1) == "max_samples"
     assert ceiling(rule, 3, 2.0) == "timeout"

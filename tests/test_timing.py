@@ -10,23 +10,18 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
 
 from pa_bench.measure import deadline, stats, timing
+from pa_bench.measure.settings import TimingSettings
 
 
-@dataclass
-class Settings:
-    hot: bool = False
-    warmup: int = 2
-    min_samples: int = 5
-    min_seconds: float = 0.0
-    max_seconds: float = 60.0
-    max_noise: float = 0.005
-    max_samples: int = 1000
+def Settings(**given) -> TimingSettings:
+    """Short, unprimed timing (one sample a round) unless a test says otherwise."""
+    return TimingSettings(**{"warmup": 2, "min_samples": 5, "min_seconds": 0.0, "max_seconds": 60.0,
+                             "max_samples": 1000, "prime": False, "round_samples": 1, **given})
 
 
 class FakeTimer:
@@ -347,10 +342,8 @@ def test_a_hung_warm_up_names_the_variant():
                                 deadlines={"v9": 0.01})
 
 
-@dataclass
-class PrimedSettings(Settings):
-    prime: bool = True
-    round_samples: int = 2
+def PrimedSettings(**given) -> TimingSettings:
+    return Settings(**{"prime": True, "round_samples": 2, **given})
 
 
 def test_primed_rounds_call_each_variant_once_untimed_before_its_samples():
@@ -431,3 +424,17 @@ def test_prime_and_round_samples_are_timing_settings_checked_at_load(tmp_path, s
     p.write_text(text.replace("timing:", "timing:\n  prime: false\n  round_samples: 1", 1))
     t = load_config(p).timing
     assert (t.prime, t.round_samples) == (False, 1)
+
+
+def test_the_loops_defaults_are_the_configs(tmp_path, smoke_yaml):
+    """One set of defaults: a config with no timing section times primed rounds of two samples,
+    and so does the loop given TimingSettings() itself."""
+    from pa_bench.problem.config import load_config
+
+    assert load_config(smoke_yaml).timing.prime is TimingSettings().prime is True
+    timer = FakeTimer(itertools.repeat((1.0, False)))
+    res = timing.time_interleaved({"a": launcher(timer.log, "a")},
+                                  TimingSettings(warmup=1, min_samples=4, min_seconds=0.0), timer=timer)
+    body = timer.log[timer.log.index("hold") - 1:]
+    assert body[:2] == ["launch:a", "hold"]                     # the prime, then the first sample
+    assert len(res["a"].samples_ms) % 2 == 0                    # two samples a round

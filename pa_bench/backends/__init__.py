@@ -96,11 +96,13 @@ def make_backend(name: str, config=None, *, notice: Callable[[str], None] | None
 
 def _numpy_backend(config, pins: Pins) -> Backend:
     from pa_bench.backends.numpy import NumpyBackend, refuse_if_nothing_fits
+    from pa_bench.numerics.mma import DEFAULT_MMA
 
     if config is not None:
         refuse_if_nothing_fits(config)  # before any input is drawn
     determinism = True if config is None else bool(config.parity.determinism)
-    return NumpyBackend(check_determinism=determinism, pins=pins)
+    return NumpyBackend(check_determinism=determinism, pins=pins,
+                        mma=DEFAULT_MMA if config is None else config.parity.mma)
 
 
 def _cuda_backend(config, pins: Pins) -> Backend:

@@ -15,6 +15,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from pa_bench.launch import Launch
+    from pa_bench.measure.settings import TimingSettings
     from pa_bench.measure.timing import TimingResult
 
 
@@ -81,7 +82,7 @@ class Backend(Protocol):
         """FP64 attention [Hq, R, D] on the dequantised int8 K/V (``quantised``), or on the
         float K/V (None where the inputs have none)."""
 
-    def time(self, prepared, variants: list[str], settings) -> dict[str, TimingResult | str]:
+    def time(self, prepared, variants: list[str], settings: TimingSettings) -> dict[str, TimingResult | str]:
         """Time ``variants`` interleaved; a string is why that variant was not timed."""
 
     def release(self, prepared) -> None:

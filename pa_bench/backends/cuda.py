@@ -26,11 +26,9 @@ from pa_bench.errors import BackendUnavailable, PaBenchError
 from pa_bench.launch import NO_PINS, Device, Launch, Pins, choose
 from pa_bench.measure import deadline
 from pa_bench.peers import CannotRun
+from pa_bench.numerics.mma import DEFAULT_MMA
 
 GUARD_ELEMS = 4096                      # canary elements before and after every output
-# Who computes the numerics model's key parts on the GPU (pa_bench.numerics.model.ENGINES): the
-# fused kernel kernels/pa_model.cu, or "xp" (CuPy array steps; the same bits, launch-bound).
-MODEL_ENGINE = os.environ.get("PA_BENCH_MODEL_ENGINE", "kernel")
 CANARY_F32 = np.uint32(0xFFC0DEAD)      # a NaN with a payload no kernel produces
 CANARY_F16 = np.uint16(0xFDEA)
 _PINNED = frozenset(f.name for f in fields(Pins))   # what a caller fixes of a launch: Pins, not attributes
@@ -71,6 +69,7 @@ class CudaBackend:
     name = "cuda"
     kernels_are_model = False
     model_on_gpu = True          # the numerics model runs here, on the GPU (``model``)
+    mma: str = DEFAULT_MMA    # the numerics model's P.V accumulation: the config's parity.mma
 
     def __setattr__(self, name: str, value) -> None:
         if name in _PINNED:   # a launch is pinned when the backend is made
@@ -90,6 +89,8 @@ class CudaBackend:
         self.cp = cp
         self.config = config
         self.force_turing = bool(force_turing or (config is not None and config.force_turing))
+        if config is not None:
+            self.mma = config.parity.mma
         self.device = cp.cuda.Device()
         props = cp.cuda.runtime.getDeviceProperties(self.device.id)
         self.props = props
@@ -131,8 +132,8 @@ class CudaBackend:
             "mma": K.mma_shape(self.cc, self.force_turing),
             "force_turing": self.force_turing,
             **_device_identity(self.device.id),
-            "model_mma": _model_mma(),
-            "model_engine": MODEL_ENGINE,
+            "model_mma": self.mma,
+            "model_engine": _model_engine(),
         }
 
     def meta(self) -> dict:
@@ -624,7 +625,7 @@ class CudaBackend:
         mma_k = 8 if K.mma_shape(self.cc, self.force_turing) == "m16n8k8" else 16
         out = model_attention(cached[1], tile_keys, rows, split_keys=split_keys, mma_k=mma_k,
                               pv_chain_keys=pv_chain_keys, segment_keys=segment_keys, max_slack=max_slack,
-                              engine=MODEL_ENGINE)
+                              engine=_model_engine(), mma=self.mma)
         pb = inputs.problem   # the model emulates each MMA in scalar code: a wider margin
         self._wait(f"the numerics model at {pb.shape.label}", _rows_flops(pb, rows), launches=20)
         return self.cp.asnumpy(out)
@@ -662,7 +663,7 @@ class CudaBackend:
         from pa_bench.peers import torch_util
 
         pb = prep.inputs.problem
-        want = max(int(settings.placements or 1), 1)
+        want = max(settings.placements, 1)
         preps = [prep]
         try:
             while len(preps) < want:
@@ -713,10 +714,11 @@ def _rows_flops(problem, rows) -> float:
     return 4.0 * problem.head_dim * problem.heads_q * float(np.sum(problem.context + rows + 1))
 
 
-def _model_mma() -> str:
-    from pa_bench.numerics.model import DEFAULT_MMA
-
-    return DEFAULT_MMA
+def _model_engine() -> str:
+    """Who computes the numerics model's key parts on the GPU (pa_bench.numerics.model.ENGINES):
+    the fused kernel kernels/pa_model.cu, or "xp" (CuPy array steps; the same bits, launch-bound)
+    where PA_BENCH_MODEL_ENGINE says so."""
+    return os.environ.get("PA_BENCH_MODEL_ENGINE", "kernel")
 
 
 def _device_identity(ordinal: int) -> dict:

@@ -17,7 +17,14 @@ from pa_bench import resources
 from pa_bench import variants as registry
 from pa_bench.launch.policy import DEFAULT_TILES, SEGMENT_ALIGN, TILE_ROWS
 
-KERNEL_DIR = Path(os.environ.get("PA_BENCH_KERNELS", resources.KERNEL_DIR))
+KERNEL_DIR = resources.KERNEL_DIR      # the package's kernels/
+KERNELS_ENV = "PA_BENCH_KERNELS"        # another tree's kernels/ (an A/B of kernel versions)
+
+
+def kernel_dir() -> Path:
+    """Where kernel sources are read from: ``PA_BENCH_KERNELS`` (read at each use), else
+    KERNEL_DIR. Which sources a run built is in meta.json (``backend_meta.kernel_sources``)."""
+    return Path(os.environ.get(KERNELS_ENV) or KERNEL_DIR)
 HEADER = "pa_common.cuh"
 ARCHS = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90")
 # Common compile options (NVRTC and nvcc understand both spellings used here).
@@ -71,7 +78,7 @@ class KernelBuild:
 
     def options(self) -> tuple[str, ...]:
         own = kernel_path(self.variant).parent          # a plug-in kernel's own folder first
-        dirs = (own, KERNEL_DIR) if own != KERNEL_DIR else (KERNEL_DIR,)
+        dirs = (own, kernel_dir()) if own != kernel_dir() else (kernel_dir(),)
         return BASE_OPTIONS + self.defines() + tuple(f"-I{d}" for d in dirs)
 
 
@@ -117,7 +124,7 @@ def kernel_path(variant: str) -> Path:
     entry = registry.find(variant)
     if entry is None or entry.kind != registry.CUDA_KERNEL:
         raise ValueError(f"unknown CUDA kernel variant {variant!r}")
-    return Path(entry.source) if Path(entry.source).is_absolute() else KERNEL_DIR / entry.source
+    return Path(entry.source) if Path(entry.source).is_absolute() else kernel_dir() / entry.source
 
 
 _LOCAL_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"[ \t]*$', re.MULTILINE)
@@ -136,7 +143,7 @@ def kernel_source(variant: str) -> str:
         if name in seen:
             return f"// ---- {name} (inlined above)"
         seen.add(name)
-        found = path.parent / name if (path.parent / name).is_file() else KERNEL_DIR / name
+        found = path.parent / name if (path.parent / name).is_file() else kernel_dir() / name
         body = _LOCAL_INCLUDE.sub(inline, found.read_text())
         return f"// ---- {name} (inlined)\n{body}\n// ---- end {name}"
 
@@ -172,7 +179,7 @@ def cache_outcome(cache_dir: Path | None, before: set[str]) -> str:
 def source_hashes() -> dict[str, str]:
     """sha256 (first 16 hex digits) of each kernel file and each header under kernels/ (the shared
     one and a variant's own, e.g. v3_pairs.cuh)."""
-    out = {h.name: hashlib.sha256(h.read_bytes()).hexdigest()[:16] for h in sorted(KERNEL_DIR.glob("*.cuh"))}
+    out = {h.name: hashlib.sha256(h.read_bytes()).hexdigest()[:16] for h in sorted(kernel_dir().glob("*.cuh"))}
     for v in registry.cuda_kernels():
         out[v.source] = hashlib.sha256(kernel_path(v.name).read_bytes()).hexdigest()[:16]
     return out

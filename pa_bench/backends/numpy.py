@@ -17,6 +17,7 @@ from pa_bench import variants as registry
 from pa_bench.backends.base import KernelOutput
 from pa_bench.launch import NO_PINS, Launch, Pins, choose
 from pa_bench.numerics.model import max_slack, pv_chain_keys, tile_keys
+from pa_bench.numerics.mma import DEFAULT_MMA
 
 # The determinism check runs the model a second time; do it only while that is cheap:
 # at most this many (query head x row x visible key) score elements (about a second).
@@ -139,9 +140,10 @@ class NumpyBackend:
     kernels_are_model = True     # a kernel's output here is the numerics model's
     model_on_gpu = False
 
-    def __init__(self, check_determinism: bool = True, pins: Pins = NO_PINS) -> None:
+    def __init__(self, check_determinism: bool = True, pins: Pins = NO_PINS, mma: str = DEFAULT_MMA) -> None:
         self.check_determinism = check_determinism
         self.pins = pins         # what the caller fixes of every launch (pa_bench.launch.Pins)
+        self.mma = mma           # the model's P.V accumulation (the config's parity.mma)
         # Variants whose arithmetic is the same here (v2 and v2t; v1, triton and, where it needs
         # no key segments, v3) have the same model output: computed once per shape.
         self._cache: dict[tuple, KernelOutput] = {}
@@ -238,7 +240,7 @@ class NumpyBackend:
         hit = self._cache.get(key)
         if hit is not None:
             return KernelOutput(out=hit.out.copy(), canary_ok=True, deterministic=hit.deterministic)
-        kw = dict(split_keys=split, pv_chain_keys=chain, segment_keys=seg, max_slack=slack)
+        kw = dict(split_keys=split, pv_chain_keys=chain, segment_keys=seg, max_slack=slack, mma=self.mma)
         out = np.asarray(model_attention(prepared, tile, rows, **kw), dtype=np.float32)
         deterministic = None
         if check and _model_work(prepared, rows) <= DETERMINISM_MAX_WORK:

@@ -35,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-from pa_bench.backends.kernels import KERNEL_DIR
+from pa_bench.backends.kernels import kernel_dir
 from pa_bench.peers.torch_util import on_timed_stream
 
 VARIANT = "triton"   # its name in pa_bench.variants
@@ -127,7 +127,7 @@ def kernel_module():
     mod = _modules.get(key)
     if mod is None:
         name = f"pa_bench_triton_pa{'_interp' if key else ''}"
-        spec = importlib.util.spec_from_file_location(name, KERNEL_DIR / KERNEL_FILE)
+        spec = importlib.util.spec_from_file_location(name, kernel_dir() / KERNEL_FILE)
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod          # Triton reads the kernel's source through its module
         spec.loader.exec_module(mod)
@@ -138,14 +138,14 @@ def kernel_module():
 def tile_keys() -> int:
     """Keys per tile of the kernel's default configuration (its ``BLOCK_N``, read from the source
     without importing Triton); a configuration's ``block_n`` may differ (``planned_tile_keys``)."""
-    for line in (KERNEL_DIR / KERNEL_FILE).read_text().splitlines():
+    for line in (kernel_dir() / KERNEL_FILE).read_text().splitlines():
         if line.startswith("BLOCK_N = "):
             return int(line.split("=")[1].split("#")[0])
     raise RuntimeError(f"{KERNEL_FILE} defines no BLOCK_N")
 
 
 def source_hash() -> str:
-    return hashlib.sha256((KERNEL_DIR / KERNEL_FILE).read_bytes()).hexdigest()[:16]
+    return hashlib.sha256((kernel_dir() / KERNEL_FILE).read_bytes()).hexdigest()[:16]
 
 
 def meta() -> dict:
@@ -453,14 +453,16 @@ def kernel_info(kernel) -> dict:
     """Registers, spills, shared memory and a hash of the binary of a compiled Triton kernel
     (what a launch returned); {} for anything else."""
     info = {}
+    # Triton's compiled kernel: its members differ between Triton versions (and are absent on
+    # anything else), so each is looked up by name
+    got = {name: getattr(kernel, name, None) for name in ("n_regs", "n_spills", "metadata", "asm")}
     for key, attr in (("registers", "n_regs"), ("spills", "n_spills")):
-        value = getattr(kernel, attr, None)
-        if isinstance(value, int):
-            info[key] = value
-    shared = getattr(getattr(kernel, "metadata", None), "shared", None)
+        if isinstance(got[attr], int):
+            info[key] = got[attr]
+    shared = getattr(got["metadata"], "shared", None)
     if isinstance(shared, int):
         info["shared_bytes"] = shared
-    asm = getattr(kernel, "asm", None)
+    asm = got["asm"]
     binary = asm.get("cubin") if isinstance(asm, dict) else None
     if isinstance(binary, (bytes, bytearray)):
         info["binary_sha256"] = hashlib.sha256(binary).hexdigest()[:16]

@@ -39,6 +39,9 @@ class KernelHung(BaseException):
         self.what = what
         self.seconds = float(seconds)
         self.variant = variant          # the variant whose call hung, where one did
+        self.shape: str | None = None   # the shape it hung on, where the runner knows it
+        self.phase: str | None = None   # the run's phase (pa_bench.notes) it hung in
+        self.run_dir = None             # the run directory that keeps the rows before it
 
     def at(self, what: str, variant: str | None = None) -> "KernelHung":
         """The same deadline, naming the work more precisely (a variant, a shape)."""

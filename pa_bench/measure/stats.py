@@ -4,9 +4,10 @@ Pure functions on lists of milliseconds; no GPU, no pandas.
 
 - `summarize(samples_ms)` -> `TimingStats` (median, quartiles, mean, sample stdev ...).
 - `median_interval(samples)`: a distribution-free 95 % interval of the median (order statistics).
-- `StopRule` and `MedianTracker`: sample until the median is known to `max_noise` (its interval
-  within that of it), with `min_samples` and `min_seconds`; give up at `max_seconds` of wall time
-  or `max_samples` rounds.
+- `MedianTracker.converged` and `ceiling`: the stopping rule of
+  :class:`~pa_bench.measure.settings.TimingSettings`: sample until the median is known to
+  `max_noise` (its interval within that of it), with `min_samples` and `min_seconds`; give up at
+  `max_seconds` of wall time or `max_samples` rounds.
 - `paired_speedup(base, other)` uses interleaved samples (round k of both was taken at the same
   time), so the per-round ratio cancels drift that hits both alike; it gives the median ratio and
   its interval.
@@ -28,6 +29,8 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from pa_bench.measure.settings import TimingSettings
 
 import numpy as np
 
@@ -160,38 +163,6 @@ def placed_interval(samples_ms: Sequence[float], placements: Sequence[int] | Non
     return min(b[0] for b in bounds), max(b[1] for b in bounds)
 
 
-@dataclass(frozen=True)
-class StopRule:
-    """When a shape has been sampled enough (``pa_bench.measure.timing.time_interleaved``).
-
-    A variant has converged when it has ``min_samples`` samples and the 95 % interval of its
-    median lies within ``max_noise`` of the median on both sides. The shape stops when every
-    variant has converged and its samples (all variants together) hold ``min_seconds`` of GPU
-    time, or at a ceiling: ``max_seconds`` of wall time, ``max_samples`` rounds.
-
-    The criterion is the precision of the estimate, not the spread of the samples: cold samples
-    of a 40-us kernel spread by a few per cent, yet their median is known to 0.1 % after a
-    second. (nvbench's entropy criterion, the other principled choice, stops when the samples'
-    histogram stops changing; it gives no interval, and pa-bench reports one.) ``min_seconds`` is
-    counted over the shape's variants together because they are interleaved: every variant has
-    been sampled across the same stretch of wall time, which is what averages slow drift.
-    """
-
-    max_noise: float = 0.005
-    min_samples: int = 20
-    min_seconds: float = 0.5
-    max_seconds: float = 15.0
-    max_samples: int = 10000
-
-    @classmethod
-    def of(cls, settings: Any) -> "StopRule":
-        """The rule from a settings object (a TimingSettings); a missing field keeps its default."""
-        values = {f: getattr(settings, f) for f in ("max_noise", "min_samples", "min_seconds",
-                                                    "max_seconds", "max_samples")
-                  if getattr(settings, f, None) is not None}
-        return cls(**values)
-
-
 class MedianTracker:
     """One variant's samples kept sorted, so that the interval of the median costs O(1) a round
     (an insertion is O(n) but a memmove: negligible beside a GPU sample)."""
@@ -223,7 +194,7 @@ class MedianTracker:
         lo, hi = median_rank_interval(len(self._sorted))
         return self._sorted[lo], self._sorted[hi]
 
-    def converged(self, rule: StopRule) -> bool:
+    def converged(self, rule: TimingSettings) -> bool:
         """At least ``min_samples`` and the median's interval within ``max_noise`` of it."""
         if self.count < max(rule.min_samples, 1):
             return False
@@ -232,7 +203,7 @@ class MedianTracker:
         return med > 0 and max(med - lo, hi - med) <= rule.max_noise * med
 
 
-def ceiling(rule: StopRule, rounds: int, wall_s: float) -> str:
+def ceiling(rule: TimingSettings, rounds: int, wall_s: float) -> str:
     """The ceiling a shape's sampling has hit ('max_samples', 'timeout'), or ''."""
     if rounds >= rule.max_samples:
         return STOP_MAX_SAMPLES

@@ -39,8 +39,8 @@ kernel alone (nvbench's), whatever runs beside it. Without it a sample follows a
 kernel, and what that leaves behind survives the L2 flush: on the H200 a first chunk through
 cuDNN took up to 1.9 % longer after another variant than after itself, flash up to 3.3 % less
 (docs/TIMING.md, scripts/order_check.py), so a variant's time depended on its neighbour in the
-variant list. Sampling stops by
-:class:`pa_bench.measure.stats.StopRule`: every variant's median is known to ``max_noise`` (the 95 %
+variant list. Sampling stops by the rule of :class:`pa_bench.measure.settings.TimingSettings`:
+every variant's median is known to ``max_noise`` (the 95 %
 interval of the median within that of it, with ``min_samples``) and the shape's samples hold
 ``min_seconds`` of GPU time, or a ceiling is reached (``max_seconds`` of wall time,
 ``max_samples`` rounds); the reason is kept per variant. Every wait for the GPU has a deadline
@@ -62,6 +62,7 @@ from typing import Callable, Protocol
 
 from pa_bench.measure import stats
 from pa_bench.measure.deadline import KernelHung, wait
+from pa_bench.measure.settings import TimingSettings
 
 HOLD_TIMEOUT_S = 2.0      # the hold kernel's own limit: past it, the sample is "late"
 HOT_BATCH_MS = 1.0        # hot mode: launches per sample chosen to fill about this much GPU time
@@ -133,9 +134,15 @@ class Timer(Protocol):
     # wait for the end event: (ms, hold timed out); past deadline_s seconds raise KernelHung
     def elapsed(self, deadline_s: float | None = None) -> tuple[float, bool]: ...
     def synchronize(self, deadline_s: float | None = None) -> None: ...
-    # optional: ``sample_clock_mhz()``, the SM clock the last sample ran at (None: unknown), read
-    # after elapsed(); a timer that has it is the clock's source (``clock_source``), else the
-    # ClockReader is read after each release
+
+
+class StampingTimer(Timer, Protocol):
+    """A timer that stamps the SM clock of each sample (:class:`CupyTimer`). The loop tells one
+    by its ``sample_clock_mhz``; a timer without it has the ClockReader read after each release."""
+
+    clock_source: str                            # "sm-cycles"
+    def sample_clock_mhz(self) -> float | None: ...  # the last sample's clock, read after elapsed()
+    def nominal_mhz(self) -> float | None: ...   # where the ClockReader knows none
 
 
 # --------------------------------------------------------------------------- the clock
@@ -295,22 +302,21 @@ def stamped_mhz(begin, end) -> float | None:
 
 def time_interleaved(
     fns: dict[str, Callable[[], None]],
-    settings,
+    settings: TimingSettings,
     *,
     timer: Timer,
     clock: ClockReader | None = None,
     deadlines: dict[str, float] | None = None,
 ) -> dict[str, TimingResult]:
     """Time every callable in ``fns`` (each enqueues one call's GPU work) interleaved, round by
-    round, GPU time only (see the module docstring), until :class:`~pa_bench.measure.stats.StopRule`
-    says the shape has been sampled enough. ``settings``: ``hot``, ``warmup`` and the stop rule's
-    limits. ``deadlines``: seconds one call of each variant may take before the wait for it
-    raises :class:`~pa_bench.measure.deadline.KernelHung` naming it (None: no deadline)."""
-    hot = bool(getattr(settings, "hot", False))
-    warmup = max(int(getattr(settings, "warmup", 5)), 1)
-    prime = bool(getattr(settings, "prime", False)) and not hot
-    per_round = max(int(getattr(settings, "round_samples", 1) or 1), 1)
-    rule = stats.StopRule.of(settings)
+    round, GPU time only (see the module docstring), until ``settings``' stopping rule
+    (:class:`~pa_bench.measure.settings.TimingSettings`) says the shape has been sampled enough.
+    ``deadlines``: seconds one call of each variant may take before the wait for it raises
+    :class:`~pa_bench.measure.deadline.KernelHung` naming it (None: no deadline)."""
+    hot = settings.hot
+    warmup = max(settings.warmup, 1)
+    prime = settings.prime and not hot
+    per_round = max(settings.round_samples, 1)
     names = list(fns)
     limit_s = {n: (deadlines or {}).get(n) for n in names}
     for name in names:                       # module load, lazy allocations, clocks up
@@ -329,7 +335,8 @@ def time_interleaved(
     reason = {n: "" for n in names}
     gpu_ms = 0.0
     rounds = 0
-    stamped = callable(getattr(timer, "sample_clock_mhz", None))
+    stamps = _stamps(timer)
+    stamped = stamps is not None
     reader = None if stamped else clock       # the timer's stamps make the reader's reads moot
     if reader is not None:
         reader.start()
@@ -343,7 +350,7 @@ def time_interleaved(
                 for j in range(per_round):
                     try:                     # the first wait covers the prime too
                         ms, was_late, mhz = _one_sample(
-                            fns[name], timer, reader, hot=hot, batch=batch[name],
+                            fns[name], timer, reader, stamps, hot=hot, batch=batch[name],
                             deadline_s=None if wait_s is None else wait_s * (2 if prime and j == 0 else 1))
                     except KernelHung as exc:
                         raise exc.at(name, name) from None
@@ -353,11 +360,11 @@ def time_interleaved(
                     late[name] += was_late
                     gpu_ms += ms * batch[name]
             rounds += 1
-            enough_time = gpu_ms >= rule.min_seconds * 1e3
+            enough_time = gpu_ms >= settings.min_seconds * 1e3
             for name in names:
-                if not reason[name] and enough_time and tracked[name].converged(rule):
+                if not reason[name] and enough_time and tracked[name].converged(settings):
                     reason[name] = stats.STOP_NOISE
-            limit = stats.ceiling(rule, rounds, time.monotonic() - t0)
+            limit = stats.ceiling(settings, rounds, time.monotonic() - t0)
             if limit or all(reason.values()):
                 for name in names:           # a variant still short of its precision stopped
                     if not reason[name]:     # for the same reason as the round
@@ -368,9 +375,9 @@ def time_interleaved(
             reader.close()
 
     nominal = clock.nominal() if clock is not None else None
-    if nominal is None and callable(getattr(timer, "nominal_mhz", None)):
+    if nominal is None and stamped:
         nominal = timer.nominal_mhz()
-    source = getattr(timer, "clock_source", "sm-cycles") if stamped else (clock.source if clock is not None else None)
+    source = timer.clock_source if stamped else (clock.source if clock is not None else None)
     return {
         name: TimingResult(
             samples_ms=samples[name],
@@ -389,10 +396,17 @@ def time_interleaved(
     }
 
 
-def _one_sample(fn: Callable[[], None], timer: Timer, clock: ClockReader | None, *, hot: bool,
+def _stamps(timer: Timer) -> Callable[[], float | None] | None:
+    """The timer's ``sample_clock_mhz`` where it stamps its samples' clock (an optional member of
+    the protocol: a :class:`StampingTimer`), else None."""
+    return getattr(timer, "sample_clock_mhz", None)
+
+
+def _one_sample(fn: Callable[[], None], timer: Timer, clock: ClockReader | None,
+                stamps: Callable[[], float | None] | None, *, hot: bool,
                 batch: int, deadline_s: float | None = None) -> tuple[float, bool, float | None]:
     """One sample: (ms per launch, the hold timed out, SM clock). The clock is the timer's
-    (``sample_clock_mhz``: what the sample ran at) where it has one, else ``clock``'s reading."""
+    (``stamps``: what the sample ran at) where it has one, else ``clock``'s reading."""
     timer.hold()
     if not hot:
         timer.flush()
@@ -403,8 +417,7 @@ def _one_sample(fn: Callable[[], None], timer: Timer, clock: ClockReader | None,
     timer.release()
     mhz = clock.read() if clock is not None else None   # the GPU is working; outside the interval
     ms, late = timer.elapsed(deadline_s)
-    stamps = getattr(timer, "sample_clock_mhz", None)
-    if callable(stamps):
+    if stamps is not None:
         mhz = stamps()
     return ms / batch, late, mhz
 

@@ -46,6 +46,7 @@ from typing import Any, Callable
 import numpy as np
 
 from pa_bench import variants as registry
+from pa_bench.numerics.mma import DEFAULT_MMA, MMA_MODES
 from pa_bench.problem.inputs import Inputs
 
 
@@ -85,10 +86,8 @@ def context_segment_keys(context: int) -> int:
 # The model's P.V accumulation: "emulated" mirrors mma.sync's truncating block FMA
 # (pa_bench.numerics.mma, calibrated on the H200), "rn" is the ideal (each 16-key slice's exact
 # sum added with one round-to-nearest). See docs/NUMERICS.md for the evidence behind the default.
-MMA_MODES = ("emulated", "rn")
-#: How the model accumulates P.V unless told: PA_BENCH_MMA=rn|emulated overrides it (the run's
-#: backend section of meta.json records which one judged the run).
-DEFAULT_MMA = os.environ.get("PA_BENCH_MMA", "emulated")
+# MMA_MODES and DEFAULT_MMA (pa_bench.numerics.mma): the config's ``parity.mma`` tells the model
+# which one (the run's backend section of meta.json records which one judged the run).
 
 _FP16_MIN_NORMAL = 2.0**-14
 _BLOCK_BYTES = 32 << 20   # fp32 scores per block of keys (all heads, all rows of a row chunk)

@@ -87,8 +87,10 @@ def _kcycles(samples: list | None, clocks: list | None) -> list[float] | None:
 def _in_cycles(r: Record) -> Record:
     """The record with its time statistics in thousands of cycles (for the quartile verdict)."""
     f = float(r.sm_clock_mhz)
-    return replace(r, **{k: getattr(r, k) * f for k in ("ms_median", "ms_q1", "ms_q3")
-                         if getattr(r, k) is not None})
+    def scaled(ms: float | None) -> float | None:
+        return None if ms is None else ms * f
+
+    return replace(r, ms_median=scaled(r.ms_median), ms_q1=scaled(r.ms_q1), ms_q3=scaled(r.ms_q3))
 
 
 def _judge(a: Record, b: Record, samples_a: list | None, samples_b: list | None,
@@ -172,7 +174,7 @@ def _warnings(ra: list[Record], rb: list[Record]) -> list[str]:
             b = by_b.get(a.key())
             if b is None:
                 continue
-            va, vb = getattr(a, name), getattr(b, name)
+            va, vb = a.value(name), b.value(name)
             if va is not None and vb is not None and va != vb:
                 diffs.add((va, vb))
         for va, vb in sorted(diffs, key=str):

@@ -103,7 +103,7 @@ def _by_key(records: list[Record]) -> dict[tuple[str, str], Record]:
 def _unique(records: Iterable[Record], name: str) -> list[Any]:
     out: list[Any] = []
     for r in records:
-        v = getattr(r, name)
+        v = r.value(name)
         if v is not None and v not in out:
             out.append(v)
     return out
@@ -365,7 +365,7 @@ def _pr_section(records: list[Record], meta: RunMeta) -> list[str]:
         fig = _mapping(figures.get(shape))
 
         def ref_of(rec: Record | None, variant: str, what: str) -> float | None:
-            value = getattr(rec, f"ref_{what}") if rec is not None else None
+            value = None if rec is None else (rec.ref_ms if what == "ms" else rec.ref_err)
             if value is None:
                 value = fmt.number(_mapping(fig.get(variant)).get(what))
             return value

@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -21,6 +21,8 @@ import yaml
 from pa_bench import resources
 from pa_bench import variants as registry
 from pa_bench.errors import ConfigError, ShapeError
+from pa_bench.numerics.mma import DEFAULT_MMA, MMA_MODES
+from pa_bench.measure.settings import L2_FLUSHES, MAX_PLACEMENTS, MAX_ROUND_SAMPLES, TimingSettings
 from pa_bench.problem.shapes import Shape, parse_shape, parse_shapes
 
 CONFIG_DIR = resources.CONFIG_DIR  # configs/ of the checkout, or the wheel's copy
@@ -35,35 +37,37 @@ HEAD_DIMS = (64, 128)
 # --------------------------------------------------------------------------- dataclasses
 
 
-@dataclass(frozen=True)
-class TimingSettings:
-    """How kernels are timed (docs/DESIGN.md, "Config"; measure/timing.py)."""
+#: How the numerics model accumulates P.V (``parity.mma``): "emulated" mirrors mma.sync's truncating
+#: block FMA (pa_bench.numerics.mma), "rn" is the ideal (docs/NUMERICS.md has the evidence).
 
-    hot: bool = False
-    warmup: int = 5
-    min_seconds: float = 0.5        # GPU time of a shape's samples (all variants) before it may stop
-    max_seconds: float = 15.0       # wall-time ceiling of a shape's sampling
-    max_noise: float = 0.005        # the median's 95 % interval within this of it: converged
-    min_samples: int = 20
-    max_samples: int = 10000        # rounds (``round_samples`` samples of every variant each)
-    l2_flush: str = "read"          # cold samples: "read" twice L2, or that and "discard" its lines
-    placements: int = 1             # copies of a shape's inputs in GPU memory, sampled in turn
-    prime: bool = True              # cold samples: one untimed call of a variant before its samples in a round
-    round_samples: int = 2          # samples of each variant per round (after its prime)
-
-
-L2_FLUSHES = ("read", "discard")
-MAX_PLACEMENTS = 8
-MAX_ROUND_SAMPLES = 16
+#: Every query row, as a number of sampled rows: the value of ``parity.sample_rows``,
+#: ``parity.numpy_sample_rows`` and of ``--sample-rows all`` (a count is at least 1). YAML writes
+#: it ``null`` (or ``all``), and so does :meth:`Config.to_dict`.
+ALL_ROWS = 0
 
 
 @dataclass(frozen=True)
 class ParitySettings:
-    """How parity is checked. ``None`` sample sizes mean every query row."""
+    """How parity is checked.
 
-    sample_rows: int | None = None
-    numpy_sample_rows: int | None = 8
+    ``sample_rows`` (a GPU backend) and ``numpy_sample_rows`` (the numpy backend): query rows
+    compared with FP64 per shape, seeded, the first and last row always in; :data:`ALL_ROWS`:
+    every row. ``--sample-rows`` (``RunOptions.sample_rows``, the runner's ``sample_rows``,
+    meta.json's ``sample_rows``) beats both where given; there None is "not given: the config's".
+    ``mma``: how the numerics model that judges the kernels accumulates P.V (:data:`MMA_MODES`).
+    """
+
+    sample_rows: int = ALL_ROWS
+    numpy_sample_rows: int = 8
     determinism: bool = True
+    mma: str = DEFAULT_MMA
+
+    def rows_for(self, numpy: bool, given: int | None = None) -> int:
+        """Rows compared per shape: ``given`` (``--sample-rows``) where not None, else the
+        config's for the backend (``numpy``: the numpy backend's); :data:`ALL_ROWS`: every row."""
+        if given is not None:
+            return given
+        return self.numpy_sample_rows if numpy else self.sample_rows
 
 
 @dataclass(frozen=True)
@@ -164,13 +168,12 @@ class Config:
         if self.description:
             out["description"] = self.description
         out["shapes"] = [_shape_to_yaml(s) for s in self.shapes]
-        for f in fields(self):
-            if f.name in ("name", "description", "shapes", "timing", "parity", "reference", "path"):
+        for key, value in vars(self).items():   # the fields, in their order
+            if key in ("name", "description", "shapes", "timing", "parity", "reference", "path"):
                 continue
-            value = getattr(self, f.name)
-            out[f.name] = list(value) if isinstance(value, tuple) else value
-        out["timing"] = {f.name: getattr(self.timing, f.name) for f in fields(TimingSettings)}
-        out["parity"] = {f.name: getattr(self.parity, f.name) for f in fields(ParitySettings)}
+            out[key] = list(value) if isinstance(value, tuple) else value
+        out["timing"] = asdict(self.timing)
+        out["parity"] = _parity_dict(self.parity)
         if self.reference is not None:
             out["reference"] = {
                 "source": self.reference.source,
@@ -208,13 +211,13 @@ class Config:
                 raw["data_file"] = str(Path(value).expanduser().resolve())
             elif key in ("timing", "parity"):
                 sub = value if isinstance(value, Mapping) else _settings_dict(value)
-                raw[key] = {**raw[key], **sub}
+                raw[key] = {**raw[key], **(_rows_as_yaml(sub) if key == "parity" else sub)}
             elif key in top:
                 raw[key] = list(value) if isinstance(value, tuple) else value
             elif key in timing_keys:
                 raw["timing"][key] = value
             elif key in parity_keys:
-                raw["parity"][key] = value
+                raw["parity"].update(_rows_as_yaml({key: value}))
             else:
                 known = sorted(top | timing_keys | parity_keys)
                 raise ConfigError(f"override: unknown key {key!r}{_did_you_mean(key, known)}")
@@ -223,9 +226,21 @@ class Config:
                       drop_stale_figures=shapes_given)
 
 
+_ROW_KEYS = ("sample_rows", "numpy_sample_rows")
+
+
+def _rows_as_yaml(d: Mapping[str, Any]) -> dict:
+    """Parity values as YAML writes them: :data:`ALL_ROWS` as null."""
+    return {k: None if k in _ROW_KEYS and type(v) is int and v == ALL_ROWS else v for k, v in d.items()}
+
+
+def _parity_dict(p: "ParitySettings") -> dict:
+    return _rows_as_yaml(asdict(p))
+
+
 def _settings_dict(obj: Any) -> dict:
     try:
-        return {f.name: getattr(obj, f.name) for f in fields(obj)}
+        return asdict(obj)
     except TypeError:
         raise ConfigError(f"override: expected a mapping or settings object, got {obj!r}") from None
 
@@ -343,9 +358,10 @@ def read_yaml(p: Path, shown: str) -> Any:
     except ConfigError as exc:
         raise ConfigError(f"{shown}: {exc}") from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
+        marked = isinstance(exc, yaml.MarkedYAMLError)
+        mark = exc.problem_mark if marked else None
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        problem = (exc.problem if marked else None) or str(exc).splitlines()[0]
         raise ConfigError(f"{shown}: invalid YAML{where}: {problem}") from None
 
 
@@ -357,6 +373,12 @@ def load_config(path: str | Path = DEFAULT_CONFIG) -> Config:
     if raw is None:
         raise ConfigError(f"{shown}: config file is empty")
     return _build(raw, where=shown, base_dir=p.resolve().parent, path=shown)
+
+
+def config_defaults() -> dict:
+    """``Config.to_dict()`` of a config that sets nothing: the value of a key a stored config
+    written before the key existed stands for (pa_bench.resume, pa_bench.store.merge)."""
+    return Config(name="_", shapes=()).to_dict()
 
 
 def config_from_dict(raw: Mapping[str, Any], where: str, path: str | None = None) -> Config:
@@ -443,7 +465,7 @@ def _build(raw: Any, *, where: str, base_dir: Path, path: str | None,
            drop_stale_figures: bool = False) -> Config:
     c = _Checker(where)
     raw = c.mapping(raw, "", _TOP_KEYS)
-    defaults = Config(name="_", shapes=())
+    defaults = vars(Config(name="_", shapes=()))
     for required in ("name", "shapes"):
         if required not in raw:
             raise ConfigError(f"{where}: missing required key {required!r}")
@@ -458,7 +480,7 @@ def _build(raw: Any, *, where: str, base_dir: Path, path: str | None,
     shapes = _shapes(c, raw["shapes"])
 
     def get(key):
-        return raw.get(key, getattr(defaults, key))
+        return raw.get(key, defaults[key])
 
     heads_q = c.integer(get("heads_q"), "heads_q", 1)
     heads_kv = c.integer(get("heads_kv"), "heads_kv", 1)
@@ -584,10 +606,10 @@ def _variants(c: _Checker, value: Any) -> tuple[str, ...]:
 
 def _timing(c: _Checker, value: Any) -> TimingSettings:
     d = c.mapping(value, "timing", {f.name for f in fields(TimingSettings)})
-    dflt = TimingSettings()
+    dflt = asdict(TimingSettings())
 
     def get(key):
-        return d.get(key, getattr(dflt, key))
+        return d.get(key, dflt[key])
 
     t = TimingSettings(
         hot=c.boolean(get("hot"), "timing.hot"),
@@ -614,16 +636,27 @@ def _timing(c: _Checker, value: Any) -> TimingSettings:
 
 def _parity(c: _Checker, value: Any) -> ParitySettings:
     d = c.mapping(value, "parity", {f.name for f in fields(ParitySettings)})
-    dflt = ParitySettings()
+    dflt = _parity_dict(ParitySettings())
 
     def get(key):
-        return d.get(key, getattr(dflt, key))
+        return d.get(key, dflt[key])
+
+    def rows(key: str) -> int:
+        value = get(key)
+        if value is None or value == "all":
+            return ALL_ROWS
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise c.fail(f"parity.{key}", f"expected a number of rows or null (every row), "
+                                          f"got {_type_name(value)} {value!r}")
+        if value < 1:
+            raise c.fail(f"parity.{key}", f"must be at least 1 (null: every row), got {value}")
+        return value
 
     return ParitySettings(
-        sample_rows=c.integer(get("sample_rows"), "parity.sample_rows", 1, optional=True),
-        numpy_sample_rows=c.integer(get("numpy_sample_rows"), "parity.numpy_sample_rows", 1,
-                                    optional=True),
+        sample_rows=rows("sample_rows"),
+        numpy_sample_rows=rows("numpy_sample_rows"),
         determinism=c.boolean(get("determinism"), "parity.determinism"),
+        mma=c.choice(get("mma"), "parity.mma", MMA_MODES),
     )
 
 
@@ -680,6 +713,6 @@ def _reference(c: _Checker, value: Any, shapes: tuple[Shape, ...],
 
 
 __all__ = [
-    "Config", "TimingSettings", "ParitySettings", "Reference", "RefFigure", "FigureTable",
+    "Config", "TimingSettings", "ParitySettings", "ALL_ROWS", "MMA_MODES", "DEFAULT_MMA", "config_defaults", "Reference", "RefFigure", "FigureTable",
     "load_config", "config_from_dict", "resolve_config_path", "packaged_configs", "DEFAULT_CONFIG", "CONFIG_DIR", "LAYOUTS", "DATA_KINDS", "OUT_DTYPES", "HEAD_DIMS",
 ]

@@ -34,8 +34,8 @@ class Problem:
     softmax_scale: float | None = None  # None -> 1/sqrt(head_dim), resolved on construction
 
     def __post_init__(self) -> None:
-        for name in ("heads_q", "heads_kv", "head_dim", "page"):
-            value = getattr(self, name)
+        for name, value in (("heads_q", self.heads_q), ("heads_kv", self.heads_kv),
+                            ("head_dim", self.head_dim), ("page", self.page)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"problem: {name} must be a positive integer, got {value!r}")
         if self.heads_q % self.heads_kv:

@@ -77,8 +77,8 @@ def check_compatible(runs: Sequence[RunDir], metas: Sequence[Mapping[str, Any]])
                 raise refuse(what, _show(get(m0)), _show(get(m)))
         c0, c = _flat(m0.get("config") or {}), _flat(m.get("config") or {})
         for key in list(c0) + [k for k in c if k not in c0]:
-            if c0.get(key) != c.get(key):
-                raise refuse(f"config key {key}", _show(c0.get(key)), _show(c.get(key)))
+            if key in c0 and key in c and c0[key] != c[key]:   # a key one part predates: not compared
+                raise refuse(f"config key {key}", _show(c0[key]), _show(c[key]))
         if m0.get("sample_rows") != m.get("sample_rows"):
             raise refuse("--sample-rows", _show(m0.get("sample_rows")), _show(m.get("sample_rows")))
         k0, k = _kernel_sources(m0), _kernel_sources(m)
@@ -91,7 +91,7 @@ def check_compatible(runs: Sequence[RunDir], metas: Sequence[Mapping[str, Any]])
 
 
 def _cells(rec: Record) -> tuple[str, ...]:
-    return tuple(format_cell(c, getattr(rec, c)) for c in COLUMNS)
+    return tuple(format_cell(c, rec.value(c)) for c in COLUMNS)
 
 
 def _planned_order(config: Mapping[str, Any]) -> tuple[dict[str, int], dict[str, int]]:
@@ -109,12 +109,12 @@ def merge_records(runs: Sequence[RunDir], config: Mapping[str, Any]) -> list[Rec
             key = rec.key()
             if key in seen:
                 other, old = seen[key]
-                if _cells(old) != _cells(rec):
-                    col = next(c for c in COLUMNS
-                               if format_cell(c, getattr(old, c)) != format_cell(c, getattr(rec, c)))
+                was, now = _cells(old), _cells(rec)
+                if was != now:
+                    i = next(i for i, (a, b) in enumerate(zip(was, now)) if a != b)
                     raise MergeConflict(f"cannot merge: {key[0]} {key[1]} is in {other.path} and "
-                                        f"{run.path} with a different {col} "
-                                        f"({_show(getattr(old, col))} vs {_show(getattr(rec, col))})")
+                                        f"{run.path} with a different {COLUMNS[i]} "
+                                        f"({_show(old.value(COLUMNS[i]))} vs {_show(rec.value(COLUMNS[i]))})")
                 continue
             seen[key] = (run, rec)
     shapes, variants = _planned_order(config)
@@ -141,11 +141,12 @@ def _common(dicts: Sequence[Any]) -> dict[str, Any]:
 
 
 def _part(run: RunDir, meta: Mapping[str, Any], records: list[Record]) -> dict[str, Any]:
-    def unique(name: str) -> list:
-        return list(dict.fromkeys(getattr(r, name) for r in records if getattr(r, name) is not None))
+    def unique(values) -> list:
+        return list(dict.fromkeys(v for v in values if v is not None))
 
     return {"run": str(run.path), "run_id": run.run_id, "rows": len(records),
-            "gpus": unique("gpu"), "archs": unique("arch"), "devices": unique("device_uuid"),
+            "gpus": unique(r.gpu for r in records), "archs": unique(r.arch for r in records),
+            "devices": unique(r.device_uuid for r in records),
             **{k: meta[k] for k in PART_KEYS if k in meta
                and k not in ("environment", "backend_meta", "backend")},
             "environment": meta.get("environment"), "backend": meta.get("backend"),

@@ -106,6 +106,10 @@ class Record:
         """(shape, variant): the identity of a row within a run."""
         return (self.shape, self.variant)
 
+    def value(self, column: str) -> Any:
+        """The value of the column named ``column`` (one of COLUMNS)."""
+        return getattr(self, column)
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -216,7 +220,7 @@ def _write(records: Iterable[Record], fh: Any) -> None:
     w = csv.writer(fh, lineterminator="\n")
     w.writerow(COLUMNS)
     for rec in records:  # every row is written at this version, whatever it was read from
-        w.writerow([str(SCHEMA_VERSION) if name == "schema_version" else format_cell(name, getattr(rec, name))
+        w.writerow([str(SCHEMA_VERSION) if name == "schema_version" else format_cell(name, rec.value(name))
                     for name in COLUMNS])
 
 

@@ -84,7 +84,7 @@ class RunMeta:
 
     def to_dict(self) -> dict[str, Any]:
         """The meta.json object: every key that is set (None and empty containers left out)."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        out = {k: v for k, v in vars(self).items() if k != "extra"}
         out = {k: v for k, v in out.items() if v is not None and v != {} and v != []}
         out.update(self.extra)
         return out
