@@ -151,6 +151,7 @@ class _Job:
     hung_before: set = field(default_factory=set)  # (shape, variant) of a resumed run that hung
     retry_failed: bool = False  # --retry-failed: run those rows again
     ahead: Any = None  # pa_bench.compile_ahead.CompileAhead: the child building slow compiles ahead
+    rows_run: int = 0  # rows this walk ran a phase of (0 on resuming a finished run)
 
     @property
     def parity(self) -> bool:
@@ -265,6 +266,9 @@ def _run(
         job.prefetch.close()   # drop inputs drawn ahead, whatever ended the walk
         if job.ahead is not None:
             job.ahead.close()
+    if resume_run is not None and job.rows_run == 0:
+        progress.log(f"nothing to resume: {run.path.name} has no row left to run"
+                     + (" (--retry-failed runs the rows whose kernel hung)" if hung_before and not retry_failed else ""))
     # backend_meta again: the builds and launches are known only once the kernels have run
     run.finish_meta(resumed=resume_run is not None, status="complete", finished=R.now_utc_iso(),
                     wall_seconds=round(time.time() - started, 3),
@@ -392,6 +396,7 @@ def _run_shape(job: _Job, problem, variants: list[str]) -> None:
     todo_parity, todo_timing, active = list(work.parity), list(work.timing), list(work.active)
     if not active:
         return
+    job.rows_run += len(active)
     job.last_phase = work.last_phase(MODE_PARITY, MODE_TIME)  # each row counts one progress step
     job.kept = set(work.kept)
 

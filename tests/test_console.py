@@ -197,3 +197,37 @@ def test_the_eta_weighs_the_rows_left_by_their_work(monkeypatch):
 
 def test_durations():
     assert [C.duration(s) for s in (None, 0.4, 59.6, 61, 3725)] == ["-", "0s", "1m00s", "1m01s", "1h02m"]
+
+
+def _skipped(shape: str, variant: str, reason: str) -> Record:
+    return Record(shape=shape, label=None, context=0, queries=64, variant=variant,
+                  status="skipped", reason=reason, backend="numpy", gpu="cpu", arch="cpu")
+
+
+def test_a_reason_several_variants_share_at_every_shape_is_one_line():
+    recs = [_skipped(s, v, f"{v} runs on the cuda backend only")
+            for s in ("0x64", "64x64") for v in ("torch-sdpa", "torch-flex")]
+    lines, grouped = C.skipped_groups(recs)
+    assert lines == ["skipped at every shape: torch-sdpa, torch-flex (each runs on the cuda backend only)"]
+    assert grouped == recs
+    # two shapes of three: named; a reason of one variant only, or not every pairing: own lines
+    lines, _ = C.skipped_groups(recs + [Record(shape="128x64", context=128, queries=64, variant="v1")])
+    assert lines == ["skipped at 0x64, 64x64: torch-sdpa, torch-flex (each runs on the cuda backend only)"]
+    assert C.skipped_groups(recs[:1] + recs[2:3]) == ([], [])
+    assert C.skipped_groups(recs[:3]) == ([], [])
+
+
+def test_a_prompt_read_with_nothing_timed_prints_one_line(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    why = "timing: the numpy backend does not time kernels (needs CuPy and a GPU)"
+    summary = {"tokens": 1280, "chunks": 5, "chunk": 256,
+               "totals": [{"variant": v, "total_ms": None, "reason": why} for v in ("v1", "v2t")]}
+    C.show_prompt(summary, None)
+    out = capsys.readouterr().out
+    assert out.replace("\n", " ").startswith(
+        "prompt read: 1280 tokens in 5 chunks of 256, not timed: the numpy backend does not time "
+        "kernels (needs CuPy and a GPU) ")  # one line, wrapped at the console's width
+    assert "attention-only" not in out and "skipped" not in out
+    summary["totals"][1]["failed"] = True   # a failure is never folded away: the table shows it
+    C.show_prompt(summary, None)
+    assert "failed" in capsys.readouterr().out

@@ -303,3 +303,85 @@ def test_compare_without_runs_suggests_two_reference_runs_of_one_config(results)
     res = invoke("compare", "--results", root)
     assert res.exit_code == 2
     assert res.stderr.strip().endswith(f"e.g. pa-bench compare {ref} {base / '20261130-010000-pr2092-cuda'}")
+
+
+# --------------------------------------------------------------------------- what a CPU run says
+
+
+def test_peers_skipped_on_a_cpu_are_said_once(tmp_path):
+    """The peers skipped at every shape leave the table for one line naming them and their reason
+    (records.csv keeps every row; --wide shows them all)."""
+    args = ["parity", *TINY[:-1], "v1,torch-sdpa,torch-flex", "--shapes", "256x64,0x64",
+            "--results", tmp_path]
+    res = invoke(*args)
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert [ln for ln in lines if "cuda backend only" in ln] == [
+        "skipped at every shape: torch-sdpa, torch-flex (each runs on the cuda backend only)"]
+    assert not any(ln.split()[1:2] in (["torch-sdpa"], ["torch-flex"]) for ln in lines)  # no table row
+    assert sum(ln.split()[1:2] == ["v1"] for ln in lines) == 2
+    run = next(p for p in tmp_path.iterdir() if p.is_dir())
+    rows = (run / "records.csv").read_text().splitlines()
+    assert len(rows) == 1 + 2 * 3 and sum(",skipped," in r for r in rows) == 4
+    wide = invoke(*args, "--wide")
+    assert sum(" torch-flex " in f" {ln} " for ln in wide.stdout.splitlines()) >= 2
+
+
+def test_a_prompt_with_nothing_timed_says_so_in_one_line(tmp_path):
+    res = invoke("prompt", "--backend", "numpy", "--heads", "4/2", "--head-dim", "64",
+                 "--sample-rows", "4", "--variant", "v1,v2t", "--tokens", "512", "--chunk", "256",
+                 "--results", tmp_path)
+    assert res.exit_code == 0, res.output
+    out = res.stdout
+    assert ("prompt read: 512 tokens in 2 chunks of 256, not timed: the numpy backend does not "
+            "time kernels (needs CuPy and a GPU)") in out.replace("\n", " ")
+    assert "attention-only" not in out and "tok/s" not in out.split("beside the PR")[0]
+
+
+def test_env_without_a_driver_says_no_nvidia_gpu_found_as_run_does(monkeypatch):
+    from pa_bench.present import envinfo
+
+    detail = "cudaErrorInsufficientDriver: CUDA driver version is insufficient for CUDA runtime version"
+
+    def count():
+        raise FakeCudaError(35, detail)
+    runtime = types.SimpleNamespace(getDeviceCount=count, runtimeGetVersion=lambda: 13020,
+                                    driverGetVersion=lambda: 0)
+    cupy = types.ModuleType("cupy")
+    cupy.__version__, cupy.cuda = "14.2.0", types.SimpleNamespace(runtime=runtime)
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    env = envinfo.environment()
+    text = envinfo.format_environment(env)
+    assert "gpu           none (no NVIDIA GPU found)" in text and "insufficient" not in text
+    assert detail in env["gpu_error"]            # CUDA's own words stay in `pa-bench env --json`
+    assert envinfo.NO_GPU == NO_GPU == device_count_problem(FakeCudaError(35, detail))
+    other = "cudaErrorMemoryAllocation: out of memory"
+    assert envinfo.gpu_absence(other) == other and envinfo.gpu_absence(None) is None
+
+
+def test_kernels_show_v3s_dynamic_shared_memory():
+    from pa_bench.backends import kernel_info as ki
+
+    ptx = (".visible .entry pa_v3_smem_bytes(\n\t.param .u64 pa_v3_smem_bytes_param_0\n)\n{\n"
+           "\tmov.u32 \t%r1, 219216;\n\tst.global.u32 \t[%rd2], %r1;\n\tret;\n\n}\n"
+           ".visible .entry pa_v3(\n)\n{\n\tret;\n}\n")
+    assert ki.dynamic_smem_bytes(ptx, "pa_v3") == 219216
+    assert ki.dynamic_smem_bytes(ptx, "pa_v1") is None
+    assert ki.smem_cell({"smem_bytes": 0, "dynamic_smem_bytes": 219216}) == "219216 dynamic"
+    assert ki.smem_cell({"smem_bytes": 1024, "dynamic_smem_bytes": 2048}) == "1024 + 2048 dynamic"
+    assert ki.smem_cell({"smem_bytes": 16896}) == "16896"
+    if ki.nvcc_path() is None:
+        pytest.skip("nvcc (the CUDA compiler) is not on PATH")
+    v3, v1 = ki.compile_one("v3", "sm_90"), ki.compile_one("v1", "sm_90")
+    assert v3["smem_bytes"] == 0 and 200 * 1024 < v3["dynamic_smem_bytes"] <= 227 * 1024
+    assert v1["smem_bytes"] > 0 and v1["dynamic_smem_bytes"] is None
+
+
+def test_resuming_a_finished_run_says_there_is_nothing_to_do(tmp_path):
+    assert invoke("parity", *TINY, "--results", tmp_path).exit_code == 0
+    run = next(p for p in tmp_path.iterdir() if p.is_dir())
+    before = (run / "records.csv").read_bytes()
+    res = invoke("parity", *TINY, "--results", tmp_path, "--resume", run)
+    assert res.exit_code == 0, res.output
+    assert f"nothing to resume: {run.name} has no row left to run" in res.stderr.splitlines()
+    assert (run / "records.csv").read_bytes() == before

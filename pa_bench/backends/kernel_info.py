@@ -2,7 +2,8 @@
 
 For each variant x arch it compiles the variant with the backend's own options, keeps the
 PTX beside the cubin, and reads: registers per thread, spill bytes, static shared memory per
-CTA (``-Xptxas -v``), whether the PTX uses ``cp.async`` (LDGSTS) or the TMA unit's bulk copies
+CTA (``-Xptxas -v``), dynamic shared memory where the module says how much it launches with
+(v3's ``<function>_smem_bytes`` entry, read from its PTX), whether the PTX uses ``cp.async`` (LDGSTS) or the TMA unit's bulk copies
 (``cp.async.bulk``), and which ``mma.sync`` or ``wgmma`` shapes it uses.
 Every module also carries pa_combine (the key-segment merge, pa_common.cuh): its registers are a
 column of their own, and its spills count with the kernel's.
@@ -63,6 +64,28 @@ def _wgmma_serialized(log: str) -> str | None:
     return m.group(1).strip() if m else None
 
 
+def dynamic_smem_bytes(ptx: str, function: str) -> int | None:
+    """The dynamic shared memory a kernel launches with, where its module exports
+    ``<function>_smem_bytes`` (a one-thread kernel that stores the byte count, v3.cu): the constant
+    that entry stores, from the PTX. None for a kernel without it (static shared memory only)."""
+    m = re.search(rf"\.entry\s+{re.escape(function)}_smem_bytes\s*\((.*?)\n\}}", ptx, re.S)
+    if m is None:
+        return None
+    body = m.group(1)
+    value = re.search(r"st\.global\.[us]32\s+\[[^\]]+\],\s*(\d+);", body) or \
+        re.search(r"mov\.[us]32\s+%r\d+,\s*(\d+);", body)
+    return int(value.group(1)) if value else None
+
+
+def smem_cell(row: dict) -> str:
+    """The "smem B" cell of a built row: static bytes, and the dynamic bytes a kernel launches
+    with where it has them (``219216 dynamic``; ``1024 + 219216 dynamic`` with both)."""
+    static, dynamic = row.get("smem_bytes"), row.get("dynamic_smem_bytes")
+    if dynamic is None:
+        return str(static)
+    return f"{dynamic} dynamic" if not static else f"{static} + {dynamic} dynamic"
+
+
 def _parse_ptx(ptx: str) -> dict:
     shapes = sorted(set(re.findall(r"mma\.sync\.aligned\.(m\d+n\d+k\d+)", ptx)))
     shapes += sorted({f"wgmma.{s}" for s in re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", ptx)})
@@ -84,7 +107,7 @@ def compile_one(variant: str, arch: str, head_dim: int = 128, force_turing: bool
     cc = int(arch.removeprefix("sm_").rstrip("a"))  # sm_90a: the variant adds its suffix itself
     row = {"variant": variant, "arch": arch, "head_dim": head_dim, "force_turing": force_turing,
            "cta": registry.get(variant).cta, "compiled": False, "reason": None, "registers": None, "spill_bytes": None,
-           "smem_bytes": None, "stack_bytes": None, "cp_async": None, "bulk_copy": None, "mma": None,
+           "smem_bytes": None, "dynamic_smem_bytes": None, "stack_bytes": None, "cp_async": None, "bulk_copy": None, "mma": None,
            "combine_registers": None, "wgmma_serialized": None}
     why = K.build_unsupported(variant, cc, force_turing, head_dim)
     if why:
@@ -107,6 +130,7 @@ def compile_one(variant: str, arch: str, head_dim: int = 128, force_turing: bool
         row.update(_parse_ptxas(proc.stderr + proc.stdout, build.function))
         ptx = "".join(p.read_text() for p in Path(tmp).glob("*.ptx"))
         row.update(_parse_ptx(ptx))
+        row["dynamic_smem_bytes"] = dynamic_smem_bytes(ptx, build.function)
         row["compiled"] = True
     return row
 
@@ -143,7 +167,7 @@ def format_table(rows: list[dict]) -> str:
         if r["compiled"]:
             comb = r.get("combine_registers")
             lines.append([r["variant"], r["arch"], "yes", str(r["registers"]), str(r["spill_bytes"]),
-                          str(r["smem_bytes"]), _copy_kind(r), r["mma"] or "-",
+                          smem_cell(r), _copy_kind(r), r["mma"] or "-",
                           "-" if comb is None else str(comb),
                           r["cta"] + (f"; WGMMA SERIALISED by ptxas: {r['wgmma_serialized']}"
                                       if r.get("wgmma_serialized") else "")])

@@ -215,7 +215,7 @@ def _parity_verdict(r) -> str:
 def _ms_cell(r) -> str:
     """The median, with the 95 % interval of the median where the record has it."""
     ms = _cell(r.ms_median, "ms")
-    lo, hi = getattr(r, "ms_ci_lo", None), getattr(r, "ms_ci_hi", None)
+    lo, hi = r.ms_ci_lo, r.ms_ci_hi
     if r.ms_median is not None and lo is not None and hi is not None:
         ms += f" [{_cell(lo, 'ms')}-{_cell(hi, 'ms')}]"
     return ms
@@ -275,7 +275,7 @@ def _time_verdict(r) -> str:
 
 def _time_table(records, wide: bool, common) -> tuple[list[str], list[list[str]], list[int]]:
     if not wide:
-        with_ci = any(getattr(r, "ms_ci_lo", None) is not None for r in records)
+        with_ci = any(r.ms_ci_lo is not None for r in records)
         header = ["shape", "variant", "ms median [95% CI]" if with_ci else "ms median", "TFLOP/s",
                   "vs v1", "verdict"]
         return header, [[
@@ -284,10 +284,10 @@ def _time_table(records, wide: bool, common) -> tuple[list[str], list[list[str]]
     rows = []
     for r in records:
         quart = "-" if r.ms_q1 is None else f"{_cell(r.ms_q1, 'ms')}-{_cell(r.ms_q3, 'ms')}"
-        ci = "-" if getattr(r, "ms_ci_lo", None) is None else \
+        ci = "-" if r.ms_ci_lo is None else \
             f"{_cell(r.ms_ci_lo, 'ms')}-{_cell(r.ms_ci_hi, 'ms')}"
         rows.append([
-            shape_cell(r), r.variant, getattr(r, "impl", None) or "-", r.status,
+            shape_cell(r), r.variant, r.impl or "-", r.status,
             _cell(r.ms_median, "ms"), ci, quart, _cell(r.ms_rel_spread, "pct"), _cell(r.samples),
             _stop_cell(r), _cell(r.tflops, "1"), _cell(r.kv_gbps, "0"), _cell(r.sm_clock_mhz, "0"),
             _cell(r.throttled), _speed_cell(r), _cell(r.ref_ms, "ms"),
@@ -300,7 +300,7 @@ def impl_lines(records) -> list[str]:
     """``torch-sdpa ran cudnn``: the library kernel each peer ran (per shape where it differs)."""
     ran: dict[str, dict[str, list[str]]] = {}
     for r in records:
-        if getattr(r, "impl", None):
+        if r.impl:
             ran.setdefault(r.variant, {}).setdefault(r.impl, []).append(r.display_shape)
     out = []
     for variant, impls in ran.items():
@@ -312,22 +312,52 @@ def impl_lines(records) -> list[str]:
     return out
 
 
+def skipped_groups(records, common: Sequence[N.Note] = ()) -> tuple[list[str], list]:
+    """Skipped rows that share their reason across variants, said once: one line per reason
+    (``skipped at every shape: torch-sdpa, torch-flex (each runs on the cuda backend only)``),
+    and the rows those lines stand for. A reason is grouped when rows of two or more variants
+    hold it (the variant's own name at its start set aside) and they are every pairing of those
+    variants and shapes; any other skipped row keeps its own line."""
+    groups: dict[tuple[str, bool], list] = {}
+    for r in records:
+        text = _reason(r, common)
+        if r.status != "skipped" or not text:
+            continue
+        named = text.startswith(f"{r.variant} ")
+        groups.setdefault((text[len(r.variant) + 1:] if named else text, named), []).append(r)
+    all_shapes = list(dict.fromkeys(r.display_shape for r in records))
+    lines, grouped = [], []
+    for (text, named), rows in groups.items():
+        variants = list(dict.fromkeys(r.variant for r in rows))
+        shapes = list(dict.fromkeys(r.display_shape for r in rows))
+        if len(variants) < 2 or len(rows) != len(variants) * len(shapes) \
+                or len({(r.variant, r.display_shape) for r in rows}) != len(rows):
+            continue
+        where = "every shape" if shapes == all_shapes else ", ".join(shapes)
+        lines.append(f"skipped at {where}: {', '.join(variants)} ({'each ' if named else ''}{text})")
+        grouped += rows
+    return lines, grouped
+
+
 def show_run(records, backend_desc: dict, config, *, parity: bool, timing: bool,
              wide: bool = False) -> None:
     """A run's parameters, the notes every row shares, its parity and/or time table, and (not
-    ``wide``) each row's own notes under the tables."""
+    ``wide``) each row's own notes under the tables; there, skipped rows whose reason several
+    variants share leave the tables for one line (skipped_groups)."""
     console = stdout_console()
     common = common_notes(records)
     print_lines(console, [params_line(config, backend_desc, records)]
                 + [f"all rows: {n.render()}" for n in common])
+    grouped_lines, grouped = ([], []) if wide else skipped_groups(records, common)
+    shown_rows = [r for r in records if not any(r is g for g in grouped)]
     for shown, title, table in ((parity, PARITY_TITLE, _parity_table), (timing, TIME_TITLE, _time_table)):
-        if shown:
-            header, rows, right = table(records, wide, common)
+        if shown and (shown_rows or not records):
+            header, rows, right = table(shown_rows, wide, common)
             print_table(console, title, header, rows, right=right, wide=wide)
     if not wide:
-        own = [(r, _reason(r, common)) for r in records]
-        print_lines(console, impl_lines(records) + [f"{r.display_shape} {r.variant}: {text}"
-                                                    for r, text in own if text])
+        own = [(r, _reason(r, common)) for r in shown_rows]
+        print_lines(console, impl_lines(records) + grouped_lines
+                    + [f"{r.display_shape} {r.variant}: {text}" for r, text in own if text])
 
 
 def failures(records, prompt: dict | None = None) -> list[str]:
@@ -345,13 +375,18 @@ def failures(records, prompt: dict | None = None) -> list[str]:
 
 
 def show_prompt(summary: dict, gpu: str | None, wide: bool = False) -> None:
-    """The prompt read: how it was timed, its totals, and the PR's engine figure beside it."""
+    """The prompt read: how it was timed, its totals, and the PR's engine figure beside it; one
+    line instead of the first two where no variant was timed."""
     from pa_bench.present import prompt_report as P
 
     console = stdout_console()
-    print_lines(console, P.describe(summary))
-    print_table(console, f"prompt read: {summary.get('tokens')} tokens, attention only", P.HEADER,
-                P.totals_rows(summary), right=[1, 2, 3, 4, 5], wide=wide)
+    untimed = P.untimed_line(summary)
+    if untimed is not None:  # nothing was timed (a CPU): one line, not an all-skipped table
+        print_lines(console, [untimed])
+    else:
+        print_lines(console, P.describe(summary))
+        print_table(console, f"prompt read: {summary.get('tokens')} tokens, attention only",
+                    P.HEADER, P.totals_rows(summary), right=[1, 2, 3, 4, 5], wide=wide)
     beside = P.beside_pr(summary, gpu)
     if beside:
         print_table(console, "beside the PR's prompt read",
@@ -387,12 +422,12 @@ def show_kernels(rows: list[dict]) -> None:
     """``pa-bench kernels``: the built rows' resources in a table; under it each variant's CTA,
     the builds that were not made and why, and how key segments launch (kernel_info.format_table:
     the same in one row a build, every column)."""
-    from pa_bench.backends.kernel_info import SEGMENTS_NOTE, _copy_kind
+    from pa_bench.backends.kernel_info import SEGMENTS_NOTE, _copy_kind, smem_cell
 
     console = stdout_console()
     built = [r for r in rows if r.get("compiled")]
     table = [[r["variant"], r["arch"], str(r["registers"]), str(r["spill_bytes"]),
-              str(r["smem_bytes"]), _copy_kind(r), " ".join((r.get("mma") or "-").split(",")),
+              smem_cell(r), _copy_kind(r), " ".join((r.get("mma") or "-").split(",")),
               "-" if r.get("combine_registers") is None else str(r["combine_registers"])]
              for r in built]
     print_table(console, None, ["variant", "arch", "regs", "spills", "smem B", "async copy", "mma",

@@ -1,7 +1,8 @@
 """What a bug report needs: Python, packages, CuPy, the GPU, driver, CUDA, nvcc, torch, git.
 
 `environment()` never raises: with no CuPy, no GPU, no nvcc or no git the matching fields are
-None (and `gpu_error` says why the GPU probe failed, when CuPy is there but the GPU is not).
+None (and `gpu_error` holds CUDA's error when CuPy is there but the GPU is not; the text form
+says "no NVIDIA GPU found" for CUDA's no-device and no-driver errors, as the backends do).
 It is used by `pa-bench env` (through `format_environment`) and stored in `meta.json`.
 
 Keys of `environment()` (all present, None when unknown):
@@ -35,6 +36,11 @@ _PACKAGES = {  # key -> distribution name
     "pyyaml": "PyYAML",
     "matplotlib": "matplotlib",
 }
+
+NO_GPU = "no NVIDIA GPU found"
+# CUDA's errors that mean "this machine has no usable NVIDIA GPU": no device, or no driver at all
+# (CUDA reports a missing driver as an insufficient one); pa_bench.backends reads them alike
+NO_GPU_ERRORS = ("cudaErrorInsufficientDriver", "cudaErrorNoDevice")
 
 _GPU_KEYS = (
     "device", "gpu", "compute_capability", "arch", "sm_count", "l2_bytes", "gpu_memory_bytes",
@@ -157,12 +163,12 @@ def environment(device: int = 0) -> dict[str, Any]:
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
         "platform": platform.platform(),
-        "pa_bench": getattr(pa_bench, "__version__", None),
+        "pa_bench": pa_bench.__version__,
     }
     for key, dist in _PACKAGES.items():
         env[key] = _dist_version(dist)
     cp = _cupy()
-    env["cupy"] = getattr(cp, "__version__", None) if cp is not None else None
+    env["cupy"] = getattr(cp, "__version__", None) if cp is not None else None  # a broken CuPy may lack it
     env["torch"] = _dist_version("torch")  # metadata only: importing torch takes seconds
     env.update(gpu_info(device))
     try:
@@ -183,6 +189,14 @@ def _fmt_bytes(n: int | None) -> str | None:
         if n >= size:
             return f"{n / size:.1f} {unit}"
     return f"{n} B"
+
+
+def gpu_absence(error: str | None) -> str | None:
+    """The GPU probe's error in words: "no NVIDIA GPU found" for CUDA's no-device and no-driver
+    errors (CUDA's own words stay in ``gpu_error``, `pa-bench env --json`), else the error."""
+    if error and any(name in error for name in NO_GPU_ERRORS):
+        return NO_GPU
+    return error
 
 
 def format_environment(d: dict[str, Any]) -> str:
@@ -207,7 +221,7 @@ def format_environment(d: dict[str, Any]) -> str:
             f"{v(d.get('sm_clock_max_mhz'))} MHz",
         ]
     else:
-        why = d.get("gpu_error") or ("CuPy is not installed" if not d.get("cupy") else "no GPU")
+        why = gpu_absence(d.get("gpu_error")) or ("CuPy is not installed" if not d.get("cupy") else "no GPU")
         lines.append(f"gpu           none ({why})")
     lines += [
         f"driver        {v(d.get('driver'))}  (CUDA driver API {v(d.get('cuda_driver'))})",

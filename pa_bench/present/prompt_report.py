@@ -57,6 +57,20 @@ def totals_rows(prompt: Mapping[str, Any]) -> list[list[str]]:
     return rows
 
 
+def untimed_line(prompt: Mapping[str, Any]) -> str | None:
+    """One line for a prompt read of which no variant was timed, and none failed (on a CPU: the
+    numpy backend times nothing), in place of an all-skipped table; None when any has a total."""
+    totals = prompt.get("totals") or []
+    if not totals or any(_f(t.get("total_ms")) is not None or t.get("failed") for t in totals):
+        return None
+    reasons = {str(t.get("variant")): str(t.get("reason") or "not timed").removeprefix("timing: ")
+               for t in totals}
+    why = next(iter(reasons.values())) if len(set(reasons.values())) == 1 else \
+        "; ".join(f"{v}: {r}" for v, r in reasons.items())
+    return (f"prompt read: {prompt.get('tokens')} tokens in {prompt.get('chunks')} chunks of "
+            f"{prompt.get('chunk')}, not timed: {why}")
+
+
 def describe(prompt: Mapping[str, Any]) -> list[str]:
     """Sentences: the chunks, what was timed, how the rest was filled in and checked."""
     n, chunk, tokens = prompt.get("chunks"), prompt.get("chunk"), prompt.get("tokens")
@@ -192,5 +206,5 @@ def prompt_section(run_path: str | Path, prompt: Mapping[str, Any] | None, gpu: 
     return out + [""]
 
 
-__all__ = ["prompt_section", "totals_rows", "describe", "beside_pr", "draw_cumulative", "HEADER",
+__all__ = ["prompt_section", "totals_rows", "describe", "untimed_line", "beside_pr", "draw_cumulative", "HEADER",
            "ALIGN", "ENGINE_NOTE", "PLOT_CUMULATIVE"]
