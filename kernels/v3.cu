@@ -428,6 +428,10 @@ __device__ __forceinline__ void issue_tile(const pa::Args& a, const Cta& c, int 
     const int span = 1 << span_log2;
     const int runs = (j1 - j0 + span - 1) >> span_log2;
     const int sc_last = ((j1 - j0 - (runs - 1) * span) + 3) / 4 * 4;    // scales of the last run, 16-byte whole
+    if constexpr (PA_V3_KNOCKED(COPY)) {       // knock-out: no copies, the slot's stale bytes converted
+        mbar_arrive(bar);
+        return;
+    }
     mbar_arrive_expect_tx(bar, (u32)(2 * (j1 - j0) * D + 8 * ((runs - 1) * span + sc_last)));
     for (int j = j0; j < j1; j += span) {
         const int keys = min(span, j1 - j), sc = j + span < j1 ? span : sc_last;
@@ -439,6 +443,16 @@ __device__ __forceinline__ void issue_tile(const pa::Args& a, const Cta& c, int 
         bulk_g2s(st + I8_SC + 4 * r, a.k_scale + sci, 4u * sc, bar);
         bulk_g2s(st + I8_SC + BN * 4 + 4 * r, a.v_scale + sci, 4u * sc, bar);
     }
+}
+
+// An image issuer's arm of `bar` for `bytes` of bulk copies, and one of those copies (the
+// image-copy knock-out: a plain arrive, and no copy).
+__device__ __forceinline__ void arm_copies(u32 bar, u32 bytes) {
+    if constexpr (PA_V3_KNOCKED(IMAGE_COPY)) mbar_arrive(bar);
+    else mbar_arrive_expect_tx(bar, bytes);
+}
+__device__ __forceinline__ void image_copy(u32 dst, const void* src, u32 bytes, u32 bar) {
+    if constexpr (!PA_V3_KNOCKED(IMAGE_COPY)) bulk_g2s(dst, src, bytes, bar);
 }
 
 #if PA_V3_STEP_KEYS == 128
@@ -460,23 +474,23 @@ __device__ __forceinline__ void issue_pairs(const unsigned char* imgs, int n_til
             ready(min(2 * p, n_tiles - 1), min(2 * p + 1, n_tiles - 1));
             const u32 ks = base + SM_K + (p % K_PAIRS) * K_SLOT, fk = base + BAR_FULL_K + 8 * (p % K_PAIRS);
             if (p >= K_PAIRS) mbar_wait(base + BAR_EMPTY_K + 8 * (p % K_PAIRS), ((p / K_PAIRS) & 1) ^ 1);
-            mbar_arrive_expect_tx(fk, 2 * (NG * KV_BLOCK + 2 * BN * 4));
+            arm_copies(fk, 2 * (NG * KV_BLOCK + 2 * BN * 4));
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const unsigned char* img = image(2 * p + h);
 #pragma unroll
                 for (int b = 0; b < NG; ++b)
-                    bulk_g2s(ks + b * 2 * KV_BLOCK + h * KV_BLOCK, img + F16_K + b * KV_BLOCK, KV_BLOCK, fk);
-                bulk_g2s(ks + PAIR_SC + h * 2 * BN * 4, img + F16_KQ, 2 * BN * 4, fk);   // kq, vs (F16_VS = F16_KQ + BN*4)
+                    image_copy(ks + b * 2 * KV_BLOCK + h * KV_BLOCK, img + F16_K + b * KV_BLOCK, KV_BLOCK, fk);
+                image_copy(ks + PAIR_SC + h * 2 * BN * 4, img + F16_KQ, 2 * BN * 4, fk);   // kq, vs (F16_VS = F16_KQ + BN*4)
             }
         }
         if (p >= 1) {
             const int q = p - 1;
             const u32 vs = base + SM_V + (q % V_PAIRS) * V_SLOT, fv = base + BAR_FULL_V + 8 * (q % V_PAIRS);
             if (q >= V_PAIRS) mbar_wait(base + BAR_EMPTY_V + 8 * (q % V_PAIRS), ((q / V_PAIRS) & 1) ^ 1);
-            mbar_arrive_expect_tx(fv, 2 * NG * KV_BLOCK);
+            arm_copies(fv, 2 * NG * KV_BLOCK);
 #pragma unroll
-            for (int h = 0; h < 2; ++h) bulk_g2s(vs + h * NG * KV_BLOCK, image(2 * q + h) + F16_V, NG * KV_BLOCK, fv);
+            for (int h = 0; h < 2; ++h) image_copy(vs + h * NG * KV_BLOCK, image(2 * q + h) + F16_V, NG * KV_BLOCK, fv);
         }
         pace(2 * p + 2);
     }
@@ -518,6 +532,12 @@ __device__ __forceinline__ u32 ld_acquire_gpu(const u32* p) {
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
     return v;
 }
+// Until the image behind `flag` is published in this launch (the share-convert knock-out: no wait).
+__device__ __forceinline__ void wait_published(const u32* flag, u32 epoch) {
+    if constexpr (!PA_V3_KNOCKED(SHARE_CONVERT))
+        while (ld_acquire_gpu(flag) != epoch) {
+        }
+}
 __device__ __forceinline__ void st_relaxed_gpu(u32* p, u32 v) {
     asm volatile("st.relaxed.gpu.global.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
@@ -547,10 +567,8 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
 #if PA_V3_STEP_KEYS == 128
         issue_pairs(imgs, n_tiles, base,
                     [&](int t0, int t1) {
-                        while (ld_acquire_gpu(flags + t0) != epoch) {
-                        }
-                        while (ld_acquire_gpu(flags + t1) != epoch) {
-                        }
+                        wait_published(flags + t0, epoch);
+                        wait_published(flags + t1, epoch);
                         fence_proxy_async_global();
                     },
                     [&](int brought) {   // the converters' pace: a shared atomic, read by one
@@ -560,18 +578,17 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
         const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
         for (int n = 0; n < n_tiles; ++n) {
             const int s = n % F16_STAGES;
-            while (ld_acquire_gpu(flags + n) != epoch) {
-            }
+            wait_published(flags + n, epoch);
             fence_proxy_async_global();
             if (n >= F16_STAGES) mbar_wait(bar_empty + 8 * s, ((n / F16_STAGES) & 1) ^ 1);   // tile n-4 released stage s
-            mbar_arrive_expect_tx(bar_full + 8 * s, IMG_BYTES);
-            bulk_g2s(base + SM_F16 + s * F16_STAGE, imgs + (u64)n * IMG_BYTES, IMG_BYTES, bar_full + 8 * s);
+            arm_copies(bar_full + 8 * s, IMG_BYTES);
+            image_copy(base + SM_F16 + s * F16_STAGE, imgs + (u64)n * IMG_BYTES, IMG_BYTES, bar_full + 8 * s);
             atomicExch(const_cast<int*>(word) + 1, n + 1);   // the converters' pace: a shared atomic, read by one
         }
 #endif
         return;
     }
-    if (tid >= 64) return;
+    if (tid >= 64 || PA_V3_KNOCKED(SHARE_CONVERT)) return;   // (the knock-out: no conversions)
     const u64 e0 = (u64)epoch << SHARE_TICKET_SHIFT;
     if (tid == 0) atomicMax(reinterpret_cast<unsigned long long*>(ctr), (unsigned long long)e0);
     u32 k = 0;                               // conversions so far (landed's phase)
@@ -624,37 +641,63 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
     const int n_tiles = c.t_end - c.t_begin;
     const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
     const u32 bar_landed = base + SM_BAR + 16 * F16_STAGES;
+    PA_V3_STAMP(producer_start, 0);
 
     if (threadIdx.x == ISSUER)
         for (int n = 0; n < I8_STAGES && n < n_tiles; ++n) issue_tile(a, c, n, base);
     for (int n = 0; n < n_tiles; ++n) {
         const int s = n % F16_STAGES;
+        PA_V3_STAMP(top, n);
         mbar_wait(bar_landed + 8 * (n % I8_STAGES), (n / I8_STAGES) & 1);   // tile n's copies have landed
+        PA_V3_STAMP(landed, n);
         const unsigned char* st = sm + SM_I8 + (n % I8_STAGES) * I8_STAGE;
         unsigned char* f = sm + SM_F16 + s * F16_STAGE;
         // All of this thread's int8 chunks of the tile into registers first, then the wait for the
         // fp16 stage, then convert and store: the loads' latency passes during the wait, and no
         // conversion waits on its own load (interleaved with the stores, the compiler cannot move
-        // the loads above them).
+        // the loads above them). (The knock-outs here: see v3_hooks.cuh.)
+        constexpr int ROUNDS = PA_V3_KNOCKED(HALF_CONVERT) ? NI / 2 : NI;
         uint4 kx[NI], vx[NI];
+        [[maybe_unused]] u32 fold = 0;       // (no-store: what would have been stored, kept alive)
 #pragma unroll
-        for (int i = 0; i < NI; ++i) {
+        for (int i = 0; i < ROUNDS; ++i) {
             const int r = prod_row(pw, lane, i);
-            kx[i] = *reinterpret_cast<const uint4*>(st + I8_K + stage_off(r, ch));
-            vx[i] = *reinterpret_cast<const uint4*>(st + I8_V + stage_off(r, ch));
+            if constexpr (PA_V3_KNOCKED(LOAD)) {
+                kx[i] = make_uint4(r, ch, n, i);
+                vx[i] = make_uint4(r, ch, n, i);
+            } else {
+                kx[i] = *reinterpret_cast<const uint4*>(st + I8_K + stage_off(r, ch));
+                vx[i] = *reinterpret_cast<const uint4*>(st + I8_V + stage_off(r, ch));
+            }
         }
         if (n >= F16_STAGES) mbar_wait(bar_empty + 8 * s, ((n / F16_STAGES) & 1) ^ 1);   // tile n-F16_STAGES released stage s
+        PA_V3_STAMP(empty, n);
+        auto store = [&](uint4 x, unsigned char* at) {   // (x first: evaluated as an assignment's right side is)
+            if constexpr (PA_V3_KNOCKED(STORE)) fold ^= x.x ^ x.y ^ x.z ^ x.w;
+            else *reinterpret_cast<uint4*>(at) = x;
+        };
 #pragma unroll
-        for (int i = 0; i < NI; ++i) {
+        for (int i = 0; i < (PA_V3_KNOCKED(CONVERT) ? 0 : ROUNDS); ++i) {
             const int r = prod_row(pw, lane, i);
             uint4 lo, hi;
-            i8x16_to_f16(kx[i], lo, hi);
-            *reinterpret_cast<uint4*>(f + F16_K + sw128(r, 2 * ch, KV_BLOCK)) = lo;
-            *reinterpret_cast<uint4*>(f + F16_K + sw128(r, 2 * ch + 1, KV_BLOCK)) = hi;
-            i8x16_to_f16(vx[i], lo, hi);
-            *reinterpret_cast<uint4*>(f + F16_V + sw128(r, 2 * ch, KV_BLOCK)) = lo;
-            *reinterpret_cast<uint4*>(f + F16_V + sw128(r, 2 * ch + 1, KV_BLOCK)) = hi;
+            if constexpr (PA_V3_KNOCKED(ALU_K)) {
+                lo = kx[i];
+                hi = kx[i];
+            } else {
+                i8x16_to_f16(kx[i], lo, hi);
+            }
+            store(lo, f + F16_K + sw128(r, 2 * ch, KV_BLOCK));
+            store(hi, f + F16_K + sw128(r, 2 * ch + 1, KV_BLOCK));
+            if constexpr (PA_V3_KNOCKED(ALU_V)) {
+                lo = vx[i];
+                hi = vx[i];
+            } else {
+                i8x16_to_f16(vx[i], lo, hi);
+            }
+            store(lo, f + F16_V + sw128(r, 2 * ch, KV_BLOCK));
+            store(hi, f + F16_V + sw128(r, 2 * ch + 1, KV_BLOCK));
         }
+        if (PA_V3_KNOCKED(STORE) && fold == 0x9e3779b9u) *reinterpret_cast<u32*>(f) = fold;
         if (pw == 0) {   // lanes 0-15: K scales of keys 4*lane.., lanes 16-31: V scales; zero past nk
             // (loaded here, not with the chunks: at three consumer warpgroups the producer's 56
             // registers hold the chunks and their conversion, not four more)
@@ -667,8 +710,10 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
             scx.w = key0 + 3 < nk ? __fmul_rn(scx.w, mul) : 0.f;
             *reinterpret_cast<float4*>(f + F16_KQ + (lane >> 4) * BN * 4 + 16 * (lane & 15)) = scx;   // F16_VS = F16_KQ + BN*4
         }
+        PA_V3_STAMP(stored, n);
         fence_proxy_async();                 // the stores above, before wgmma reads them
         mbar_arrive(bar_full + 8 * s);
+        PA_V3_STAMP(arrived, n);
         // Every producer thread has read tile n's staging slot: the issuer refills it with tile n + I8_STAGES.
         if (n + I8_STAGES < n_tiles) {
             named_barrier_sync(PROD_BAR, 128);
@@ -677,6 +722,7 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
                 issue_tile(a, c, n + I8_STAGES, base);
             }
         }
+        PA_V3_STAMP(barrier, n);
     }
 }
 #endif
@@ -736,7 +782,34 @@ __device__ __forceinline__ void issue_pv(float (&o)[O_REGS], const u32 (&pf)[PV_
 // scales of the step's first tile: per tile kq[BN] then vs[BN], the next tile's 2*BN floats on
 // (sc_index).
 constexpr float MAX_SLACK = 8.f;
+// t of one score: S_raw * kq - m in one rounding (the key-scale knock-out: S - m).
+__device__ __forceinline__ float scaled_t(float s, float kq, float nref) {
+    if constexpr (PA_V3_KNOCKED(K_SCALES)) return __fadd_rn(s, nref);
+    else return __fmaf_rn(s, kq, nref);
+}
 __host__ __device__ constexpr int sc_index(int j) { return (j >> 3) * 2 * BN + (j & 7) * 8; }
+// What softmax_tile and softmax_tile_kept share. A row's reference, negated (m taken as 0 while
+// the row has seen no key), and the largest t it keeps its reference at (MAX_SLACK; -inf while it
+// has none: its first key moves it).
+__device__ __forceinline__ void negated_refs(const float (&m)[2], float (&nref)[2]) {
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) nref[rr] = m[rr] == PA_NEG_INF ? -0.f : -m[rr];
+}
+__device__ __forceinline__ void slack_tops(const float (&m)[2], float (&top)[2]) {
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) top[rr] = m[rr] == PA_NEG_INF ? PA_NEG_INF : MAX_SLACK;
+}
+// The V scales of n8 block j's keys 2t, 2t+1 (WITH_VS; else 1), and p times its key's.
+template <bool WITH_VS>
+__device__ __forceinline__ float2 v_scales(const float* kq, int j, int t) {
+    float2 v2 = {1.f, 1.f};
+    if (WITH_VS && !PA_V3_KNOCKED(V_SCALES)) v2 = *reinterpret_cast<const float2*>(kq + BN + sc_index(j) + 2 * t);
+    return v2;
+}
+template <bool WITH_VS>
+__device__ __forceinline__ float with_v_scale(float p, float2 v2, int e) {
+    return WITH_VS && !PA_V3_KNOCKED(V_SCALES) ? __fmul_rn(p, (e & 1) ? v2.y : v2.x) : p;
+}
 // WITH_VS: each p multiplied by its key's V scale right after its exponential and its sum (the
 // same bits as scale_by_vs after the softmax; the 128-key step: its multiplies then fill the
 // exponentials' issue gaps rather than follow the masked and unmasked paths' join).
@@ -745,14 +818,13 @@ __device__ __forceinline__ void softmax_tile(const float* kq, int j0, const int 
                                              float (&s)[4 * NJ], float (&m)[2], float (&l)[2], float (&alpha)[2]) {
     const int t = threadIdx.x & 3;
     float mx[2] = {PA_NEG_INF, PA_NEG_INF}, nref[2];
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) nref[rr] = m[rr] == PA_NEG_INF ? -0.f : -m[rr];
+    negated_refs(m, nref);
 #pragma unroll
     for (int j = 0; j < NJ; ++j) {
         const float2 k2 = *reinterpret_cast<const float2*>(kq + sc_index(j) + 2 * t);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            float v = __fmaf_rn(s[4 * j + e], (e & 1) ? k2.y : k2.x, nref[e >> 1]);
+            float v = scaled_t(s[4 * j + e], (e & 1) ? k2.y : k2.x, nref[e >> 1]);
             if (MASKED) v = (j0 + 8 * j + 2 * t + (e & 1) <= lim[e >> 1]) ? v : PA_NEG_INF;
             s[4 * j + e] = v;
             mx[e >> 1] = fmaxf(mx[e >> 1], v);
@@ -761,8 +833,7 @@ __device__ __forceinline__ void softmax_tile(const float* kq, int j0, const int 
     alpha[0] = alpha[1] = 1.f;
     // a row keeps its reference while its t <= MAX_SLACK; a row with none yet while it has no key
     float top[2];
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) top[rr] = m[rr] == PA_NEG_INF ? PA_NEG_INF : MAX_SLACK;
+    slack_tops(m, top);
     if (!__all_sync(0xffffffffu, (mx[0] <= top[0]) & (mx[1] <= top[1]))) {
 #pragma unroll
         for (int sh = 1; sh <= 2; sh *= 2)
@@ -784,13 +855,12 @@ __device__ __forceinline__ void softmax_tile(const float* kq, int j0, const int 
     }
 #pragma unroll
     for (int j = 0; j < NJ; ++j) {
-        float2 v2 = {1.f, 1.f};
-        if (WITH_VS) v2 = *reinterpret_cast<const float2*>(kq + BN + sc_index(j) + 2 * t);
+        const float2 v2 = v_scales<WITH_VS>(kq, j, t);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const float p = pa::exp2_ftz(s[4 * j + e]);
             l[e >> 1] = __fadd_rn(l[e >> 1], p);
-            s[4 * j + e] = WITH_VS ? __fmul_rn(p, (e & 1) ? v2.y : v2.x) : p;
+            s[4 * j + e] = with_v_scale<WITH_VS>(p, v2, e);
         }
     }
 }
@@ -816,25 +886,22 @@ __device__ __forceinline__ bool softmax_tile_kept(const float* kq, float (&s)[4 
                                                   float (&l)[2], float (&alpha)[2], int bar) {
     const int t = threadIdx.x & 3;
     float mx[2] = {PA_NEG_INF, PA_NEG_INF}, nref[2], sum[2] = {l[0], l[1]};
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) nref[rr] = m[rr] == PA_NEG_INF ? -0.f : -m[rr];
+    negated_refs(m, nref);
 #pragma unroll
     for (int j = 0; j < NJ; ++j) {
         const float2 k2 = *reinterpret_cast<const float2*>(kq + sc_index(j) + 2 * t);
-        float2 v2 = {1.f, 1.f};
-        if (WITH_VS) v2 = *reinterpret_cast<const float2*>(kq + BN + sc_index(j) + 2 * t);
+        const float2 v2 = v_scales<WITH_VS>(kq, j, t);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            const float v = __fmaf_rn(s[4 * j + e], (e & 1) ? k2.y : k2.x, nref[e >> 1]);
+            const float v = scaled_t(s[4 * j + e], (e & 1) ? k2.y : k2.x, nref[e >> 1]);
             mx[e >> 1] = fmaxf(mx[e >> 1], v);
             const float p = pa::exp2_ftz(v);
             sum[e >> 1] = __fadd_rn(sum[e >> 1], p);
-            s[4 * j + e] = WITH_VS ? __fmul_rn(p, (e & 1) ? v2.y : v2.x) : p;
+            s[4 * j + e] = with_v_scale<WITH_VS>(p, v2, e);
         }
     }
     float top[2];
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) top[rr] = m[rr] == PA_NEG_INF ? PA_NEG_INF : MAX_SLACK;
+    slack_tops(m, top);
     if (!warpgroup_all((mx[0] <= top[0]) & (mx[1] <= top[1]), bar)) return false;
     l[0] = sum[0];
     l[1] = sum[1];
@@ -855,7 +922,7 @@ __device__ __forceinline__ void scale_by_vs(const float* kq, float (&s)[4 * NJ])
     const int t = threadIdx.x & 3;
     const float* vs = kq + BN;               // (F16_VS = F16_KQ + BN*4)
 #pragma unroll
-    for (int j = 0; j < NJ; ++j) {
+    for (int j = 0; j < (PA_V3_KNOCKED(V_SCALES) ? 0 : NJ); ++j) {
         const float2 v2 = *reinterpret_cast<const float2*>(vs + sc_index(j) + 2 * t);
         s[4 * j] = __fmul_rn(s[4 * j], v2.x);
         s[4 * j + 1] = __fmul_rn(s[4 * j + 1], v2.y);
@@ -905,6 +972,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     // uniform registers (else an R2UR per descriptor half and wgmma: 70 more instructions a step).
     const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7) - 1, 0), tid = threadIdx.x & 127;
     const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    PA_V3_STAMP_WG(consumer_start, wg, tid, 0);
     const int rows_used = c.ppc * c.group;   // rows of the CTA that hold a query (at most M_CTA)
     const int r0 = 64 * wg;                  // this warpgroup's first row
     [[maybe_unused]] const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
@@ -927,6 +995,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
             qv[i] = __ldg(reinterpret_cast<const uint4*>(a.q + ((u64)hq * a.n_q + pos) * D + 8 * ch));
         }
     }
+    if constexpr (PA_V3_KNOCKED(KSCALE_IN_Q)) pa_v3_ko_kscale_in_q(qv, a, PA_KV_F16);
 #pragma unroll
     for (int i = 0; i < Q_CHUNKS; ++i) {
         const int idx = tid + 128 * i;
@@ -934,6 +1003,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     }
     if constexpr (Q_SS) fence_proxy_async();   // S's wgmma reads Q through the async proxy
     named_barrier_sync(1 + wg, 128);         // (RS: read back below with ordinary loads, no fence)
+    PA_V3_STAMP_WG(q_ready, wg, tid, 0);
 
     // ---- this warpgroup's rows: the keys they see
     const bool wg_rows = r0 < rows_used && c.p0 + r0 / c.group < a.n_q;
@@ -985,11 +1055,14 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     // nothing past its rows' diagonal), so the barriers stay matched: warpgroup 1's first arrival
     // opens warpgroup 0's first turn, and it skips its last one.
     auto turn_begin = [&](int n) {
+        PA_V3_STAMP_WG(turn_top, wg, tid, n);
         if (n < n_tiles) mbar_wait(bar_full + 8 * (n % F16_STAGES), (n / F16_STAGES) & 1);
-        named_barrier_sync(PP_BAR + wg, 256);
+        PA_V3_STAMP_WG(turn_full, wg, tid, n);
+        if (!PA_V3_KNOCKED(PINGPONG)) named_barrier_sync(PP_BAR + wg, 256);
+        PA_V3_STAMP_WG(turn_open, wg, tid, n);
     };
     auto turn_end = [&](int n) {
-        if (wg != NCWG - 1 || n < n_tiles) named_barrier_arrive(PP_BAR + (wg + 1) % NCWG, 256);
+        if (!PA_V3_KNOCKED(PINGPONG) && (wg != NCWG - 1 || n < n_tiles)) named_barrier_arrive(PP_BAR + (wg + 1) % NCWG, 256);
     };
     auto release = [&](int n) { mbar_arrive(bar_empty + 8 * ((n - 1) % F16_STAGES)); };   // tile n-1
     // descriptors of tile n's K (S's B) and V (P.V's B), formed (and pinned) before a wgmma.fence
@@ -999,12 +1072,13 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     auto kq_of = [&](int n) { return reinterpret_cast<const float*>(f16_stage(n) + F16_KQ); };
     auto softmax = [&](int n, float (&al)[2]) {
         const int tile = c.t_begin + n;
-        if (tile < first_masked) softmax_tile<false>(f16_stage(n), tile * BN, lim, s, m, l, al);
+        if (PA_V3_KNOCKED(SOFTMAX)) al[0] = al[1] = 1.f;
+        else if (tile < first_masked) softmax_tile<false>(f16_stage(n), tile * BN, lim, s, m, l, al);
         else softmax_tile<true>(f16_stage(n), tile * BN, lim, s, m, l, al);
     };
     auto rescale = [&]() { rescale_o(o, alpha); };
 
-    if (wg == NCWG - 1) named_barrier_arrive(PP_BAR, 256);
+    if (wg == NCWG - 1 && !PA_V3_KNOCKED(PINGPONG)) named_barrier_arrive(PP_BAR, 256);
     int n = 0;
     if (n_math > 0) {
         // the first step: S of tile 0
@@ -1019,6 +1093,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
         wgmma_wait<0>();
         pin(s);
         softmax(0, alpha);
+        PA_V3_STAMP_WG(first_softmax, wg, tid, 0);
         scale_by_vs(f16_stage(0), s);
         p_fragments(s, pf);
         // steps 1 .. n_math-1: S of tile n and P.V of tile n-1
@@ -1032,17 +1107,21 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
             pin(pf);
             pin(o);
             wgmma_fence();
+            PA_V3_STAMP_WG(fenced, wg, tid, n);
             issue_s_tile(dk);
             wgmma_commit();
+            PA_V3_STAMP_WG(s_issued, wg, tid, n);
             issue_pv(o, pf, dv);
             wgmma_commit();
             turn_end(n);
+            PA_V3_STAMP_WG(issued, wg, tid, n);
             wgmma_wait<1>();                 // S of tile n (P.V of tile n-1 may still run)
             pin(s);
+            PA_V3_STAMP_WG(s_done, wg, tid, n);
             float alpha_next[2];
             // a tile with no masked key: the softmax speculative (softmax_tile_kept), with V's
             // scales; where a row of the warpgroup moves its reference, S again and the full rule
-            const bool unmasked = c.t_begin + n < first_masked;
+            const bool unmasked = !PA_V3_KNOCKED(SOFTMAX) && c.t_begin + n < first_masked;
             if (!(unmasked && softmax_tile_kept<BN / 8, true>(kq_of(n), s, m, l, alpha_next, 1 + wg))) {
                 if (unmasked) {
                     pin(s);
@@ -1055,9 +1134,11 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
                 softmax(n, alpha_next);
                 scale_by_vs(f16_stage(n), s);
             }
+            PA_V3_STAMP_WG(softmax, wg, tid, n);
             wgmma_wait<0>();
             pin(o);
             pin(pf);
+            PA_V3_STAMP_WG(pv_done, wg, tid, n);
             release(n);
             p_fragments(s, pf);              // (after the wait: the P.V just done read pf)
             alpha[0] = alpha_next[0];
@@ -1065,6 +1146,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
         }
         // step n_math: P.V of the last tile
         turn_begin(n);
+        PA_V3_STAMP_WG(last_turn, wg, tid, n);
         u64 dv = desc_v(n - 1);
         pin(dv);
         rescale();
@@ -1078,6 +1160,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
         pin(o);
         release(n);
         ++n;
+        PA_V3_STAMP_WG(last_pv, wg, tid, n);
     }
     for (; n <= n_tiles; ++n) {              // tiles past these rows' diagonal: turns and releases only
         turn_begin(n);
@@ -1130,9 +1213,9 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
         }
     }
 }
+// The producer of a comparison build (v3_controls.cuh, included at the end).
+__device__ __forceinline__ void control_producer(const pa::Args& a, const Cta& c, unsigned char* sm, u32 base);
 }  // namespace v3
-
-#include "v3_controls.cuh"   // the comparison builds' producers (fp16 control, dq images)
 
 // Dynamic shared memory: v3::SMEM_ALLOC bytes (the backend raises the limit; pa_v3_smem_bytes says how many).
 extern "C" __global__ void __launch_bounds__(v3::THREADS, 1) pa_v3(PA_KERNEL_PARAMS) {
@@ -1144,6 +1227,7 @@ extern "C" __global__ void __launch_bounds__(v3::THREADS, 1) pa_v3(PA_KERNEL_PAR
     unsigned char* sm = smem_raw + (base - raw);
     const Cta c = cta_of(a);
     if (c.t_begin >= c.t_end) return;                        // no key of this segment for these rows
+    PA_V3_STAMP(cta_start, c.t_end - c.t_begin);
     if (threadIdx.x == 0) {
 #if PA_V3_STEP_KEYS == 128
 #pragma unroll
@@ -1175,9 +1259,11 @@ extern "C" __global__ void __launch_bounds__(v3::THREADS, 1) pa_v3(PA_KERNEL_PAR
         set_max_regs_dec<PRODUCER_REGS>();
         if constexpr (PA_V3_CONTROL) control_producer(a, c, sm, base);   // a comparison build's (v3_controls.cuh)
         else producer(a, c, sm, base);
+        PA_V3_STAMP(producer_end, 0);
     } else {
         set_max_regs_inc<CONSUMER_REGS>();
         consumer(a, c, sm, base);
+        PA_V3_STAMP(consumer_end, 0);
     }
 }
 
@@ -1187,3 +1273,5 @@ extern "C" __global__ void pa_v3_smem_bytes(int* out) { *out = v3::SMEM_ALLOC; }
 #if PA_V3_IMAGES
 extern "C" __global__ void pa_v3_image_bytes(int* out) { *out = v3::IMG_BYTES; }   // the bytes of one tile's image
 #endif
+
+#include "v3_controls.cuh"   // the comparison builds' producers (fp16 control, dq images)

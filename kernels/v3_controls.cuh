@@ -85,8 +85,8 @@ __device__ __forceinline__ void control_producer(const pa::Args& a, const Cta& c
     for (int n = 0; n < n_tiles; ++n) {
         const int s = n % F16_STAGES;
         if (n >= F16_STAGES) mbar_wait(bar_empty + 8 * s, ((n / F16_STAGES) & 1) ^ 1);   // tile n-4 released stage s
-        mbar_arrive_expect_tx(bar_full + 8 * s, IMG_BYTES);
-        bulk_g2s(base + SM_F16 + s * F16_STAGE, img + (u64)n * IMG_BYTES, IMG_BYTES, bar_full + 8 * s);
+        arm_copies(bar_full + 8 * s, IMG_BYTES);
+        image_copy(base + SM_F16 + s * F16_STAGE, img + (u64)n * IMG_BYTES, IMG_BYTES, bar_full + 8 * s);
     }
 #endif
 }

@@ -17,14 +17,15 @@
 // Stamps. PA_V3_STAMP(point, n) at a point of the CTA or of the producer warpgroup (every thread
 // reaches it; n the tile where there is one, the CTA's tile count at cta_start), and
 // PA_V3_STAMP_WG(point, wg, tid, n) at a point of a consumer warpgroup (wg its index, tid the
-// thread in it, n its step). The points, in v3.cu and v3_pairs.cuh:
+// thread in it, n its step). Each is a statement. The points, in v3.cu:
 //   CTA:       cta_start (tiles), producer_end, consumer_end
-//   producer:  top, landed, empty, stored, arrived, barrier (each tile of the int8 producer)
-//   consumer:  q_ready, turn_top, turn_full, turn_open (each turn), fenced, s_issued, issued,
-//              s_done, softmax, pv_done (each step of the 64-key loop), first_softmax, last_turn,
-//              last_pv
-// A tool's PA_V3_STAMP names a function per point (e.g. ``pa_stamp_##point``), so a point it does
-// not know is a compile error rather than a silent gap.
+//   producer:  producer_start (once, where a tool may declare what its stamps share), then each
+//              tile of the int8 producer: top, landed, empty, stored, arrived, barrier
+//   consumer:  consumer_start (as producer_start), q_ready, turn_top, turn_full, turn_open (each
+//              turn), fenced, s_issued, issued, s_done, softmax, pv_done (each step of the 64-key
+//              loop), first_softmax, last_turn, last_pv
+// A tool's PA_V3_STAMP names a macro per point (e.g. ``pa_stamp_##point``), so a point it does not
+// know is a compile error rather than a silent gap.
 #ifndef PA_V3_STAMP
 #define PA_V3_STAMP(point, n) ((void)0)
 #endif
