@@ -32,7 +32,7 @@ def candidate(monkeypatch, tmp_path):
 
 
 def test_only_the_kernel_and_its_probe_are_renamed(candidate):
-    src = (ROOT / "kernels" / "v3.cu").read_text()
+    src = "".join((ROOT / "kernels" / f).read_text() for f in ("v3.cu", "v3_controls.cuh"))   # (pa_v3_images)
     out = candidate.renamed(src)
     assert "pa_v3_cand(PA_KERNEL_PARAMS)" in out and "void pa_v3_cand_smem_bytes(int* out)" in out
     assert "pa_v3(PA_KERNEL_PARAMS)" not in out and "void pa_v3_smem_bytes" not in out
