@@ -5,8 +5,10 @@ subpackage folder, or one folder beside the package that uses it (``scripts/``,
 ``experiments/``). An arrow A -> B says some file of A imports something of B, at module level
 or inside a function; each pair of nodes counts once, and the imports behind it (file, module)
 are kept as its evidence. Imports inside one node are not arrows. Importing a submodule
-(``pa_bench.backends.cuda``) is an arrow to its node only; importing the package itself
-(``import pa_bench``, ``from pa_bench import __version__``) is an arrow to ``__init__``.
+(``pa_bench.backends.cuda``) is an arrow to its node only. Importing the package itself
+(``import pa_bench``, ``from pa_bench import bench``) is an arrow to ``__init__`` from a folder
+beside the package; from a module inside it, it is no arrow: the package's ``__init__`` has run
+(up to the names it defines first, ``__version__``) before any module inside it runs.
 
 Floors: a node stands one floor above everything it imports. By default the floors are placed
 over the condensation: the nodes of a circle (a strongly connected component of more than one
@@ -143,6 +145,8 @@ def collect(root: Path, package: str = "pa_bench", depth_first: bool = False) ->
             continue
         nodes.add(source)
         for dotted in imported_modules(path, root, package, modules):
+            if dotted == package and source.rstrip("/") not in OUTSIDE:
+                continue  # a module of the package reading the package's own name
             target = node_of_module(dotted, package_dir)
             if target is not None and target != source:
                 found = Import(path.relative_to(root).as_posix(), dotted)

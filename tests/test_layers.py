@@ -30,8 +30,8 @@ LAYERED = {
     "pkg/sub/a.py": "from pkg import ground\n",
     "pkg/sub/b.py": "from . import a\nfrom ..ground import x\n",  # one arrow to ground, not two
     "pkg/mid.py": "def f():\n    from pkg.sub.b import g\n    return g\n",  # function level
-    "pkg/top.py": "import pkg.mid\nfrom pkg import __version__\n",
-    "scripts/tool.py": "from pkg.top import main\nfrom pkg.sub import a\n",
+    "pkg/top.py": "import pkg.mid\nfrom pkg import __version__\n",  # inside: no arrow to __init__
+    "scripts/tool.py": "from pkg.top import main\nfrom pkg.sub import a\nimport pkg\n",
 }
 
 
@@ -42,8 +42,8 @@ def test_layered_package_counts_floors_and_arrows(tmp_path):
         ("sub/", "ground"),
         ("mid", "sub/"),
         ("top", "mid"),
-        ("top", "__init__"),
         ("scripts/", "top"),
+        ("scripts/", "__init__"),
         ("scripts/", "sub/"),
     }
     # two files of sub/ import ground: one arrow, two imports behind it
