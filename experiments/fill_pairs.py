@@ -1,8 +1,8 @@
 """v3 on one GPU in several launches of the same chunk, CTA rows x key segments x shared tiles,
 timed in turns: the measurements behind pa_bench.numerics.fill's constants.
 
-    python3 scripts/fill_pairs.py 32Kx1024=128/1,192/3 2.1Kx256=128/2,192/2 [--rounds 2]
-    python3 scripts/fill_pairs.py 32Kx1024=rule:own,rule:share
+    python3 experiments/fill_pairs.py 32Kx1024=128/1,192/3 2.1Kx256=128/2,192/2 [--rounds 2]
+    python3 experiments/fill_pairs.py 32Kx1024=rule:own,rule:share
 
 Each argument is a shape and the launches to compare, ``rows/segments`` (segments 1: none; the
 keys split into that many whole 64-key segments, as the fill rule splits them; ``rule``: the
