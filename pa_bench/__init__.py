@@ -10,6 +10,7 @@ __version__ = "0.1.0"
 
 from pa_bench.api import (  # noqa: E402 - after __version__, which modules below read
     Config,
+    PaBenchError,
     Problem,
     Session,
     Shape,
@@ -17,12 +18,13 @@ from pa_bench.api import (  # noqa: E402 - after __version__, which modules belo
     check,
     load_config,
     make_problem,
+    parity_verdict,
     parse_shape,
     read_run,
     session,
 )
 
 __all__ = [
-    "__version__", "Config", "Problem", "Session", "Shape", "bench", "check", "load_config",
-    "make_problem", "parse_shape", "read_run", "session",
+    "__version__", "Config", "PaBenchError", "Problem", "Session", "Shape", "bench", "check", "load_config",
+    "make_problem", "parity_verdict", "parse_shape", "read_run", "session",
 ]

@@ -21,14 +21,15 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from pa_bench.errors import PaBenchError
 from pa_bench.problem.config import Config
 from pa_bench.problem.config import load_config as _load_config_file
 from pa_bench.problem.plan import Problem
 from pa_bench.problem.shapes import Shape, parse_shape
 
 __all__ = [
-    "Config", "Problem", "Shape", "Session", "bench", "check", "load_config", "make_problem",
-    "parse_shape", "read_run", "session",
+    "Config", "PaBenchError", "Problem", "Shape", "Session", "bench", "check", "load_config",
+    "make_problem", "parity_verdict", "parse_shape", "read_run", "session",
 ]
 
 
@@ -42,9 +43,15 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> Config:
     An unknown key is refused with the list of known ones.
     """
     from pa_bench.problem.config import DEFAULT_CONFIG
+    from pa_bench.problem.plan import make_plan
 
     config = _load_config_file(DEFAULT_CONFIG if path is None else path)
-    return config.with_overrides(**overrides) if overrides else config
+    shapes, variants = overrides.pop("shapes", None), overrides.pop("variants", None)
+    if overrides:
+        config = config.with_overrides(**overrides)
+    if shapes is not None or variants is not None:  # a shape of the file keeps its label
+        config = make_plan(config, shapes=shapes, variants=variants).config
+    return config
 
 
 def make_problem(shape: str | Shape, config: Config | None = None, **fields: Any) -> Problem:
@@ -172,6 +179,17 @@ def _walk(mode: str, config, shapes, variants, backend: str, sample_rows, result
     return read_run(path)
 
 
+def parity_verdict(out, reference, model, canary_ok: bool = True):
+    """The parity rule on one output, as a run judges it: its error metrics against the FP64
+    ``reference`` and the verdict against the numerics ``model``'s error (pass where the
+    kernel's max abs error is at most twice the model's plus a floor, with no NaN/Inf and the
+    canaries intact). Returns the record's parity columns: ``max_abs_err``, ``rel_l2_err``,
+    ``model_max_abs_err``, ``err_ratio``, ``floor``, ``parity_pass``, ``reason``, ..."""
+    from pa_bench.numerics.metrics import evaluate_parity
+
+    return evaluate_parity(out, reference, model_out=model, canary_ok=canary_ok)
+
+
 # --------------------------------------------------------------------------- one problem
 
 
@@ -231,29 +249,48 @@ class Session:
         with self._launch(launch):
             return self.backend.compute(self.prepared, variant, rows, check_determinism=check_determinism)
 
-    def model(self, variant: str, rows: np.ndarray | None = None, *, launch=None) -> np.ndarray:
-        """The numerics model of ``variant``'s arithmetic (its tile size, key split and
-        segments, P.V chain and running maximum) on ``rows``: what its output should be."""
-        from pa_bench.numerics.model import max_slack, model_attention, pv_chain_keys
+    def model(self, variant: str, rows: np.ndarray | None = None, *, launch=None,
+              **arithmetic: Any) -> np.ndarray:
+        """The numerics model of ``variant``'s arithmetic on ``rows``: what its output should be.
+
+        The launch gives the tile size, key split and segments; the variant its P.V chain and
+        running maximum. ``arithmetic`` replaces any of them (``tile_keys``, ``split_keys``,
+        ``segment_keys``, ``pv_chain_keys``, ``max_slack``) or sets how P.V accumulates
+        (``mma="rn"``: round to nearest; default: mma.sync's truncating block FMA)."""
+        from pa_bench.numerics.model import max_slack, model_arrays, model_attention, pv_chain_keys
 
         be, pb = self.backend, self.problem
+        known = {
+            "tile_keys": lambda: be.tile_keys(variant, pb), "split_keys": lambda: be.split_keys(variant, pb),
+            "segment_keys": lambda: be.segment_keys(variant, pb), "pv_chain_keys": lambda: pv_chain_keys(variant),
+            "max_slack": lambda: max_slack(variant),
+        }
+        unknown = set(arithmetic) - set(known) - {"mma"}
+        if unknown:
+            raise TypeError(f"Session.model: unknown arithmetic {sorted(unknown)} (known: {sorted(known)}, mma)")
         with self._launch(launch):
-            args = dict(split_keys=be.split_keys(variant, pb), pv_chain_keys=pv_chain_keys(variant),
-                        segment_keys=be.segment_keys(variant, pb), max_slack=max_slack(variant))
-            tile = be.tile_keys(variant, pb)
-        if be.name == "cuda":  # the cuda backend runs the model on the GPU, the same bits
+            args = {key: arithmetic[key] if key in arithmetic else value() for key, value in known.items()}
+        if "mma" in arithmetic:
+            args["mma"] = arithmetic["mma"]
+        if be.name == "cuda" and "mma" not in args:  # on the GPU, the same bits (tests/gpu)
+            tile = args.pop("tile_keys")
             return np.asarray(be.model(self.inputs, tile, rows, **args))
-        return np.asarray(model_attention(self.inputs, tile, rows, **args))
+        arrays = model_arrays(self.inputs, be.cp) if be.name == "cuda" else self.inputs
+        out = model_attention(arrays, args.pop("tile_keys"), rows, **args)
+        return be.cp.asnumpy(out) if be.name == "cuda" else np.asarray(out)
+
+    def launchers(self, variants: Iterable[str], *, launch=None) -> tuple[dict, dict]:
+        """({variant: a call that enqueues one launch, as a timed sample does}, {variant: why it
+        cannot run}): a kernel's launcher, or a peer's prepared call. For Nsight Compute,
+        compute-sanitizer and one's own timing; follow the calls with :meth:`sync`."""
+        with self._launch(launch):
+            return self.backend.callables(self.prepared, list(variants))
 
     def launcher(self, variant: str, *, launch=None) -> Callable[[], None]:
-        """A call that enqueues one launch of ``variant`` on this problem, as a timed sample
-        does (a kernel's launcher, or a peer's prepared call): for Nsight Compute and
-        compute-sanitizer. Follow the launches with :meth:`sync`."""
-        with self._launch(launch):
-            fns, reasons = self.backend.callables(self.prepared, [variant])
+        """One call of :meth:`launchers`; a variant that cannot run raises PaBenchError with
+        the reason."""
+        fns, reasons = self.launchers([variant], launch=launch)
         if variant not in fns:
-            from pa_bench.errors import PaBenchError
-
             raise PaBenchError(f"{variant} cannot run {self.problem.label}: {reasons.get(variant)}")
         return fns[variant]
 
@@ -265,10 +302,80 @@ class Session:
         with self._launch(launch):
             return self.backend.time(self.prepared, list(variants), settings)
 
+    def time_calls(self, calls: dict[str, Callable[[], None]], **timing: Any) -> dict:
+        """Any calls of GPU work (``{name: call}``, e.g. from :meth:`launchers`) timed by
+        pa-bench's method: interleaved, the L2 flushed before each sample, GPU time only,
+        with the SM clock read beside: {name: a result with ``samples_ms``}."""
+        from pa_bench.measure import timing as T
+
+        settings = replace(self.config.timing, **timing)
+        be = self._gpu("time_calls")
+        return T.time_interleaved(calls, settings, timer=be.timer(), clock=T.ClockReader(be.device.id))
+
+    def flush_l2(self) -> None:
+        """The L2 flush a cold sample starts with (the config's ``timing.l2_flush``)."""
+        self._gpu("flush_l2").timer().flush()
+
+    @property
+    def l2_flush_method(self) -> str:
+        """How :meth:`flush_l2` empties the L2, in words."""
+        return self._gpu("l2_flush_method").timer().flush_method
+
+    def describe(self) -> dict:
+        """The backend and its device as a run records them (``gpu``, ``arch``, ``sm_count``,
+        driver, runtime and compiler versions, ...)."""
+        return self.backend.describe()
+
+    def kernel_info(self, variant: str, *, launch=None) -> dict:
+        """How ``variant``'s CUDA kernel for this problem is built and launched: ``build``
+        (its compile-time settings), ``compiler``, ``num_regs``, ``local_size_bytes`` (spills),
+        ``max_dynamic_shared_size_bytes``, ``shared_size_bytes``, ``binary_version``, ``grid``,
+        ``block``, ``ctas_per_sm`` (resident CTAs an SM can hold), ``tile_keys``,
+        ``split_keys``, ``segment_keys``, ``cta_rows``, ``shares_tiles``, ``step_keys``."""
+        be, pb = self._gpu("kernel_info"), self.problem
+        with self._launch(launch):
+            build = be.build(variant, pb)
+            fn = be.kernel(build)
+            geo = be.geometry(variant, pb)
+            info = {
+                "build": " ".join(build.defines()), "compiler": be.compilers.get(build),
+                "grid": tuple(geo.grid), "block": int(geo.block),
+                "tile_keys": be.tile_keys(variant, pb), "split_keys": be.split_keys(variant, pb),
+                "segment_keys": be.segment_keys(variant, pb), "cta_rows": be.cta_rows(variant, pb),
+                "shares_tiles": be.shares_tiles(variant, pb), "step_keys": be.step_keys(variant, pb),
+            }
+        attributes = fn.attributes
+        for key in ("num_regs", "local_size_bytes", "max_dynamic_shared_size_bytes",
+                    "shared_size_bytes", "binary_version"):
+            info[key] = attributes.get(key)
+        info["ctas_per_sm"] = be.cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
+            fn.kernel.ptr, info["block"], info["max_dynamic_shared_size_bytes"] or 0)
+        return info
+
+    def kernel_arrays(self) -> dict:
+        """The inputs on the GPU as a kernel takes them: ``q`` (fp16), ``k``, ``v`` (int8, the
+        page pool or contiguous), ``ks``, ``vs`` (their fp32 scales) and ``table`` (the page
+        table; one zero when contiguous). For a tool that launches its own kernel on them."""
+        self._gpu("kernel_arrays")
+        p = self.prepared
+        return {"q": p.q, "k": p.k, "v": p.v, "ks": p.ks, "vs": p.vs, "table": p.table}
+
+    def another(self, problem: Problem | str) -> "Session":
+        """A session of another problem on the same backend (its builds are kept) and config."""
+        pb = make_problem(problem, self.config) if isinstance(problem, str) else problem
+        return _open(pb, self.config, self.backend)
+
     def sync(self) -> None:
-        """Wait until the GPU work enqueued so far has finished (no-op without a GPU)."""
+        """Wait until the GPU work enqueued so far has finished (nothing to wait for on numpy)."""
         if self.backend.name == "cuda":
             self.backend.cp.cuda.runtime.deviceSynchronize()
+
+    def _gpu(self, what: str):
+        if self.backend.name != "cuda":
+            from pa_bench.errors import BackendUnavailable
+
+            raise BackendUnavailable(f"{what} needs the cuda backend (this session is on {self.backend.name})")
+        return self.backend
 
     def _launch(self, launch):
         return _LaunchScope(self.backend, launch)
@@ -299,7 +406,6 @@ def session(problem: Problem | str, *, backend: str = "cuda", config: Config | N
     """
     from pa_bench import plugins as plugin_loader
     from pa_bench.backends import make_backend
-    from pa_bench.problem.inputs import make_inputs
 
     for name in plugins:
         plugin_loader.load(name)
@@ -307,7 +413,12 @@ def session(problem: Problem | str, *, backend: str = "cuda", config: Config | N
     if force_turing is not None:
         cfg = cfg.with_overrides(force_turing=force_turing)
     pb = make_problem(problem, cfg) if isinstance(problem, str) else problem
-    chosen = make_backend(backend, cfg)
-    inputs = make_inputs(pb)
-    return Session(problem=pb, config=cfg, backend=chosen, inputs=inputs,
-                   prepared=chosen.prepare(inputs))
+    return _open(pb, cfg, make_backend(backend, cfg))
+
+
+def _open(problem: Problem, config: Config, backend) -> Session:
+    from pa_bench.problem.inputs import make_inputs
+
+    inputs = make_inputs(problem)
+    return Session(problem=problem, config=config, backend=backend, inputs=inputs,
+                   prepared=backend.prepare(inputs))
