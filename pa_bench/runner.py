@@ -468,7 +468,7 @@ def _rows_for(job: _Job, nq: int, seed: int) -> np.ndarray | None:
     n = job.sample_rows
     if n is None:
         p = job.config.parity
-        n = p.numpy_sample_rows if job.backend.name == "numpy" else p.sample_rows
+        n = p.numpy_sample_rows if job.backend.kernels_are_model else p.sample_rows
     if n is None or n <= 0 or n >= nq:
         return None
     return sample_rows(nq, n, seed)
@@ -478,16 +478,16 @@ def _model_positions(job: _Job, problem, compared: np.ndarray, seed: int) -> np.
     """Positions (within the compared rows) the numerics model runs on; None: all of them.
 
     Beside a GPU backend the model runs on every compared row only while that is at most
-    GPU_MODEL_WORK_BUDGET score elements where the backend runs it itself (``backend.model``),
+    GPU_MODEL_WORK_BUDGET score elements where the backend runs it on the GPU (``model_on_gpu``),
     MODEL_WORK_BUDGET where it runs on the CPU; past that on a seeded sample (first and last row
     included), and parity is judged on those rows alone.
     """
     from pa_bench.numerics.reference import sample_rows
 
-    if job.backend.name == "numpy":
+    if job.backend.kernels_are_model:
         return None  # the kernel is the model: it already ran on every compared row
     work = problem.heads_q * int(np.sum(problem.context + compared + 1))
-    budget = GPU_MODEL_WORK_BUDGET if hasattr(job.backend, "model") else MODEL_WORK_BUDGET
+    budget = GPU_MODEL_WORK_BUDGET if job.backend.model_on_gpu else MODEL_WORK_BUDGET
     if work <= budget:
         return None
     n = max(2, int(len(compared) * budget / work))
@@ -497,7 +497,7 @@ def _model_positions(job: _Job, problem, compared: np.ndarray, seed: int) -> np.
 def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
                   todo: list[str], variants: list[str]) -> None:
     from pa_bench.numerics import metrics
-    from pa_bench.numerics.model import max_slack, model_attention, pv_chain_keys
+    from pa_bench.numerics.model import max_slack, pv_chain_keys
 
     backend, cfg = job.backend, job.config
     sel = _rows_for(job, problem.queries, problem.seed)
@@ -519,22 +519,18 @@ def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
     model_errs: dict[tuple[int, int], float] = {}
 
     def model_err(variant: str, kernel_out: np.ndarray | None) -> float:
-        # the arithmetic the backend's kernel does: its tile size (a Triton kernel's: its
-        # configuration's on this shape), where it splits the keys, how long one P.V accumulator
-        # chain runs, its key segments and its running maximum
-        key = (backend.tile_keys(variant, problem), backend.split_keys(variant, problem), pv_chain_keys(variant),
-               backend.segment_keys(variant, problem), max_slack(variant))
+        # the arithmetic the backend's kernel does: its launch's tile size (a Triton kernel's: its
+        # configuration's on this shape), where it splits the keys and its key segments; how long
+        # one P.V accumulator chain runs and its running maximum (the variant's)
+        launch = backend.launch(variant, problem)
+        key = (launch.tile_keys, launch.split_keys, pv_chain_keys(variant), launch.segment_keys, max_slack(variant))
         if key not in model_errs:
-            if backend.name == "numpy" and kernel_out is not None:
-                out = kernel_out  # the numpy backend's output is the model's
-            elif hasattr(backend, "model"):  # the backend runs the model itself (cuda: on the GPU)
+            if backend.kernels_are_model and kernel_out is not None:
+                out = kernel_out  # the kernel's output is the model's
+            else:
                 with job.phases.phase("model"):
                     out = backend.model(inputs, key[0], model_rows, split_keys=key[1], pv_chain_keys=key[2],
                                         segment_keys=key[3], max_slack=key[4])
-            else:
-                with job.phases.phase("model"):
-                    out = model_attention(inputs, key[0], model_rows, split_keys=key[1], pv_chain_keys=key[2],
-                                          segment_keys=key[3], max_slack=key[4])
             model_errs[key] = float(metrics.error_metrics(out, ref_model)["max_abs_err"])
         return model_errs[key]
 
@@ -612,14 +608,12 @@ def _diff(job: _Job, prepared, outputs: dict, a: str, b: str) -> float | None:
     them (``max_diff``), else on the compared rows."""
     if a not in outputs or b not in outputs:
         return None
-    full = getattr(job.backend, "max_diff", None)
-    if full is not None:
-        try:
-            d = full(prepared, a, b)
-            if d is not None:
-                return float(d)
-        except Exception:
-            pass
+    try:
+        d = job.backend.max_diff(prepared, a, b)
+        if d is not None:
+            return float(d)
+    except Exception:
+        pass
     return float(np.max(np.abs(outputs[a][1] - outputs[b][1]), initial=0.0))
 
 
@@ -733,9 +727,8 @@ def _timing_phase(job: _Job, problem, prepared, rows: dict[str, _Row], todo: lis
 
 def _impl(job: _Job, prepared, variant: str) -> str | None:
     """What the backend says ran ``variant`` (a peer's kernel), where it says."""
-    impl = getattr(job.backend, "impl", None)
     try:
-        return impl(prepared, variant) if impl is not None else None
+        return job.backend.impl(prepared, variant)
     except Exception:
         return None
 

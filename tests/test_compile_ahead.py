@@ -127,6 +127,7 @@ def test_a_run_waits_for_the_child_before_its_first_timing(monkeypatch, tmp_path
 
     class Gpu(NumpyBackend):   # the numpy model posing as a GPU backend that times
         name = "cuda"
+        kernels_are_model = False
 
         def unsupported_timing(self, variant, problem):
             return None

@@ -27,6 +27,7 @@ class HangingBackend(NumpyBackend):
     """The numpy model, except that one (shape, variant)'s GPU wait never completes."""
 
     name = "cuda"
+    kernels_are_model = False
 
     def __init__(self, hang=("1023x113", "v2"), seconds=0.05):
         super().__init__()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pa_bench.numerics import fill
+from pa_bench.launch import fill
 from pa_bench.problem.plan import Problem
 from pa_bench.problem.shapes import parse_shape
 

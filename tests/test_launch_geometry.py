@@ -16,6 +16,7 @@ import pytest
 
 from pa_bench import variants as registry
 from pa_bench.backends import kernels as K
+from pa_bench import launch as L
 
 
 def _tiles_covered(variant, queries, hq, hkv, tiles, split_keys=0):
@@ -88,12 +89,12 @@ def test_pairing_needs_an_even_group():
 
 def test_choose_tiles_keeps_two_warps_per_sm():
     # H200: 132 SMs. 2.1Kx256 with 32 query heads has 256 two-tile warps: one tile per warp.
-    assert K.choose_tiles(256, 32, 8, 132) == 1
-    assert K.choose_tiles(512, 32, 8, 132) == 2
-    assert K.choose_tiles(1024, 32, 8, 132) == 2
-    assert K.choose_tiles(1024, 32, 8, 1000) == 1
+    assert L.choose_tiles(256, 32, 8, 132) == 1
+    assert L.choose_tiles(512, 32, 8, 132) == 2
+    assert L.choose_tiles(1024, 32, 8, 132) == 2
+    assert L.choose_tiles(1024, 32, 8, 1000) == 1
     # split keys double the warps: 2.1Kx256 keeps two tiles per warp then
-    assert K.choose_tiles(256, 32, 8, 132, split_keys=912) == 2
+    assert L.choose_tiles(256, 32, 8, 132, split_keys=912) == 2
 
 
 def test_only_v2_builds_carry_the_tile_count():
@@ -155,7 +156,8 @@ def test_segments_cover_every_key_once_and_combine_reads_only_written_state(vari
 
 
 def test_long_context_gets_n_seg_ctas_per_row_block():
-    from pa_bench.numerics.model import SEGMENT_KEYS, segment_keys
+    from pa_bench.launch import segment_keys
+    from pa_bench.numerics.model import SEGMENT_KEYS
 
     ctx, nq = 1 << 20, 64                                    # 1M x 64 with 8/8 heads
     seg = segment_keys(ctx)
@@ -167,12 +169,12 @@ def test_long_context_gets_n_seg_ctas_per_row_block():
         assert K.workspace_floats(geo, nq, 8, 128) == 17 * 8 * 64 * 130
     assert K.combine_geometry(nq, 8) == ((128,), 128)      # a warp per row: 512 rows, 4 per CTA
     # 8 two-tile warps become 136 CTAs: two tiles per warp again
-    assert K.choose_tiles(nq, 8, 8, 132) == 1
-    assert K.choose_tiles(nq, 8, 8, 132, segments=17) == 2
+    assert L.choose_tiles(nq, 8, 8, 132) == 1
+    assert L.choose_tiles(nq, 8, 8, 132, segments=17) == 2
 
 
 def test_no_segments_up_to_64k_context():
-    from pa_bench.numerics.model import segment_keys
+    from pa_bench.launch import segment_keys
 
     for ctx in (0, 2150, 32768, 65536):
         assert segment_keys(ctx) == 0
@@ -196,7 +198,7 @@ def test_v3_fills_a_small_grid_with_key_segments():
     of slower CTAs short of the H200's 132 SMs), so v3 takes 128-row CTAs, 8 x 8 = 64, and runs
     the 2,406 keys in two segments of 1,216 (pa_combine merges them), 128 CTAs of 384 threads in
     all. 32Kx1024, whose CTAs are long enough for 128-key steps, takes those at 128 rows."""
-    from pa_bench.numerics.model import cta_rows, segment_keys
+    from pa_bench.launch import cta_rows, segment_keys
 
     assert cta_rows("v3", 2150, 256, 32, 8) == 128
     seg = segment_keys(2150, "v3", 256, 32, 8)
@@ -219,8 +221,8 @@ def test_v3_builds_carry_their_rows_and_the_others_do_not():
     small = SimpleNamespace(context=2150, queries=256, heads_q=32, heads_kv=8)
     first = SimpleNamespace(context=0, queries=1536, heads_q=32, heads_kv=8)
     long = SimpleNamespace(context=32768, queries=1024, heads_q=32, heads_kv=8)
-    assert K.launch_rows("v3", small) == 128 and K.launch_rows("v3", first) == 192
-    assert K.launch_rows("v2", long) == 0
+    assert L.choose("v3", small).rows == 128 and L.choose("v3", first).rows == 192
+    assert L.choose("v2", long).rows == 0
     assert "-DPA_CTA_ROWS=128" in K.KernelBuild("v3", cta_rows=128).defines()
     assert not any("PA_CTA_ROWS" in d for d in K.KernelBuild("v3").defines())
     assert K.kv_group_threads(128) == 384 and K.kv_group_threads(192) == 512
@@ -237,8 +239,9 @@ def test_v3_fill_launch_follows_its_launch_geometry(ctx, queries, hq, hkv):
     whole 64-key tiles, none under FILL_MIN_KEYS keys, at most FILL_MAX_SEGMENTS (long contexts:
     none over SEGMENT_KEYS keys); no candidate, rows x segments, is estimated more than FILL_PREFER faster;
     and none with fewer segments (then more rows) is within FILL_PREFER of the fastest."""
-    from pa_bench.numerics import fill
-    from pa_bench.numerics.model import SEGMENT_KEYS, cta_rows, segment_keys
+    from pa_bench.launch import fill
+    from pa_bench.launch import cta_rows, segment_keys
+    from pa_bench.numerics.model import SEGMENT_KEYS
 
     keys = ctx + queries
     rows = cta_rows("v3", ctx, queries, hq, hkv)
@@ -291,7 +294,7 @@ def test_the_fill_estimate_orders_the_measured_launches_as_the_h200_did(ctx, que
     """The estimate's constants were fitted to such pairs: it must rank each pair as measured and
     come within 10 % of the measured ratio (32/8 heads, D 128). The pairs were timed with 64-key
     consumer steps at both CTA sizes (pairs=False)."""
-    from pa_bench.numerics import fill
+    from pa_bench.launch import fill
     from pa_bench.numerics.model import SEGMENT_KEYS
 
     keys = ctx + queries
@@ -305,7 +308,7 @@ def test_the_fill_estimate_orders_the_measured_launches_as_the_h200_did(ctx, que
 
 
 def test_makespan_puts_each_cta_on_the_sm_that_frees_first():
-    from pa_bench.numerics.fill import makespan
+    from pa_bench.launch.fill import makespan
 
     assert makespan([1.0] * 132) == 1.0
     assert makespan([1.0] * 133) == 2.0
@@ -316,7 +319,7 @@ def test_makespan_puts_each_cta_on_the_sm_that_frees_first():
 def test_the_fill_estimate_takes_row_counts_it_has_not_measured():
     """A plug-in kernel's fill_rows (here 64) costs in proportion to its rows, so the choice works
     for it too: one size gives its own rows, with the segments that fill the GPU."""
-    from pa_bench.numerics import fill
+    from pa_bench.launch import fill
 
     assert fill.row_cost(64) == 0.5 and fill.row_cost(192) == fill.ROW_COST[192]
     rows, seg = fill.fill_launch((64,), 2150, 256, 32, 8)
@@ -335,8 +338,8 @@ def test_the_fill_estimate_takes_row_counts_it_has_not_measured():
     (65472, 64, False),      # 64Kx64: 2 row blocks
 ])
 def test_v3_shares_tiles_where_many_long_row_blocks_read_them(ctx, queries, expect):
-    from pa_bench.numerics import fill
-    from pa_bench.numerics.model import cta_rows, segment_keys, shares_tiles
+    from pa_bench.launch import fill
+    from pa_bench.launch import cta_rows, segment_keys, shares_tiles
 
     rows, seg = cta_rows("v3", ctx, queries, 32, 8), segment_keys(ctx, "v3", queries, 32, 8)
     assert fill.shares_tiles(rows, seg, ctx, queries, 32, 8) is expect
@@ -345,7 +348,7 @@ def test_v3_shares_tiles_where_many_long_row_blocks_read_them(ctx, queries, expe
 
 
 def test_tile_sharing_thresholds_are_inclusive():
-    from pa_bench.numerics import fill
+    from pa_bench.launch import fill
 
     tiles = fill.SHARE_MIN_TILES
     ppc = 128 // 4                                   # 128-row CTAs, 4 query heads a KV head
@@ -368,8 +371,8 @@ def test_v3_builds_carry_tile_sharing_and_share_workspace_bytes_grow_with_it():
 def test_v3_takes_128_key_steps_where_its_shared_tile_ctas_are_long():
     """fill.pair_steps: shared tiles at 128 rows and 256 tiles or more in a segment's longest row
     block. The model's tile and the CUDA build follow (model.step_keys, KernelBuild.step_keys)."""
-    from pa_bench.numerics import fill
-    from pa_bench.numerics.model import step_keys
+    from pa_bench.launch import fill
+    from pa_bench.launch import step_keys
 
     assert step_keys("v3", 32768, 1024, 32, 8) == step_keys("v3", 65536, 512, 32, 8) == 128
     assert step_keys("v3", 0, 1536, 32, 8) == step_keys("v3", 2150, 256, 32, 8) == 64   # short CTAs
@@ -385,8 +388,9 @@ def test_v3_long_context_of_few_rows_takes_more_segments_than_other_kernels():
     """Past SEGMENT_KEYS keys the other kernels keep SEGMENT_KEYS; v3 takes more, shorter
     segments where its 16 CTAs a segment would leave most SMs idle (256Kx64 at 32/8 heads: eight
     segments, 128 CTAs), and none longer than SEGMENT_KEYS anywhere."""
-    from pa_bench.numerics import fill
-    from pa_bench.numerics.model import SEGMENT_KEYS, segment_keys
+    from pa_bench.launch import fill
+    from pa_bench.launch import segment_keys
+    from pa_bench.numerics.model import SEGMENT_KEYS
 
     assert segment_keys(262144, "v1", 64, 32, 8) == SEGMENT_KEYS
     seg = segment_keys(262144, "v3", 64, 32, 8)

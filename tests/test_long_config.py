@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from pa_bench.numerics.model import segment_keys
+from pa_bench.launch import segment_keys
 from pa_bench.problem.config import load_config
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "long.yaml"

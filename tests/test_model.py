@@ -8,8 +8,9 @@ from pa_bench.problem.inputs import make_inputs
 from pa_bench import variants as registry
 from pa_bench.numerics import mma as mma_mod
 from pa_bench.numerics import model as model_mod
-from pa_bench.numerics.model import (SEGMENT_KEYS, exp2_ftz, key_parts, model_arrays, model_attention,
-                                     round_fp16, segment_keys, split_keys, split_point, tile_keys)
+from pa_bench.launch import segment_keys, split_keys, split_point
+from pa_bench.numerics.model import (SEGMENT_KEYS, exp2_ftz, key_parts, model_arrays, model_attention, round_fp16,
+                                     tile_keys)
 from pa_bench.problem.plan import Problem
 from pa_bench.numerics.reference import reference_attention, sample_rows
 from pa_bench.problem.shapes import parse_shape

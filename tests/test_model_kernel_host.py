@@ -16,7 +16,8 @@ import pytest
 
 from pa_bench.numerics import mma as mma_mod
 from pa_bench.numerics import model_kernel as mk
-from pa_bench.numerics.model import exp2_ftz, model_arrays, model_attention, round_fp16, split_point
+from pa_bench.launch import split_point
+from pa_bench.numerics.model import exp2_ftz, model_arrays, model_attention, round_fp16
 from pa_bench.problem.inputs import make_inputs
 from pa_bench.problem.plan import Problem
 from pa_bench.problem.shapes import parse_shape

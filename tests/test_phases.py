@@ -107,6 +107,7 @@ class TimedNumpy(NumpyBackend):
     """The numpy model posing as a GPU backend (the model then runs apart) with fixed samples."""
 
     name = "cuda"
+    kernels_are_model = False
 
     def describe(self):
         return {"backend": "cuda", "gpu": "Fake GPU", "arch": "sm_90", "mma": "m16n8k16"}

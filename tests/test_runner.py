@@ -12,7 +12,7 @@ from pa_bench import runner
 from pa_bench.problem.config import DEFAULT_CONFIG, load_config
 from pa_bench.errors import PaBenchError
 from pa_bench.resume import ResumeConflict
-from pa_bench.numerics.model import split_keys
+from pa_bench.launch import split_keys
 from pa_bench.backends.numpy import NumpyBackend
 from pa_bench.store.records import COLUMNS
 from pa_bench.store.results import open_run
@@ -39,6 +39,7 @@ class FakeGpu(NumpyBackend):
     """The numpy model posing as a GPU backend, with scripted failures and synthetic timing."""
 
     name = "cuda"
+    kernels_are_model = False
 
     def __init__(self, *, unsupported=None, crash=None, too_big=(), perturb=None, nan=None,
                  timing=True, interrupt_on=None):

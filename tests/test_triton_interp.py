@@ -27,6 +27,7 @@ from pa_bench.backends.base import KernelOutput
 from pa_bench.backends.cuda import CudaBackend
 from pa_bench.backends.numpy import NumpyBackend
 from pa_bench.numerics.metrics import error_metrics, judge_parity, parity_floor
+from pa_bench.launch import Device
 from pa_bench.numerics.model import model_attention
 from pa_bench.numerics.reference import reference_attention
 from pa_bench.problem.inputs import make_inputs
@@ -464,15 +465,13 @@ def test_a_reordered_sum_may_move_an_fp16_output_by_one_step_and_no_more():
 class _CudaOnCpu(NumpyBackend):
     """The numpy backend posing as the cuda backend: the triton variant runs in Triton's
     interpreter (its launch recorded as the cuda backend records it for meta.json), the other
-    kernels are the model; the model key comes from the cuda backend's own ``tile_keys``, and the
+    kernels are the model; the model key comes from the cuda backend's own ``launch``, and the
     tile size of every model built is kept."""
 
     name = "cuda"
-    props = {"name": b"Fake GPU", "multiProcessorCount": 132}
-    tile_keys = CudaBackend.tile_keys
-
-    def step_keys(self, variant, problem):   # v3's consumer step by the launch rule (the numpy backend's)
-        return NumpyBackend.tile_keys(self, variant, problem)
+    kernels_are_model, model_on_gpu = False, True
+    facts = Device("Fake GPU", 132)
+    launch = CudaBackend.launch
 
     def __init__(self):
         super().__init__()

@@ -1,4 +1,4 @@
-"""v3 on fp16 stage images without a GPU: the v3-dq plug-in peer (pa_bench/peers/v3_dq.py) refuses
+"""v3 on fp16 stage images without a GPU: the v3-dq plug-in peer (pa_bench/backends/v3_dq.py) refuses
 in its own name, and the workspace of v3's shared tiles holds what the kernel's share_base lays out
 (the GPU checks: tests/gpu/test_v3_dq_gpu.py, tests/gpu/test_v3_shared_tiles_gpu.py)."""
 
@@ -11,9 +11,10 @@ from types import SimpleNamespace
 import pytest
 
 from pa_bench import variants as registry
+from pa_bench.backends import v3_controls
 from pa_bench.peers import CannotRun, peer_class, runs_on
 
-MODULES = {"v3-dq": "pa_bench.peers.v3_dq"}
+MODULES = {"v3-dq": "pa_bench.backends.v3_dq"}
 
 
 @pytest.fixture(params=list(MODULES))
@@ -48,9 +49,9 @@ def test_without_cupy_each_says_so_in_its_own_name(peer, monkeypatch):
 def test_each_refuses_what_v3_cannot_build_in_its_own_name(peer, monkeypatch):
     name, mod = peer
     cls = peer_class(name)
-    monkeypatch.setattr(mod, "_device", lambda who: (None, 80))
+    monkeypatch.setattr(v3_controls, "device_cc", lambda who: (None, 80))
     assert cls.unavailable(_problem()) == f"{name} needs sm_90a (wgmma, setmaxnreg), not sm_80"
-    monkeypatch.setattr(mod, "_device", lambda who: (None, 90))
+    monkeypatch.setattr(v3_controls, "device_cc", lambda who: (None, 90))
     assert cls.unavailable(_problem(128)) is None and cls.unavailable(_problem(64, 16, 16)) is None
     assert cls.unavailable(_problem(96)) == f"{name} has no head_dim 96 (it builds 64 and 128)"
     assert cls.unavailable(_problem(128, 24, 16)).startswith(f"{name} needs heads_kv to divide heads_q")
@@ -119,8 +120,8 @@ def test_each_segment_layout_of_a_shared_tile_build_gets_its_own_workspace():
 def test_v3_dq_builds_v3s_launch_and_consumer_step(shape):
     """v3-dq gives v3's bits only at v3's rows and v3's consumer step (128-key steps change the
     summation): its build follows the launch rule on each shape, the long ones at 128-key steps."""
-    from pa_bench.numerics.model import cta_rows, step_keys
-    from pa_bench.peers.v3_dq import build_for
+    from pa_bench.launch import cta_rows, step_keys
+    from pa_bench.backends.v3_dq import build_for
     from pa_bench.problem.plan import Problem
     from pa_bench.problem.shapes import parse_shape
 

@@ -13,6 +13,7 @@ from typing import Callable
 from pa_bench.backends.base import Backend, KernelOutput
 from pa_bench.errors import BackendUnavailable, PaBenchError
 from pa_bench.fmt import first_line
+from pa_bench.launch import NO_PINS, Pins
 
 BACKENDS = ("auto", "cuda", "numpy")
 
@@ -71,40 +72,43 @@ def cuda_unavailable_message(problem: str) -> str:
     return f"the cuda backend needs CuPy and an NVIDIA GPU: {problem}{_hint(problem)}"
 
 
-def make_backend(name: str, config=None, *, notice: Callable[[str], None] | None = None) -> Backend:
+def make_backend(name: str, config=None, *, notice: Callable[[str], None] | None = None,
+                 pins: Pins = NO_PINS) -> Backend:
     """Build the backend called ``name`` for ``config``.
 
     ``notice`` receives the one-line message printed when ``auto`` falls back to numpy.
+    ``pins``: what the caller fixes of every launch (pa_bench.launch.Pins; the policy picks the
+    rest).
     """
     if name not in BACKENDS:
         raise PaBenchError(f"unknown backend {name!r} (choose from {', '.join(BACKENDS)})")
     if name == "numpy":
-        return _numpy_backend(config)
+        return _numpy_backend(config, pins)
     problem = cuda_problem()
     if problem is None:
-        return _cuda_backend(config)
+        return _cuda_backend(config, pins)
     if name == "cuda":
         raise BackendUnavailable(cuda_unavailable_message(problem))
     if notice is not None:
         notice(f"note: {problem}; using the numpy backend (parity on sampled rows, no timing){_hint(problem)}")
-    return _numpy_backend(config)
+    return _numpy_backend(config, pins)
 
 
-def _numpy_backend(config) -> Backend:
+def _numpy_backend(config, pins: Pins) -> Backend:
     from pa_bench.backends.numpy import NumpyBackend, refuse_if_nothing_fits
 
     if config is not None:
         refuse_if_nothing_fits(config)  # before any input is drawn
     determinism = True if config is None else bool(config.parity.determinism)
-    return NumpyBackend(check_determinism=determinism)
+    return NumpyBackend(check_determinism=determinism, pins=pins)
 
 
-def _cuda_backend(config) -> Backend:
+def _cuda_backend(config, pins: Pins) -> Backend:
     try:
         from pa_bench.backends.cuda import CudaBackend
     except ImportError as exc:
         raise BackendUnavailable(f"the cuda backend cannot be loaded: {first_line(exc)}") from exc
-    return CudaBackend(config=config, force_turing=bool(config is not None and config.force_turing))
+    return CudaBackend(config=config, force_turing=bool(config is not None and config.force_turing), pins=pins)
 
 
 #: A numpy run estimated to take less than this is not announced (it is over before one reads it).
@@ -131,7 +135,7 @@ def plan_notice(mode: str, plan, backend, rows_of) -> tuple[str, float | None]:
 
     kernels = [v for v in plan.variants if registry.is_kernel(v)]
     peers = [v for v in plan.variants if registry.is_peer(v)]
-    numpy = backend.name == "numpy"
+    numpy = backend.kernels_are_model     # the numpy backend: its kernels are the model, nothing is timed
     parity = mode in ("parity", "run") and bool(kernels)
     timing = mode in ("time", "run")
     what = [count(len(plan.problems), "shape") + " x " +

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 if TYPE_CHECKING:
+    from pa_bench.launch import Launch
     from pa_bench.measure.timing import TimingResult
 
 
@@ -33,6 +34,12 @@ class Backend(Protocol):
     """The interface the runner drives (docs/DESIGN.md, "Backends")."""
 
     name: str  # "numpy" | "cuda"
+    #: Whether a kernel variant's ``compute`` output is the numerics model's own (numpy: the model
+    #: is its "kernel"): the runner then takes it as the model's output and compares fewer rows.
+    kernels_are_model: bool
+    #: Whether ``model`` runs on the GPU: the runner then gives it more work per shape before it
+    #: samples the rows the model runs on.
+    model_on_gpu: bool
 
     def describe(self) -> dict[str, Any]:
         """Who runs the rows: backend, gpu, arch ("sm_90" / "cpu"), sm_count, mma ..."""
@@ -49,18 +56,22 @@ class Backend(Protocol):
     def prepare(self, inputs) -> Any:
         """Upload one shape's inputs; the handle goes to compute, time, max_diff and release."""
 
-    def tile_keys(self, variant: str, problem) -> int:
-        """Keys per online-softmax tile of ``variant``'s kernel on ``problem``; the model follows."""
-
-    def split_keys(self, variant: str, problem) -> int:
-        """Where ``variant`` splits the keys on ``problem`` (0: it does not); the model follows."""
-
-    def segment_keys(self, variant: str, problem) -> int:
-        """Keys per key segment of ``variant`` on ``problem`` (0: one segment); the model follows."""
+    def launch(self, variant: str, problem) -> Launch:
+        """The launch ``variant`` runs ``problem`` with here (pa_bench.launch.choose on this
+        backend's device and pins); the numerics model follows its tile, split and segments."""
 
     def compute(self, prepared, variant: str, rows: np.ndarray | None,
                 check_determinism: bool | None = None) -> KernelOutput:
         """``variant``'s output on the query ``rows`` (None: every row)."""
+
+    def model(self, inputs, tile_keys: int, rows: np.ndarray | None = None, split_keys: int = 0,
+              pv_chain_keys: int = 0, segment_keys: int | None = None,
+              max_slack: float | None = None) -> np.ndarray:
+        """The numerics model (pa_bench.numerics.model.model_attention) of the arithmetic given,
+        float32 [Hq, R, D], on this backend's hardware (the same bits everywhere)."""
+
+    def impl(self, prepared, variant: str) -> str | None:
+        """What ran a peer on this shape (its ``impl()``), None for a kernel."""
 
     def max_diff(self, prepared, a: str, b: str) -> float | None:
         """Max abs difference of two computed variants' full outputs; None where the backend

@@ -9,11 +9,12 @@ through :mod:`pa_bench.measure.timing`.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -22,6 +23,7 @@ from pa_bench import variants as registry
 from pa_bench.backends import kernels as K
 from pa_bench.backends.base import KernelOutput
 from pa_bench.errors import BackendUnavailable, PaBenchError
+from pa_bench.launch import NO_PINS, Device, Launch, Pins, choose
 from pa_bench.measure import deadline
 from pa_bench.peers import CannotRun
 
@@ -66,8 +68,10 @@ class CudaBackend:
     """See docs/DESIGN.md, 'Backend interface'."""
 
     name = "cuda"
+    kernels_are_model = False
+    model_on_gpu = True          # the numerics model runs here, on the GPU (``model``)
 
-    def __init__(self, config=None, force_turing: bool = False):
+    def __init__(self, config=None, force_turing: bool = False, pins: Pins = NO_PINS):
         cp = _cupy()
         try:
             if cp.cuda.runtime.getDeviceCount() < 1:
@@ -78,26 +82,24 @@ class CudaBackend:
             raise BackendUnavailable(f"CuPy sees no NVIDIA GPU ({exc})") from exc
         self.cp = cp
         self.config = config
-        self.force_turing = bool(force_turing or getattr(config, "force_turing", False))
+        self.force_turing = bool(force_turing or (config is not None and config.force_turing))
         self.device = cp.cuda.Device()
         props = cp.cuda.runtime.getDeviceProperties(self.device.id)
         self.props = props
         self.cc = int(props["major"]) * 10 + int(props["minor"])
+        name = props.get("name", "")
+        self.facts = Device(name.decode(errors="replace").rstrip("\x00") if isinstance(name, bytes) else str(name),
+                            int(props["multiProcessorCount"]))
+        self.pins = pins               # what the caller fixes of every launch (pa_bench.launch.Pins)
         self._kernels: dict[K.KernelBuild, object] = {}
         self._smem: dict[K.KernelBuild, int] = {}      # dynamic shared memory per launch (v3)
         self.compilers: dict[K.KernelBuild, str] = {}  # "nvrtc", or "nvcc" (an arch-specific fallback)
         self.compiles: dict[K.KernelBuild, dict] = {}  # seconds and disk-cache hit/miss: meta.json
         self._combines: dict[K.KernelBuild, object] = {}   # pa_combine of each build's module
         self._launches: dict[tuple, dict] = {}   # (variant, problem) -> grid, tiles, split: meta.json
-        self.tiles: int | None = None  # v2/v2t: m16 query tiles per warp (None: K.choose_tiles)
-        self.pair_heads = True         # v2/v2t: a warp's two tiles are two heads of one KV group
-        self.split: bool | None = None  # v2/v2t: split keys between a CTA's warps (None: the model's rule)
-        self.segments: bool | int | None = None  # key segments (None: the model's rule; see segment_keys)
-        self.rows: int | None = None  # v3: rows of a CTA, 128 or 192 (None: the model's cta_rows)
-        self.share: bool | None = None  # v3: each tile converted once for all row blocks (None: fill.shares_tiles)
-        self.step: int | None = None  # v3: keys of a consumer step, 64 or 128 (None: fill.pair_steps; see step_keys)
         self._image_bytes: dict[K.KernelBuild, int] = {}   # a shared-tile build's bytes per tile image
         self._timer = None
+        self._model_inputs = None      # (inputs, their arrays on the GPU) of the model's last shape
 
     # ------------------------------------------------------------------ description
     def describe(self) -> dict:
@@ -235,63 +237,38 @@ class CudaBackend:
         self.cp.get_default_memory_pool().free_all_blocks()
 
     # ------------------------------------------------------------------ kernels
-    def build(self, variant: str, problem) -> K.KernelBuild:
+    def launch(self, variant: str, problem) -> Launch:
+        """The launch of ``variant`` on ``problem`` here: pa_bench.launch.choose on this GPU with this
+        backend's pins (the numerics model follows it). A Triton kernel's runner picks its own
+        configuration (it may tune): once it has run the shape, the tile is the block_n it launched."""
+        chosen = choose(variant, problem, self.facts, self.pins)
+        if registry.get(variant).kind == registry.TRITON_KERNEL:
+            ran = self._launches.get((variant, repr(problem)), {}).get("block_n")
+            if ran:
+                return replace(chosen, tile_keys=int(ran))
+        return chosen
+
+    def with_pins(self, pins: Pins) -> "CudaBackend":
+        """This backend launching with ``pins`` (pa_bench.launch.Pins) instead of its own: the same
+        GPU, compiled kernels and records, another launch where the pins say."""
+        other = copy.copy(self)
+        other.pins = pins
+        return other
+
+    def build(self, variant: str, problem, launch: Launch | None = None) -> K.KernelBuild:
+        """The build of ``variant`` that runs ``launch`` (None: ``self.launch``) on ``problem``."""
+        launch = launch or self.launch(variant, problem)
         return K.KernelBuild(
             variant=variant,
             head_dim=problem.head_dim,
             paged=problem.layout == "paged",
             out_f16=problem.out_dtype == "float16",
             force_turing=self.force_turing,
-            tiles=self._tiles(variant, self.tiles_for(problem)),
-            cta_rows=self.cta_rows(variant, problem),
-            kv_shared=self.shares_tiles(variant, problem),
-            step_keys=self.step_keys(variant, problem),
+            tiles=launch.tiles,
+            cta_rows=launch.rows,
+            kv_shared=launch.shares_tiles,
+            step_keys=launch.step_keys,
         )
-
-    def step_keys(self, variant: str, problem) -> int:
-        """Keys of one consumer step of ``variant``'s launch on ``problem``: 128 (two tiles, K and V
-        staged apart: kernels/v3_pairs.cuh) where the launch shares its tiles at 128 rows and
-        ``self.step`` asks for it, or, with ``self.step`` None, where pa_bench.numerics.fill.pair_steps
-        takes it (long CTAs); else 64. The numerics model follows (tile_keys)."""
-        from pa_bench.numerics.fill import pair_steps
-
-        if not registry.get(variant).tile_sharing:
-            return 64
-        rows = self.cta_rows(variant, problem)
-        if rows != 128 or not self.shares_tiles(variant, problem) or self.step == 64:
-            return 64
-        if self.step == 128:
-            return 128
-        seg = self.segment_keys(variant, problem)
-        return 128 if pair_steps(rows, seg, problem.context, problem.queries, problem.heads_q, problem.heads_kv) else 64
-
-    def shares_tiles(self, variant: str, problem) -> bool:
-        """Whether ``variant``'s launch on ``problem`` converts each K/V tile once for all the row
-        blocks of a KV head and segment (a Variant with ``tile_sharing``: v3): ``self.share`` where
-        set, else pa_bench.numerics.fill.shares_tiles on the launch's rows and segments. The
-        output's bits are the same either way."""
-        from pa_bench.numerics.fill import shares_tiles
-
-        if not registry.get(variant).tile_sharing:
-            return False
-        if self.share is not None:
-            return bool(self.share)
-        return shares_tiles(self.cta_rows(variant, problem), self.segment_keys(variant, problem), problem.context,
-                            problem.queries, problem.heads_q, problem.heads_kv)
-
-    def cta_rows(self, variant: str, problem) -> int:
-        """The rows of ``variant``'s CTAs on ``problem`` where it offers a choice (v3: 128 or 192,
-        pa_bench.numerics.model.cta_rows); 0 otherwise (the kernel's own)."""
-        rows = K.launch_rows(variant, problem)
-        return int(self.rows) if rows and self.rows is not None else rows
-
-    def tiles_for(self, problem) -> int:
-        """m16 tiles per warp of a warp_tiles variant on this problem (the override, else K.choose_tiles)."""
-        if self.tiles is not None:
-            return self.tiles
-        return K.choose_tiles(problem.queries, problem.heads_q, problem.heads_kv, int(self.props["multiProcessorCount"]),
-                              split_keys=self.split_keys("v2", problem),
-                              segments=self.geometry("v2", problem, tiles=2).segments)
 
     def kernel(self, build: K.KernelBuild):
         fn = self._kernels.get(build)
@@ -366,61 +343,23 @@ class CudaBackend:
         return smem
 
     def tile_keys(self, variant: str, problem) -> int:
-        """Keys per online-softmax tile of ``variant`` on ``problem``; the numerics model follows. A
-        Triton kernel's is its configuration's ``block_n`` on this shape: the one its runner chose
-        (the launches, meta.json), else the one it would choose, asked without tuning (its runner
-        module's ``planned_tile_keys``: override, table, cache, default). Every other variant's
-        is the registry's (pa_bench.numerics.model.tile_keys)."""
-        from pa_bench.numerics.model import tile_keys
-
-        entry = registry.get(variant)
-        if entry.kind == registry.TRITON_KERNEL:
-            chosen = self._launches.get((variant, repr(problem)), {}).get("block_n")
-            if chosen:
-                return int(chosen)
-            planned = getattr(entry.resolve_runner(), "planned_tile_keys", None)
-            if planned is not None:
-                name = self.props.get("name", "")
-                gpu = name.decode(errors="replace").rstrip("\x00") if isinstance(name, bytes) else str(name)
-                return int(planned(problem, gpu, int(self.props["multiProcessorCount"])))
-        if entry.tile_sharing:
-            return self.step_keys(variant, problem)
-        return tile_keys(variant)
+        """Keys per online-softmax tile of ``variant``'s launch on ``problem`` (Launch.tile_keys)."""
+        return self.launch(variant, problem).tile_keys
 
     def split_keys(self, variant: str, problem) -> int:
-        """Where ``variant`` splits the keys on ``problem`` (0: no split): pa_bench.numerics.model's rule,
-        unless ``self.split`` forces it on (at half the context) or off. The numerics model
-        needs the same value (``runner`` asks the backend)."""
-        from pa_bench.numerics.model import split_keys, split_point
-
-        if self.segment_keys(variant, problem):
-            return 0                    # split keys are off with segments (the model's rule too)
-        if self.split is None or not registry.get(variant).splits_keys:
-            return split_keys(variant, problem.queries, problem.context, problem.heads_q)
-        return split_point(problem.context) if self.split else 0
+        """Where ``variant``'s launch on ``problem`` splits the keys (Launch.split_keys; 0: no split)."""
+        return self.launch(variant, problem).split_keys
 
     def segment_keys(self, variant: str, problem) -> int:
-        """Keys per key segment of ``variant`` on ``problem`` (0: no segments): pa_bench.numerics.model's
-        rule (long contexts, and v3's fill rule), unless ``self.segments`` forces them off (False), on
-        at SEGMENT_KEYS (True), or on at a
-        given number of keys (an int, a multiple of 64: small segments put the combine to work on
-        small shapes in tests). The numerics model needs the same value."""
-        from pa_bench.numerics.model import SEGMENT_KEYS, segment_keys
+        """Keys per key segment of ``variant``'s launch on ``problem`` (Launch.segment_keys; 0: none)."""
+        return self.launch(variant, problem).segment_keys
 
-        if self.segments is None:
-            return segment_keys(problem.context, variant, problem.queries, problem.heads_q, problem.heads_kv)
-        if self.segments is False:
-            return 0
-        if self.segments is True:
-            return SEGMENT_KEYS
-        return int(self.segments)
-
-    def geometry(self, variant: str, problem, tiles: int | None = None) -> K.LaunchGeometry:
-        return K.launch_geometry(variant, problem.queries, problem.heads_q, problem.heads_kv,
-                                 tiles=self.tiles_for(problem) if tiles is None else tiles,
-                                 pair_heads=self.pair_heads, split_keys=self.split_keys(variant, problem),
-                                 context=problem.context, segment_keys=self.segment_keys(variant, problem),
-                                 cta_rows=self.cta_rows(variant, problem))
+    def geometry(self, variant: str, problem, launch: Launch | None = None) -> K.LaunchGeometry:
+        """Grid and block of ``launch`` (None: ``self.launch``) of ``variant`` on ``problem``."""
+        launch = launch or self.launch(variant, problem)
+        return K.launch_geometry(variant, problem.queries, problem.heads_q, problem.heads_kv, tiles=launch.tiles,
+                                 pair_heads=launch.pair_heads, split_keys=launch.split_keys,
+                                 context=problem.context, segment_keys=launch.segment_keys, cta_rows=launch.rows)
 
     def _include_options(self) -> tuple[str, ...]:
         """The CUDA headers (cuda_fp16.h, cuda_pipeline_primitives.h) for NVRTC, where found."""
@@ -433,20 +372,22 @@ class CudaBackend:
         inc = os.path.join(root, "include") if root else None
         return (f"-I{inc}",) if inc and os.path.isdir(inc) else ()
 
-    def launcher(self, prep: Prepared, variant: str, out=None):
+    def launcher(self, prep: Prepared, variant: str, out=None, launch: Launch | None = None):
         """A no-argument callable that launches kernel ``variant`` once (asynchronously) into
-        ``out``: a CUDA kernel, with key segments pa_combine after it (two launches in one stream),
-        or a Python kernel (its runner's launcher)."""
+        ``out``: a CUDA kernel as ``launch`` says (None: ``self.launch``), with key segments
+        pa_combine after it (two launches in one stream), or a Python kernel (its runner's
+        launcher, which plans its own)."""
         if registry.get(variant).kind == registry.TRITON_KERNEL:
             return self._python_launcher(prep, variant, prep.out_a if out is None else out)
         inp = prep.inputs
         pb = inp.problem
-        build = self.build(variant, pb)
+        launch = launch or self.launch(variant, pb)
+        build = self.build(variant, pb, launch)
         fn = self.kernel(build)
         smem = self._smem.get(build, 0)
         out = prep.out_a if out is None else out
         body = out[GUARD_ELEMS:]
-        geo = self.geometry(variant, pb)
+        geo = self.geometry(variant, pb, launch)
         grid, block = geo.grid, (geo.block,)
         n_part = max(K.workspace_floats(geo, pb.queries, pb.heads_q, pb.head_dim), 2)
         if build.kv_shared:   # its own workspace: the segment floats, then the images, flags and counters
@@ -459,7 +400,7 @@ class CudaBackend:
         cgrid, cblock = K.combine_geometry(pb.queries, pb.heads_q)
         self._launches[(variant, repr(pb))] = {
             "variant": variant, "shape": pb.shape.label, "grid": list(grid), "block": geo.block,
-            "tiles": self._tiles(variant, self.tiles_for(pb)), "pair_heads": geo.pair_heads,
+            "tiles": launch.tiles, "pair_heads": geo.pair_heads,
             "split_keys": geo.split_keys, "segment_keys": geo.segment_keys, "segments": geo.segments,
             "combine_grid": list(cgrid) if geo.segment_keys else None,
             **({"shares_tiles": True, "workspace_bytes": int(part.nbytes)} if build.kv_shared else {}),
@@ -559,7 +500,7 @@ class CudaBackend:
 
     def _wait(self, what: str, flops: float, launches: int = 1, variant: str | None = None) -> None:
         """Wait for the GPU work enqueued so far, under the deadline for that work."""
-        fixed = getattr(self.config, "deadline", None) if self.config is not None else None
+        fixed = self.config.deadline if self.config is not None else None
         try:
             deadline.wait_stream(self.cp, deadline.deadline_for(flops, fixed, launches), what)
         except deadline.KernelHung as exc:
@@ -567,7 +508,7 @@ class CudaBackend:
 
     def deadlines(self, variants, problem) -> dict:
         """Seconds one call of each variant may take (pa_bench.measure.deadline)."""
-        fixed = getattr(self.config, "deadline", None) if self.config is not None else None
+        fixed = self.config.deadline if self.config is not None else None
         return {v: deadline.deadline_for(problem.flops, fixed) for v in variants}
 
     def _fill_canary(self, buf) -> None:
@@ -670,7 +611,7 @@ class CudaBackend:
         ``max_slack``: numerics.model.max_slack."""
         from pa_bench.numerics.model import model_arrays, model_attention
 
-        cached = getattr(self, "_model_inputs", None)
+        cached = self._model_inputs
         if cached is None or cached[0] is not inputs:
             self._model_inputs = cached = (inputs, model_arrays(inputs, self.cp))
         mma_k = 8 if K.mma_shape(self.cc, self.force_turing) == "m16n8k8" else 16
@@ -714,7 +655,7 @@ class CudaBackend:
         from pa_bench.peers import torch_util
 
         pb = prep.inputs.problem
-        want = max(int(getattr(settings, "placements", 1) or 1), 1)
+        want = max(int(settings.placements or 1), 1)
         preps = [prep]
         try:
             while len(preps) < want:
@@ -787,9 +728,10 @@ def estimate_bytes(problem, peer: bool = False) -> int:
     out = 2 * (hq * nq * d + 2 * GUARD_ELEMS) * 4 + hq * nq * d * 4 * 2
     ref = 2 * hkv * nk * d * 8 + 256 * nk * 8 * 4 + hq * nq * d * 8
     peer_bytes = (2 * hkv * nk * d * 2 + hq * nq * d * 2) * 2 if peer else 0
-    from pa_bench.numerics.model import segment_keys, shares_tiles
+    from pa_bench.launch import shares_tiles
+    from pa_bench.numerics.model import context_segment_keys
 
-    seg = segment_keys(problem.context)
+    seg = context_segment_keys(problem.context)
     part = -(-nk // seg) * hq * nq * (d + 2) * 4 if seg else 0     # the key-segment workspace
     # v3's shared tiles: an fp16 image of every 64-key tile (K, V and both scales), twice the int8 K/V
     images = hkv * -(-nk // 64) * (64 * d * 4 + 516) if shares_tiles("v3", problem.context, nq, hq, hkv) else 0

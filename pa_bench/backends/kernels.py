@@ -7,7 +7,6 @@ their compile options from here, so the code that is checked is the code that ru
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import re
 from dataclasses import dataclass
@@ -16,12 +15,11 @@ from typing import Callable
 
 from pa_bench import resources
 from pa_bench import variants as registry
+from pa_bench.launch.policy import DEFAULT_TILES, SEGMENT_ALIGN, TILE_ROWS
 
 KERNEL_DIR = Path(os.environ.get("PA_BENCH_KERNELS", resources.KERNEL_DIR))
 HEADER = "pa_common.cuh"
 ARCHS = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90")
-TILE_ROWS = 16                                          # query rows of one m16 MMA tile
-DEFAULT_TILES = 2                                       # warp_tiles variants: m16 tiles per warp (1 or 2)
 # Common compile options (NVRTC and nvcc understand both spellings used here).
 BASE_OPTIONS = ("-std=c++17",)
 
@@ -39,9 +37,9 @@ class KernelBuild:
     kv_f16: bool = False            # v3 only: its fp16-K/V control (-DPA_KV_F16=1, the peer v3-f16)
     kv_images: bool = False         # v3 only: K/V tiles as fp16 stage images (-DPA_V3_DQ=1, the peer v3-dq)
     kv_shared: bool = False         # v3 only: each tile converted once for all row blocks (-DPA_V3_SHARE=1,
-                                    # where pa_bench.numerics.fill.shares_tiles says)
+                                    # Launch.shares_tiles)
     cta_rows: int = 0               # a variant with fill_rows options: the launch's (-DPA_CTA_ROWS,
-                                    # model.cta_rows); 0: the kernel's default
+                                    # Launch.rows); 0: the kernel's default
     step_keys: int = 64             # v3 only: keys of a consumer step, 64 (one tile) or 128 (two, at 128
                                     # rows, with kv_shared, kv_images or kv_f16: -DPA_V3_STEP_KEYS=128)
 
@@ -195,7 +193,6 @@ class LaunchGeometry:
 
 #: pa_combine (pa_common.cuh): one warp per (query head, row), 4 warps per CTA.
 COMBINE_ROWS_PER_CTA = 4
-SEGMENT_ALIGN = 64          # segment boundaries must align with v1's 64-key tiles
 
 
 def kv_group_threads(rows: int) -> int:
@@ -204,36 +201,13 @@ def kv_group_threads(rows: int) -> int:
     return 128 * (1 + rows // 64)
 
 
-def launch_rows(variant: str, problem) -> int:
-    """The rows of ``variant``'s CTAs on ``problem`` (a Problem: context, queries, heads) where its
-    Variant offers several (``fill_rows`` a tuple; pa_bench.numerics.model.cta_rows), else 0: the
-    kernel's own, no -DPA_CTA_ROWS."""
-    from pa_bench.numerics.model import cta_rows
-
-    if not isinstance(registry.get(variant).fill_rows, tuple):
-        return 0
-    return cta_rows(variant, problem.context, problem.queries, problem.heads_q, problem.heads_kv)
-
-
-def launch_build(variant: str, problem, **producer) -> KernelBuild:
-    """``variant``'s build at its own launch on ``problem`` (rows, model.launch_rows; consumer step,
-    model.step_keys) with ``producer`` (kv_f16=True, kv_images=True): the fp16 control's and
-    v3-dq's builds, which must run v3's launch to time (or give the bits of) v3's consumer loop."""
-    from pa_bench.numerics.model import step_keys
-
-    pb = problem
-    return KernelBuild(variant, head_dim=pb.head_dim, paged=pb.layout == "paged", out_f16=pb.out_dtype == "float16",
-                       cta_rows=launch_rows(variant, pb),
-                       step_keys=step_keys(variant, pb.context, pb.queries, pb.heads_q, pb.heads_kv), **producer)
-
-
 def launch_geometry(variant: str, queries: int, heads_q: int, heads_kv: int, tiles: int = DEFAULT_TILES,
                     pair_heads: bool = True, split_keys: int = 0, context: int = 0,
                     segment_keys: int = 0, cta_rows: int = 0) -> LaunchGeometry:
     """How a variant's CTAs cover the chunk: its entry in GEOMETRY (see warp_tiles in pa_common.cuh),
-    and with ``segment_keys`` (pa_bench.numerics.model.segment_keys of ``context``) a third grid
-    dimension of ceil((context + queries) / segment_keys) key segments. ``cta_rows`` (a variant
-    with fill_rows options, model.cta_rows): the rows of its CTAs, kv_group_threads threads each."""
+    and with ``segment_keys`` (a Launch's, pa_bench.launch) a third grid dimension of
+    ceil((context + queries) / segment_keys) key segments. ``cta_rows`` (a variant with fill_rows
+    options, Launch.rows): the rows of its CTAs, kv_group_threads threads each."""
     geometry = GEOMETRY.get(variant) or registry.get(variant).geometry
     if geometry is None:
         raise ValueError(f"no launch geometry for variant {variant!r} (add it to kernels.GEOMETRY, or "
@@ -281,7 +255,7 @@ def _warp_tiles(threads: int, queries: int, heads_q: int, heads_kv: int, tiles: 
                 split_keys: int) -> LaunchGeometry:
     """v2/v2t: a CTA of 2 warps; a warp holds ``tiles`` m16 tiles, as two query heads of one KV group
     at the same 16 rows when the group has an even number of heads (``pair_heads``), else as 32 rows
-    of one head. With ``split_keys`` (pa_bench.numerics.model.split_keys) a CTA holds one warp task
+    of one head. With ``split_keys`` (Launch.split_keys) a CTA holds one warp task
     whose keys its two warps split."""
     if tiles not in (1, 2):
         raise ValueError(f"tiles must be 1 or 2, not {tiles}")
@@ -317,19 +291,6 @@ GEOMETRY: dict[str, Callable[..., LaunchGeometry]] = {
     "v2t": _warp_tiles,
     "v3": _kv_group_rows,
 }
-
-
-def choose_tiles(queries: int, heads_q: int, heads_kv: int, sm_count: int, split_keys: int = 0,
-                 segments: int = 1) -> int:
-    """m16 tiles per warp of a warp_tiles variant (v2, v2t) for a chunk: 2 unless that leaves fewer
-    than two warps per SM (``segments``: key segments, each a CTA of its own).
-
-    Two tiles halve the int8 conversion work per MMA, but also halve the number of warps; on a
-    small chunk (2.1Kx256 with 32 heads: 256 warps on the H200's 132 SMs) one tile per warp is
-    faster. Either way every row gets the same bits (a GPU test checks it).
-    """
-    warps = math.prod(_warp_tiles(64, queries, heads_q, heads_kv, 2, True, split_keys).grid) * 2 * segments
-    return 2 if warps >= 2 * sm_count else 1
 
 
 def mma_shape(arch_cc: int, force_turing: bool) -> str:

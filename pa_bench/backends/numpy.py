@@ -15,7 +15,8 @@ import numpy as np
 
 from pa_bench import variants as registry
 from pa_bench.backends.base import KernelOutput
-from pa_bench.numerics.model import max_slack, pv_chain_keys, step_keys, tile_keys
+from pa_bench.launch import NO_PINS, Launch, Pins, choose
+from pa_bench.numerics.model import max_slack, pv_chain_keys, tile_keys
 
 # The determinism check runs the model a second time; do it only while that is cheap:
 # at most this many (query head x row x visible key) score elements (about a second).
@@ -104,9 +105,8 @@ def arithmetics(backend, problem, variants) -> list[tuple]:
     """The distinct arithmetics (tile, split, P.V chain, segments, running maximum) of ``variants``'
     kernels on ``problem``: the model runs once per arithmetic (the others reuse its output)."""
 
-    keys = [(backend.tile_keys(v, problem), backend.split_keys(v, problem), pv_chain_keys(v),
-             backend.segment_keys(v, problem), max_slack(v))
-            for v in variants if registry.is_kernel(v)]
+    launches = [(backend.launch(v, problem), v) for v in variants if registry.is_kernel(v)]
+    keys = [(la.tile_keys, la.split_keys, pv_chain_keys(v), la.segment_keys, max_slack(v)) for la, v in launches]
     return list(dict.fromkeys(keys))
 
 
@@ -136,9 +136,12 @@ class NumpyBackend:
     """Model outputs and an FP64 NumPy reference; no timing."""
 
     name = "numpy"
+    kernels_are_model = True     # a kernel's output here is the numerics model's
+    model_on_gpu = False
 
-    def __init__(self, check_determinism: bool = True) -> None:
+    def __init__(self, check_determinism: bool = True, pins: Pins = NO_PINS) -> None:
         self.check_determinism = check_determinism
+        self.pins = pins         # what the caller fixes of every launch (pa_bench.launch.Pins)
         # Variants whose arithmetic is the same here (v2 and v2t; v1, triton and, where it needs
         # no key segments, v3) have the same model output: computed once per shape.
         self._cache: dict[tuple, KernelOutput] = {}
@@ -170,7 +173,7 @@ class NumpyBackend:
         if entry.is_peer:
             try:
                 cls = entry.resolve_runner()
-                if "numpy" not in tuple(getattr(cls, "backends", ("cuda",))):
+                if "numpy" not in tuple(getattr(cls, "backends", ("cuda",))):   # a plug-in peer's optional member
                     return f"{variant} runs on the cuda backend only"
                 return cls.unavailable(problem)
             except Exception as exc:
@@ -183,25 +186,30 @@ class NumpyBackend:
     def prepare(self, inputs):
         return inputs
 
+    def launch(self, variant: str, problem) -> Launch:
+        """The launch whose arithmetic ``variant``'s output follows here: pa_bench.launch.choose with
+        no GPU (every kernel's tile the registry's, v3's its consumer step) and this backend's pins."""
+        return choose(variant, problem, None, self.pins)
+
     def tile_keys(self, variant: str, problem) -> int:
-        """Keys per tile of ``variant``'s arithmetic: the registry's (pa_bench.numerics.model.tile_keys;
-        this backend runs no configuration of a kernel), or v3's launch's consumer step where it
-        takes 128-key steps (pa_bench.numerics.model.step_keys)."""
-        if registry.get(variant).tile_sharing:
-            return step_keys(variant, problem.context, problem.queries, problem.heads_q, problem.heads_kv)
-        return tile_keys(variant)
+        """Keys per tile of ``variant``'s arithmetic (Launch.tile_keys)."""
+        return self.launch(variant, problem).tile_keys
 
     def split_keys(self, variant: str, problem) -> int:
-        """Where ``variant``'s arithmetic splits the keys (pa_bench.numerics.model.split_keys)."""
-        from pa_bench.numerics.model import split_keys
-
-        return split_keys(variant, problem.queries, problem.context, problem.heads_q)
+        """Where ``variant``'s arithmetic splits the keys (Launch.split_keys)."""
+        return self.launch(variant, problem).split_keys
 
     def segment_keys(self, variant: str, problem) -> int:
-        """Keys per key segment of ``variant``'s arithmetic (pa_bench.numerics.model.segment_keys)."""
-        from pa_bench.numerics.model import segment_keys
+        """Keys per key segment of ``variant``'s arithmetic (Launch.segment_keys)."""
+        return self.launch(variant, problem).segment_keys
 
-        return segment_keys(problem.context, variant, problem.queries, problem.heads_q, problem.heads_kv)
+    def model(self, inputs, tile_keys: int, rows=None, split_keys: int = 0, pv_chain_keys: int = 0,
+              segment_keys: int | None = None, max_slack: float | None = None) -> np.ndarray:
+        """The numerics model on the CPU (pa_bench.numerics.model.model_attention)."""
+        from pa_bench.numerics.model import model_attention
+
+        return model_attention(inputs, tile_keys, rows, split_keys=split_keys, pv_chain_keys=pv_chain_keys,
+                               segment_keys=segment_keys, max_slack=max_slack)
 
     def compute(self, prepared, variant: str, rows: np.ndarray | None,
                 check_determinism: bool | None = None) -> KernelOutput:
@@ -213,11 +221,10 @@ class NumpyBackend:
 
         if registry.is_peer(variant):
             return self._compute_peer(prepared, variant, rows, check_determinism)
-        tile = self.tile_keys(variant, prepared.problem)
-        split = self.split_keys(variant, prepared.problem)
+        launch = self.launch(variant, prepared.problem)
+        tile, split, seg = launch.tile_keys, launch.split_keys, launch.segment_keys
         chain = pv_chain_keys(variant)
         slack = max_slack(variant)
-        seg = self.segment_keys(variant, prepared.problem)
         check = self.check_determinism if check_determinism is None else check_determinism
         if self._cache_owner is not prepared:  # one shape's outputs at a time
             self._cache, self._cache_owner = {}, prepared

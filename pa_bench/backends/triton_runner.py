@@ -183,10 +183,10 @@ def problem_class(problem) -> str:
     """The class a tuned configuration is chosen for: head size, heads, layout and page, the
     query count and key count as powers of two, and what else changes the binary (fp16 output,
     key segments). E.g. ``d128-h32.8-paged64-q1024-k65536``."""
-    from pa_bench.numerics.model import segment_keys
+    from pa_bench.numerics.model import context_segment_keys
 
     pb = problem
-    seg = segment_keys(pb.context)
+    seg = context_segment_keys(pb.context)
     segmented = bool(seg) and pb.keys > seg
     parts = [f"d{pb.head_dim}", f"h{pb.heads_q}.{pb.heads_kv}",
              f"paged{pb.page}" if pb.layout == "paged" else "contig",
@@ -323,7 +323,7 @@ class TritonVariant:
                  config=None):
         import torch
 
-        from pa_bench.numerics.model import segment_keys
+        from pa_bench.numerics.model import context_segment_keys
 
         self.torch = torch
         self.mod = kernel_module()
@@ -334,7 +334,7 @@ class TritonVariant:
             arrays = _host_arrays(inputs)
         dev = torch.device(device)
         self.t = {name: torch.as_tensor(a, device=dev) for name, a in arrays.items()}
-        self.seg_keys = segment_keys(pb.context)
+        self.seg_keys = context_segment_keys(pb.context)
         self.sm_count = sm_count
         self.tuning: dict | None = None           # what a tune on first use measured
         if isinstance(config, str):

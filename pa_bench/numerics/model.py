@@ -25,8 +25,9 @@ from a fresh state, and merge per row in fp32 in part order::
 
     m = max_z m_z;  a_z = exp2(m_z - m);  l = sum_z l_z*a_z;  acc = sum_z acc_z*a_z
 
-The parts are the two halves of v2/v2t's split keys (:func:`split_keys`), or the key segments of
-SEGMENT_KEYS keys that every kernel runs on long contexts (:func:`segment_keys`). Every step is
+The parts are the two halves of v2/v2t's split keys, or the key segments: those of SEGMENT_KEYS
+keys that every kernel runs on long contexts, or a launch's own. The model chooses no launch: it
+runs the tile, split and segments it is told (a Launch's, pa_bench.launch). Every step is
 exact or one IEEE rounding in a fixed order, so NumPy and CuPy give the same bits. It is
 vectorised over heads and rows and loops over key tiles; tiles past the last key any selected row
 can see are not visited. This is also the output of the ``numpy`` backend. On CuPy arrays,
@@ -45,8 +46,6 @@ from typing import Any, Callable
 import numpy as np
 
 from pa_bench import variants as registry
-from pa_bench.numerics import fill
-from pa_bench.numerics.fill import FILL_MAX_SEGMENTS, FILL_MIN_KEYS, FILL_SMS
 from pa_bench.problem.inputs import Inputs
 
 
@@ -69,111 +68,18 @@ def pv_chain_keys(variant: str) -> int:
     return int(entry.pv_chain_keys or 0) if entry is not None else 0
 
 
-# Variants with splits_keys (v2, v2t: pa_bench.variants) split a warp task's keys between the
-# two warps of a CTA when the chunk has few query
-# rows (over all heads) and a long context: few warp tasks with many keys each, so both halves
-# then run at once. Measured on the H200 (docs/PERF_NOTES.md): 64Kx512 and 2.1Kx256 with 32
-# heads (16,384 and 8,192 rows) gain 30-40 %, 32Kx1024 and 64Kx2048 (32,768 and 65,536 rows) lose
-# about 1 %. The rule depends on the problem only, so a row's bits never depend on the GPU.
-SPLIT_MAX_ROWS = 16384         # query rows x query heads
-SPLIT_MIN_CONTEXT = 1024       # keys before the chunk
-
-# Key segments: on long contexts every kernel runs the online softmax separately on
-# each block of SEGMENT_KEYS keys, from a fresh state, and merges the segments per row in fp32,
-# so no MMA accumulator lives for more than SEGMENT_KEYS / 16 slices (mma.sync's fp32
-# accumulation drifts with the length of the chain). Segment z covers keys
-# [z*S, min((z+1)*S, visible keys)); v2/v2t's two-warp split is off when segments are on.
+# Key segments: on long contexts every kernel runs the online softmax separately on each block
+# of SEGMENT_KEYS keys, from a fresh state, and merges the segments per row in fp32, so no MMA
+# accumulator lives for more than SEGMENT_KEYS / 16 slices (mma.sync's fp32 accumulation drifts
+# with the length of the chain). Segment z covers keys [z*S, min((z+1)*S, visible keys)). A
+# launch (pa_bench.launch) may segment shorter chunks too; the model runs the segments it is told.
 SEGMENT_KEYS = 65536
 
 
-# Key segments and CTA rows that fill the GPU: for a variant whose CTA packs the query heads of
-# one KV group (pa_bench.variants ``fill_rows``; v3: 128 or 192 rows), pa_bench.numerics.fill
-# picks the launch, rows x key segments, that its schedule estimate says runs the chunk fastest
-# (32Kx1024 with 32/8 heads: 192 rows in three segments, four full waves; 2.1Kx256: 128 rows in
-# two; 16Kx256 128 rows in two; 1Kx2048 128 rows in one; 0x1536 192 rows in one). The segments
-# change the bits (the same merge as long contexts', fewer keys a segment); the rows do not.
-# The choice depends on the problem only, never on the GPU.
-
-
-def _fill_options(variant: str | None) -> tuple[int, ...]:
-    entry = registry.find(variant) if variant else None
-    rows = entry.fill_rows if entry is not None else None
-    if not rows:
-        return ()
-    return tuple(sorted(rows)) if isinstance(rows, tuple) else (int(rows),)
-
-
-def _fill(variant: str | None, context: int, queries: int, heads_q: int, heads_kv: int) -> tuple[int, int]:
-    """(rows, keys per segment) of ``variant``'s launch on a chunk ((0, 0): no fill rows)."""
-    options = _fill_options(variant)
-    if not options or queries <= 0:
-        return (options[-1] if options else 0), 0
-    ctx = int(context)
-    longest = SEGMENT_KEYS if ctx > SEGMENT_KEYS else 0
-    return fill.fill_launch(options, ctx, int(queries), max(1, int(heads_q)), max(1, int(heads_kv)), longest)
-
-
-def cta_rows(variant: str | None, context: int, queries: int, heads_q: int = 1, heads_kv: int = 1) -> int:
-    """Rows of one CTA of ``variant`` on a chunk (0: the variant packs no rows, ``fill_rows``
-    None): where it offers several (v3: 128 or 192, two or three consumer warpgroups), the one of
-    the fastest launch by pa_bench.numerics.fill's estimate. More rows share each converted K/V
-    tile among more queries and hide one warpgroup's softmax under the others' wgmma, but a CTA
-    takes longer, so fewer CTAs fill the SMs less well. Every row's bits are the same at either
-    (segments aside); the numerics model needs the rows only for the segments."""
-    return _fill(variant, context, queries, heads_q, heads_kv)[0]
-
-
-def shares_tiles(variant: str | None, context: int, queries: int, heads_q: int = 1, heads_kv: int = 1) -> bool:
-    """Whether ``variant``'s launch on a chunk converts each K/V tile once for all the row blocks
-    of a KV head and key segment (a Variant with ``tile_sharing``, v3; pa_bench.numerics.fill.
-    shares_tiles). The bits are the same either way: this is a launch choice, not numerics."""
-    entry = registry.find(variant) if variant else None
-    if entry is None or not entry.tile_sharing or queries <= 0:
-        return False
-    rows, seg = _fill(variant, context, queries, heads_q, heads_kv)
-    return fill.shares_tiles(rows, seg, int(context), int(queries), max(1, int(heads_q)), max(1, int(heads_kv)))
-
-
-def step_keys(variant: str | None, context: int, queries: int, heads_q: int = 1, heads_kv: int = 1) -> int:
-    """Keys of one consumer step of ``variant``'s launch on a chunk, which its online softmax
-    tiles follow: 128 where a v3 launch (a Variant with ``tile_sharing``) shares its tiles at 128
-    rows over long CTAs (pa_bench.numerics.fill.pair_steps), else the registry's tile_keys."""
-    entry = registry.find(variant) if variant else None
-    if entry is None or not entry.tile_sharing or queries <= 0:
-        return tile_keys(variant) if entry is not None and entry.is_kernel else 0
-    rows, seg = _fill(variant, context, queries, heads_q, heads_kv)
-    return 128 if fill.pair_steps(rows, seg, int(context), int(queries), max(1, int(heads_q)), max(1, int(heads_kv))) \
-        else tile_keys(variant)
-
-
-def segment_keys(context: int, variant: str | None = None, queries: int = 0, heads_q: int = 1,
-                 heads_kv: int = 1) -> int:
-    """The keys per segment for a chunk of ``queries`` rows after ``context`` keys (0: one
-    segment, the whole key range). For a ``variant`` with ``fill_rows`` (v3), those of its fastest
-    launch by pa_bench.numerics.fill: whole 64-key tiles, and on contexts longer than
-    SEGMENT_KEYS segments of at most SEGMENT_KEYS keys (fill.segment_candidates). For the other
-    variants: SEGMENT_KEYS on contexts longer than SEGMENT_KEYS, else 0."""
-    ctx = int(context)
-    if _fill_options(variant) and queries > 0:
-        return _fill(variant, ctx, queries, heads_q, heads_kv)[1]
-    return SEGMENT_KEYS if ctx > SEGMENT_KEYS else 0
-
-
-def split_point(context: int) -> int:
-    """The key at which split keys start the second half: half the context, in whole 16-key
-    slices (so the first half never reaches the causal diagonal); 0 if that is no key at all."""
-    return 16 * (int(context) // 32)
-
-
-def split_keys(variant: str, queries: int, context: int, heads_q: int) -> int:
-    """Where ``variant``'s kernel splits the keys of a chunk of ``queries`` rows of ``heads_q``
-    query heads after ``context`` keys (0: it does not). See SPLIT_MAX_ROWS, SPLIT_MIN_CONTEXT."""
-    entry = registry.find(variant)
-    if entry is None or not entry.splits_keys or segment_keys(context):
-        return 0
-    if context < SPLIT_MIN_CONTEXT or queries * heads_q > SPLIT_MAX_ROWS:
-        return 0
-    return split_point(context)
+def context_segment_keys(context: int) -> int:
+    """Keys per segment that a chunk after ``context`` keys takes at the least (0: one segment):
+    SEGMENT_KEYS on contexts longer than SEGMENT_KEYS. The model's default where it is told none."""
+    return SEGMENT_KEYS if int(context) > SEGMENT_KEYS else 0
 
 
 # The model's P.V accumulation: "emulated" mirrors mma.sync's truncating block FMA
@@ -281,9 +187,8 @@ def model_attention(inputs: Inputs | ModelArrays, tile_keys: int, rows=None, spl
 
     ``rows``: sorted query-row indices (None: all rows). ``split_keys``: 0, or the key (a multiple
     of ``tile_keys``, at most the context) at which the keys are split in two halves merged at the
-    end. ``segment_keys``: keys per segment (None: :func:`segment_keys` of the context, the rule
-    every variant follows on long contexts; a variant's own, with its fill rule, comes from
-    ``segment_keys(context, variant, ...)``; 0: none).
+    end. ``segment_keys``: keys per segment (None: :func:`context_segment_keys`, the rule every
+    variant follows on long contexts; a launch's own: Launch.segment_keys; 0: none).
     ``mma``: how P.V accumulates (MMA_MODES); ``mma_k``: products per MMA (16; 8 for the Turing
     path's m16n8k8 pairs). ``pv_chain_keys``: 0 (P.V accumulates straight into acc), or a
     multiple of 16 dividing ``tile_keys``: per tile, each group of that many keys runs its slices'
@@ -314,7 +219,7 @@ def model_attention(inputs: Inputs | ModelArrays, tile_keys: int, rows=None, spl
     split = int(split_keys)
     if split < 0 or split > ctx or split % tile:
         raise ValueError(f"split_keys must be a multiple of {tile} in [0, {ctx}], got {split_keys}")
-    seg = globals()["segment_keys"](ctx) if segment_keys is None else int(segment_keys)
+    seg = context_segment_keys(ctx) if segment_keys is None else int(segment_keys)
     if seg < 0 or seg % 64:
         raise ValueError(f"segment_keys must be a non-negative multiple of 64, got {segment_keys}")
     if seg and split:
@@ -548,6 +453,5 @@ def _lazy_tile(prod, m, slack: float, xp):
     return m, alpha, exp2_ftz(t, xp)
 
 
-__all__ = ["model_attention", "model_arrays", "ModelArrays", "key_parts", "tile_keys", "step_keys", "pv_chain_keys", "max_slack", "split_keys",
-           "split_point", "SEGMENT_KEYS", "segment_keys", "cta_rows", "FILL_SMS", "FILL_MAX_SEGMENTS", "FILL_MIN_KEYS", "MMA_MODES", "DEFAULT_MMA", "round_fp16",
-           "exp2_ftz", "ENGINES"]
+__all__ = ["model_attention", "model_arrays", "ModelArrays", "key_parts", "tile_keys", "pv_chain_keys", "max_slack",
+           "SEGMENT_KEYS", "context_segment_keys", "MMA_MODES", "DEFAULT_MMA", "round_fp16", "exp2_ftz", "ENGINES"]

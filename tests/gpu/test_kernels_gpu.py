@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pa_bench.launch import Pins
 from pa_bench.problem.inputs import make_inputs
 from pa_bench.numerics.metrics import error_metrics, judge_parity, parity_floor
 from pa_bench.numerics.reference import sample_rows
@@ -74,7 +75,7 @@ def test_parity_32k_sampled(backend):
 
 
 def test_parity_64k_split_sampled(backend):
-    """64Kx512 splits the keys between a CTA's two warps (pa_bench.numerics.model.split_keys)."""
+    """64Kx512 splits the keys between a CTA's two warps (pa_bench.launch.split_keys)."""
     pb, inputs, prep, rows, ref = _case(backend, "64Kx512", "d128-gqa-paged64-realistic", rows_n=32)
     assert backend.split_keys("v2", pb) == 32768 and backend.split_keys("v1", pb) == 0
     hashes = {v: _check_parity(backend, prep, inputs, rows, ref, v).full_hash for v in VARIANTS}
@@ -87,12 +88,9 @@ def test_parity_with_split_forced(backend, layout_key, split):
     """Split keys on a ragged shape whose rule says no (and 2.1Kx256, where it says yes, without)."""
     shape = "1023x113" if split else "2.1Kx256"
     pb, inputs, prep, rows, ref = _case(backend, shape, layout_key)
-    backend.split = split
-    try:
-        assert bool(backend.split_keys("v2", pb)) == split
-        hashes = {v: _check_parity(backend, prep, inputs, rows, ref, v).full_hash for v in ("v2", "v2t")}
-    finally:
-        backend.split = None
+    pinned = backend.with_pins(Pins(split=split))
+    assert bool(pinned.split_keys("v2", pb)) == split
+    hashes = {v: _check_parity(pinned, prep, inputs, rows, ref, v).full_hash for v in ("v2", "v2t")}
     assert hashes["v2t"] == hashes["v2"]
 
 
@@ -115,11 +113,8 @@ def test_tile_layouts_agree_bitwise(backend, layout_key):
     for split in (False, True):
         hashes = {}
         for tiles, pair in ((2, True), (2, False), (1, True)):
-            backend.tiles, backend.pair_heads, backend.split = tiles, pair, split
-            try:
-                hashes[(tiles, pair)] = {v: backend.compute(prep, v, None).full_hash for v in ("v2", "v2t")}
-            finally:
-                backend.tiles, backend.pair_heads, backend.split = None, True, None
+            pinned = backend.with_pins(Pins(tiles=tiles, pair_heads=pair, split=split))
+            hashes[(tiles, pair)] = {v: pinned.compute(prep, v, None).full_hash for v in ("v2", "v2t")}
         assert all(h["v2"] == h["v2t"] for h in hashes.values()), (split, hashes)
         assert len({h["v2"] for h in hashes.values()}) == 1, (split, hashes)
 
@@ -210,13 +205,10 @@ def test_paged_and_contiguous_kv_give_the_same_bits(backend, segments):
     paged = make_inputs(pb)
     contig = make_inputs(replace(pb, layout="contiguous"))
     assert np.array_equal(paged.k_i8, contig.k_i8) and np.array_equal(paged.v_scale, contig.v_scale)
-    backend.segments = segments
-    try:
-        pp, pc = backend.prepare(paged), backend.prepare(contig)
-        for v in VARIANTS + ("v3", "triton"):
-            if backend.unsupported_parity(v, pb):
-                continue
-            a, b = backend.compute(pp, v, None).out, backend.compute(pc, v, None).out
-            assert np.array_equal(a, b), f"{v} (segments {segments}): paged and contiguous differ"
-    finally:
-        backend.segments = None
+    pinned = backend.with_pins(Pins(segments=segments))
+    pp, pc = pinned.prepare(paged), pinned.prepare(contig)
+    for v in VARIANTS + ("v3", "triton"):
+        if pinned.unsupported_parity(v, pb):
+            continue
+        a, b = pinned.compute(pp, v, None).out, pinned.compute(pc, v, None).out
+        assert np.array_equal(a, b), f"{v} (segments {segments}): paged and contiguous differ"

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pa_bench.numerics.model import model_arrays, model_attention, split_point
+from pa_bench.launch import split_point
+from pa_bench.numerics.model import model_arrays, model_attention
 from pa_bench.numerics.reference import reference_attention, sample_rows
 from pa_bench.problem.inputs import make_inputs
 from pa_bench.problem.plan import Problem

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from pa_bench.launch import Pins
 from pa_bench.numerics.metrics import error_metrics, judge_parity, parity_floor
 from pa_bench.numerics.model import max_slack, model_arrays, model_attention, pv_chain_keys, tile_keys
 from pa_bench.numerics.reference import sample_rows
@@ -45,12 +46,9 @@ def _model_arrays(inputs):
     return _model_inputs["arrays"]
 
 
-def _with(backend, segments, fn):
-    backend.segments = segments
-    try:
-        return fn()
-    finally:
-        backend.segments = None
+def _with(backend, segments, fn, split=None):
+    """``fn(b)``, ``b`` the backend launching with ``segments`` (and ``split``) pinned."""
+    return fn(backend.with_pins(Pins(segments=segments, split=split)))
 
 
 def _check(backend, inputs, prep, rows, ref, variant):
@@ -78,10 +76,10 @@ def test_small_segments_every_variant(backend, layout_key, shape, seg):
     """Several segments per row (and rows whose keys end before a segment: pa_combine skips it)."""
     pb, inputs, prep, rows, ref = _case(backend, shape, layout_key)
 
-    def run():
-        geo = backend.geometry("v2", pb)
+    def run(b):
+        geo = b.geometry("v2", pb)
         assert geo.segment_keys == seg and geo.segments == -(-pb.keys // seg) > 1 and geo.split_keys == 0
-        return {v: _check(backend, inputs, prep, rows, ref, v) for v in VARIANTS}
+        return {v: _check(b, inputs, prep, rows, ref, v) for v in VARIANTS}
 
     hashes = _with(backend, seg, run)
     assert hashes["v2t"] == hashes["v2"], "v2t must be bitwise identical to v2 with segments too"
@@ -92,13 +90,10 @@ def test_one_segment_is_the_unsegmented_launch_bit_for_bit(backend, layout_key):
     """segments=True on a short context: one segment, so the kernel stores its state and
     pa_combine normalises it; that is warp_finish's arithmetic exactly (a_0 = 1, 0 + x = x)."""
     pb, inputs, prep, rows, ref = _case(backend, "1023x113", layout_key)
-    on = _with(backend, True, lambda: {v: (backend.geometry(v, pb).segments, backend.compute(prep, v, None).full_hash)
-                                       for v in VARIANTS})
-    backend.split = False                       # segments switch split keys off; compare like with like
-    try:
-        off = _with(backend, False, lambda: {v: backend.compute(prep, v, None).full_hash for v in VARIANTS})
-    finally:
-        backend.split = None
+    on = _with(backend, True, lambda b: {v: (b.geometry(v, pb).segments, b.compute(prep, v, None).full_hash)
+                                         for v in VARIANTS})
+    # segments switch split keys off; compare like with like
+    off = _with(backend, False, lambda b: {v: b.compute(prep, v, None).full_hash for v in VARIANTS}, split=False)
     for v in VARIANTS:
         assert on[v][0] == 1 and on[v][1] == off[v], v
 
@@ -106,7 +101,7 @@ def test_one_segment_is_the_unsegmented_launch_bit_for_bit(backend, layout_key):
 @pytest.mark.parametrize("layout_key", ["d128-gqa-paged64-realistic", "d64-mha-paged16-normal"])
 def test_small_segments_forced_turing_path(turing_backend, layout_key):
     pb, inputs, prep, rows, ref = _case(turing_backend, "1023x113", layout_key)
-    _with(turing_backend, 256, lambda: [_check(turing_backend, inputs, prep, rows, ref, v) for v in ("v1", "v2t")])
+    _with(turing_backend, 256, lambda b: [_check(b, inputs, prep, rows, ref, v) for v in ("v1", "v2t")])
 
 
 def test_the_rule_just_above_64k(backend):

@@ -1,4 +1,4 @@
-"""v3-dq (pa_bench/peers/v3_dq.py) on a Hopper GPU (`pytest -m gpu`): v3 with its conversion in a
+"""v3-dq (pa_bench/backends/v3_dq.py) on a Hopper GPU (`pytest -m gpu`): v3 with its conversion in a
 pass of its own must give v3's output bit for bit, deterministically, on both CTA sizes, with and
 without key segments, paged and contiguous, at D 64 and 128, with the cache's ragged last tile, and
 at 128-key steps where v3 takes them (an odd tile count too).
@@ -40,7 +40,7 @@ def backend():
     be = CudaBackend()
     if be.cc != 90:
         pytest.skip(f"v3-dq runs on sm_90a only, this GPU is sm_{be.cc}")
-    from pa_bench.peers import v3_dq
+    from pa_bench.backends import v3_dq
 
     v3_dq.register()
     yield be
@@ -54,7 +54,7 @@ def test_v3_dq_gives_v3s_bits(backend, case):
                  data=data, seed=1, out_dtype=out)
     prep = backend.prepare(make_inputs(pb))
     try:
-        from pa_bench.peers.v3_dq import build_for
+        from pa_bench.backends.v3_dq import build_for
 
         assert build_for(pb).step_keys == backend.step_keys("v3", pb), "v3-dq and v3 take different steps"
         v3 = backend.compute(prep, "v3", check_determinism=False)

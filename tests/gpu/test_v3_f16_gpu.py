@@ -1,4 +1,4 @@
-"""The v3-f16 control (pa_bench/peers/v3_f16.py) on a Hopper GPU (`pytest -m gpu`), through the cuda
+"""The v3-f16 control (pa_bench/backends/v3_f16.py) on a Hopper GPU (`pytest -m gpu`), through the cuda
 backend as a run computes a peer: deterministic, every element written, and close to FP64
 attention on the fp16 K/V it reads (tight: fp16 P, fp32 sums) and on the int8 K/V (looser: the
 fp16 rounding of K and V). Skipped on GPUs other than sm_90."""
@@ -45,7 +45,7 @@ def backend():
     be = CudaBackend()
     if be.cc != 90:
         pytest.skip(f"v3-f16 runs on sm_90a only, this GPU is sm_{be.cc}")
-    from pa_bench.peers import v3_f16
+    from pa_bench.backends import v3_f16
 
     v3_f16.register()
     yield be
@@ -59,7 +59,7 @@ def test_v3_f16_against_fp64(backend, case):
                  data=data, seed=1, out_dtype=out)
     inp = make_inputs(pb)
     assert backend.unsupported_parity("v3-f16", pb) is None
-    from pa_bench.peers.v3_f16 import build_for
+    from pa_bench.backends.v3_f16 import build_for
 
     assert build_for(pb).step_keys == backend.step_keys("v3", pb) == (128 if "128-key" in case else 64)
     prep = backend.prepare(inp)

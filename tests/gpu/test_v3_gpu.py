@@ -4,9 +4,12 @@ elsewhere. Skipped on GPUs other than sm_90."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
+from pa_bench.launch import Pins
 from pa_bench.numerics.metrics import evaluate_parity
 from pa_bench.numerics.model import max_slack, model_arrays, model_attention, pv_chain_keys
 from pa_bench.numerics.reference import sample_rows
@@ -66,9 +69,10 @@ def _check(backend, case: str, segments=None, sample=None, rows_per_cta=None, st
         keys = np.arange(inp.k_scale.shape[1])
         inp.k_scale[...] = (inp.k_scale * (1 + keys / grow)).astype(np.float32)
     rows = None if sample is None else sample_rows(pb.queries, sample, seed=1)
-    backend.segments, backend.rows = segments, rows_per_cta
+    pins = Pins(segments=segments, rows=rows_per_cta)
     if step:
-        backend.rows, backend.share, backend.step = 128, True, step
+        pins = replace(pins, rows=128, share=True, step=step)
+    backend = backend.with_pins(pins)
     prep = backend.prepare(inp)
     try:
         assert backend.build("v3", pb).step_keys == (step or 64)
@@ -88,14 +92,13 @@ def _check(backend, case: str, segments=None, sample=None, rows_per_cta=None, st
         assert ko.deterministic, "two launches differ"
         assert pm.parity_pass, f"{case}: {pm.reason}"
     finally:
-        backend.segments = backend.rows = backend.share = backend.step = None
         backend.release(prep)
 
 
 @pytest.mark.parametrize("rows_per_cta", [None, 128, 192])
 @pytest.mark.parametrize("case", list(CASES))
 def test_v3_parity(backend, case, rows_per_cta):
-    """Each case at the rows the launch picks (None: model.cta_rows) and at both CTA sizes."""
+    """Each case at the rows the launch picks (None: pa_bench.launch.cta_rows) and at both CTA sizes."""
     _check(backend, case, rows_per_cta=rows_per_cta)
 
 
@@ -110,12 +113,11 @@ def test_v3_rows_per_cta_do_not_change_a_bit(backend, case):
     try:
         outs = []
         for rows in (128, 192):
-            backend.rows, backend.segments = rows, 512
-            outs.append(backend.compute(prep, "v3", rows=None, check_determinism=False).out.copy())
+            pinned = backend.with_pins(Pins(rows=rows, segments=512))
+            outs.append(pinned.compute(prep, "v3", rows=None, check_determinism=False).out.copy())
         assert outs[0].shape == outs[1].shape
         assert outs[0].tobytes() == outs[1].tobytes()
     finally:
-        backend.segments = backend.rows = None
         backend.release(prep)
 
 

@@ -1,5 +1,5 @@
 """v3's shared tiles on a Hopper GPU (`pytest -m gpu`): with each tile converted once by the CTA
-that takes its ticket (kernels/v3.cu, PA_V3_SHARE; CudaBackend.share) v3 must give the bits of its
+that takes its ticket (kernels/v3.cu, PA_V3_SHARE; Pins.share) v3 must give the bits of its
 own converting producer, on every one of many launches (the tickets race differently each time, and
 the flags and counters carry over), on both CTA sizes, with and without key segments, paged and
 contiguous, at D 64 and 128, with the cache's ragged last tile; and the launch rule must pick it
@@ -7,9 +7,12 @@ where fill.shares_tiles says. Skipped on GPUs other than sm_90."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
+from pa_bench.launch import Pins
 from pa_bench.problem.inputs import make_inputs
 from pa_bench.problem.plan import Problem
 from pa_bench.problem.shapes import parse_shape
@@ -54,33 +57,33 @@ def test_shared_tiles_give_v3s_bits_on_every_launch(backend, case, rows):
     """At the launch's rows and segments (None) and at 192-row CTAs with 1,024-key segments."""
     pb = _problem(case)
     prep = backend.prepare(make_inputs(pb))
-    backend.rows, backend.segments = (None, None) if rows is None else (rows, 1024)
+    pins = Pins() if rows is None else Pins(rows=rows, segments=1024)
     try:
-        backend.share = False
-        assert not backend.build("v3", pb).kv_shared
-        own = backend.compute(prep, "v3", check_determinism=False)
+        own_producer = backend.with_pins(replace(pins, share=False))
+        assert not own_producer.build("v3", pb).kv_shared
+        own = own_producer.compute(prep, "v3", check_determinism=False)
         ref = own.out.view(np.uint32).copy()
-        backend.share = True
-        assert backend.build("v3", pb).kv_shared
+        shared = backend.with_pins(replace(pins, share=True))
+        assert shared.build("v3", pb).kv_shared
         for launch in range(LAUNCHES):
-            got = backend.compute(prep, "v3", check_determinism=False)
+            got = shared.compute(prep, "v3", check_determinism=False)
             assert got.canary_ok, f"launch {launch}: guard overwritten or an element left unwritten"
             same = got.out.view(np.uint32) == ref
             assert same.all(), f"{case}, launch {launch}: {int((~same).sum())} of {same.size} elements differ"
         assert prep.shared, "the shared-tile build kept no workspace"
         assert next(iter(prep.shared.values()))["epoch"] == LAUNCHES
     finally:
-        backend.share = backend.rows = backend.segments = None
         backend.release(prep)
 
 
 def test_the_rule_shares_where_fill_says(backend):
     """8Kx1024 (32 row blocks of 128 rows, 128 tiles a block) shares; 0x1536 (24 tiles at most) does not."""
-    from pa_bench.numerics import fill
+    from pa_bench.launch import fill
 
     for case, expect in (("8Kx1024", True), ("pr-0x1536", False)):
         pb = _problem(case)
-        rows, seg = backend.cta_rows("v3", pb), backend.segment_keys("v3", pb)
+        launch = backend.launch("v3", pb)
+        rows, seg = launch.rows, launch.segment_keys
         assert fill.shares_tiles(rows, seg, pb.context, pb.queries, pb.heads_q, pb.heads_kv) is expect
         assert backend.build("v3", pb).kv_shared is expect
 
@@ -92,19 +95,16 @@ def test_segment_counts_on_one_shape_take_their_own_workspaces(backend):
     launch was overrun by the next: a hang or an illegal address)."""
     pb = _problem("8Kx1024")
     prep = backend.prepare(make_inputs(pb))
-    backend.rows = 128
     try:
         for segments in (False, 2048, 4096, False):
-            backend.segments = segments
-            backend.share = False
-            ref = backend.compute(prep, "v3", check_determinism=False).out.view(np.uint32).copy()
-            backend.share = True
+            own_producer = backend.with_pins(Pins(rows=128, segments=segments, share=False))
+            ref = own_producer.compute(prep, "v3", check_determinism=False).out.view(np.uint32).copy()
+            shared = backend.with_pins(Pins(rows=128, segments=segments, share=True))
             for launch in range(2):
-                got = backend.compute(prep, "v3", check_determinism=False)
+                got = shared.compute(prep, "v3", check_determinism=False)
                 assert got.canary_ok, f"segments {segments}, launch {launch}: guard overwritten"
                 same = got.out.view(np.uint32) == ref
                 assert same.all(), f"segments {segments}, launch {launch}: {int((~same).sum())} elements differ"
         assert sorted(layout[1] for layout in prep.shared) == [0, 3, 5], "one workspace per segment count"
     finally:
-        backend.share = backend.rows = backend.segments = None
         backend.release(prep)

@@ -21,7 +21,7 @@ launch: where a KV head and segment has SHARE_MIN_BLOCKS row blocks or more and 
 SHARE_MIN_TILES tiles or more, each tile is converted once for all of them (kernels/v3.cu,
 PA_V3_SHARE); the bits are the same either way. Where those launches are at 128 rows and their
 CTAs long (pair_steps), v3's consumers take 128-key steps (kernels/v3_pairs.cuh), which changes
-the bits: the numerics model follows at 128-key tiles (model.step_keys).
+the bits: the numerics model follows at 128-key tiles (pa_bench.launch step_keys).
 
 The constants are H200 measurements (results/reference/h200/20261203-v3-fill-rule/EVIDENCE.md):
 a 192-row tile takes 1.40 the 128-row one's time (1.5 the rows, a little more efficient); a
