@@ -10,21 +10,25 @@ __version__ = "0.1.0"
 
 from pa_bench.api import (  # noqa: E402 - after __version__, which modules below read
     Config,
+    Launch,
     PaBenchError,
+    Pins,
     Problem,
     Session,
     Shape,
     bench,
     check,
+    launch_for,
     load_config,
     make_problem,
     parity_verdict,
     parse_shape,
+    pins_of,
     read_run,
     session,
 )
 
 __all__ = [
-    "__version__", "Config", "PaBenchError", "Problem", "Session", "Shape", "bench", "check", "load_config",
-    "make_problem", "parity_verdict", "parse_shape", "read_run", "session",
+    "__version__", "Config", "Launch", "PaBenchError", "Pins", "Problem", "Session", "Shape", "bench",
+    "check", "launch_for", "load_config", "make_problem", "parity_verdict", "parse_shape", "pins_of", "read_run", "session",
 ]

@@ -22,14 +22,16 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from pa_bench.errors import PaBenchError
+from pa_bench.launch import Launch, Pins
 from pa_bench.problem.config import Config
 from pa_bench.problem.config import load_config as _load_config_file
 from pa_bench.problem.plan import Problem
 from pa_bench.problem.shapes import Shape, parse_shape
 
 __all__ = [
-    "Config", "PaBenchError", "Problem", "Shape", "Session", "bench", "check", "load_config",
-    "make_problem", "parity_verdict", "parse_shape", "read_run", "session",
+    "Config", "Launch", "PaBenchError", "Pins", "Problem", "Shape", "Session", "bench", "check",
+    "launch_for", "load_config", "make_problem", "parity_verdict", "parse_shape", "pins_of", "read_run",
+    "session",
 ]
 
 
@@ -208,6 +210,7 @@ class Session:
     inputs: Any
     prepared: Any
     closed: bool = field(default=False, repr=False)
+    _pinned: dict = field(default_factory=dict, repr=False)  # Pins -> the backend launching them
 
     @property
     def backend_name(self) -> str:
@@ -246,8 +249,8 @@ class Session:
                 check_determinism: bool = True):
         """One run of ``variant``: its output rows (``.out``), canary and determinism checks
         (``.canary_ok``, ``.deterministic``) and the output's hash (``.full_hash``)."""
-        with self._launch(launch):
-            return self.backend.compute(self.prepared, variant, rows, check_determinism=check_determinism)
+        be = self._backend(variant, launch)
+        return be.compute(self.prepared, variant, rows, check_determinism=check_determinism)
 
     def model(self, variant: str, rows: np.ndarray | None = None, *, launch=None,
               **arithmetic: Any) -> np.ndarray:
@@ -259,17 +262,17 @@ class Session:
         (``mma="rn"``: round to nearest; default: mma.sync's truncating block FMA)."""
         from pa_bench.numerics.model import max_slack, model_arrays, model_attention, pv_chain_keys
 
-        be, pb = self.backend, self.problem
+        be = self._backend(variant, launch)
         known = {
-            "tile_keys": lambda: be.tile_keys(variant, pb), "split_keys": lambda: be.split_keys(variant, pb),
-            "segment_keys": lambda: be.segment_keys(variant, pb), "pv_chain_keys": lambda: pv_chain_keys(variant),
-            "max_slack": lambda: max_slack(variant),
+            "tile_keys": lambda: self.launch_of(variant, launch=launch).tile_keys,
+            "split_keys": lambda: self.launch_of(variant, launch=launch).split_keys,
+            "segment_keys": lambda: self.launch_of(variant, launch=launch).segment_keys,
+            "pv_chain_keys": lambda: pv_chain_keys(variant), "max_slack": lambda: max_slack(variant),
         }
         unknown = set(arithmetic) - set(known) - {"mma"}
         if unknown:
             raise TypeError(f"Session.model: unknown arithmetic {sorted(unknown)} (known: {sorted(known)}, mma)")
-        with self._launch(launch):
-            args = {key: arithmetic[key] if key in arithmetic else value() for key, value in known.items()}
+        args = {key: arithmetic[key] if key in arithmetic else value() for key, value in known.items()}
         if "mma" in arithmetic:
             args["mma"] = arithmetic["mma"]
         if be.name == "cuda" and "mma" not in args:  # on the GPU, the same bits (tests/gpu)
@@ -283,8 +286,12 @@ class Session:
         """({variant: a call that enqueues one launch, as a timed sample does}, {variant: why it
         cannot run}): a kernel's launcher, or a peer's prepared call. For Nsight Compute,
         compute-sanitizer and one's own timing; follow the calls with :meth:`sync`."""
-        with self._launch(launch):
-            return self.backend.callables(self.prepared, list(variants))
+        variants = list(variants)
+        if isinstance(launch, Launch):
+            for variant in variants:
+                self._backend(variant, launch)  # each must be the launch asked for
+        be = self._backend(None, launch)
+        return be.callables(self.prepared, variants)
 
     def launcher(self, variant: str, *, launch=None) -> Callable[[], None]:
         """One call of :meth:`launchers`; a variant that cannot run raises PaBenchError with
@@ -299,8 +306,11 @@ class Session:
         config's timing settings (``max_seconds=2``, ``min_samples=15``, ...): {variant: a
         result with ``samples_ms``, or the reason it was not timed}."""
         settings = replace(self.config.timing, **timing)
-        with self._launch(launch):
-            return self.backend.time(self.prepared, list(variants), settings)
+        variants = list(variants)
+        if isinstance(launch, Launch):
+            for variant in variants:
+                self._backend(variant, launch)
+        return self._backend(None, launch).time(self.prepared, variants, settings)
 
     def time_calls(self, calls: dict[str, Callable[[], None]], **timing: Any) -> dict:
         """Any calls of GPU work (``{name: call}``, e.g. from :meth:`launchers`) timed by
@@ -330,20 +340,16 @@ class Session:
         """How ``variant``'s CUDA kernel for this problem is built and launched: ``build``
         (its compile-time settings), ``compiler``, ``num_regs``, ``local_size_bytes`` (spills),
         ``max_dynamic_shared_size_bytes``, ``shared_size_bytes``, ``binary_version``, ``grid``,
-        ``block``, ``ctas_per_sm`` (resident CTAs an SM can hold), ``tile_keys``,
-        ``split_keys``, ``segment_keys``, ``cta_rows``, ``shares_tiles``, ``step_keys``."""
-        be, pb = self._gpu("kernel_info"), self.problem
-        with self._launch(launch):
-            build = be.build(variant, pb)
-            fn = be.kernel(build)
-            geo = be.geometry(variant, pb)
-            info = {
-                "build": " ".join(build.defines()), "compiler": be.compilers.get(build),
-                "grid": tuple(geo.grid), "block": int(geo.block),
-                "tile_keys": be.tile_keys(variant, pb), "split_keys": be.split_keys(variant, pb),
-                "segment_keys": be.segment_keys(variant, pb), "cta_rows": be.cta_rows(variant, pb),
-                "shares_tiles": be.shares_tiles(variant, pb), "step_keys": be.step_keys(variant, pb),
-            }
+        ``block``, ``ctas_per_sm`` (resident CTAs an SM can hold) and ``launch`` (the
+        :class:`Launch`)."""
+        self._gpu("kernel_info")
+        be, pb = self._backend(variant, launch), self.problem
+        chosen = be.launch(variant, pb)
+        build = be.build(variant, pb, chosen)
+        fn = be.kernel(build)
+        geo = be.geometry(variant, pb, chosen)
+        info = {"build": " ".join(build.defines()), "compiler": be.compilers.get(build),
+                "grid": tuple(geo.grid), "block": int(geo.block), "launch": chosen}
         attributes = fn.attributes
         for key in ("num_regs", "local_size_bytes", "max_dynamic_shared_size_bytes",
                     "shared_size_bytes", "binary_version"):
@@ -377,22 +383,47 @@ class Session:
             raise BackendUnavailable(f"{what} needs the cuda backend (this session is on {self.backend.name})")
         return self.backend
 
-    def _launch(self, launch):
-        return _LaunchScope(self.backend, launch)
+    def launch_of(self, variant: str, *, launch: Launch | Pins | None = None) -> Launch:
+        """The whole :class:`Launch` ``variant`` runs this problem with here: the policy's, or
+        the one ``launch`` pins (``Pins``) or names (a ``Launch``)."""
+        return self._backend(variant, launch).launch(variant, self.problem)
+
+    def _backend(self, variant: str | None, launch: Launch | Pins | None):
+        """The backend that launches ``launch``: this one, or the same with other pins. A
+        :class:`Launch` is pinned whole, and refused where the policy would make another of it."""
+        if launch is None:
+            return self.backend
+        pins = launch if isinstance(launch, Pins) else pins_of(launch)
+        if pins not in self._pinned:
+            if self.backend.name == "cuda":  # the same GPU and builds, other pins
+                self._pinned[pins] = self.backend.with_pins(pins)
+            else:
+                from pa_bench.backends import make_backend
+
+                self._pinned[pins] = make_backend(self.backend.name, self.config, pins=pins)
+        be = self._pinned[pins]
+        if isinstance(launch, Launch) and variant is not None:
+            made = be.launch(variant, self.problem)
+            if replace(made, tile_keys=launch.tile_keys) != launch:
+                raise PaBenchError(f"{variant} at {self.problem.label}: the launch {launch} cannot be "
+                                   f"made here (pinned, it is {made})")
+        return be
 
 
-class _LaunchScope:
-    """Placeholder scope until backends take a launch: only the policy's launch is allowed."""
+def launch_for(variant: str, problem: Problem, pins: Pins | None = None) -> Launch:
+    """The launch the policy makes of ``variant`` on ``problem`` with ``pins`` fixed, without a
+    GPU's facts (v2/v2t's tiles per warp and a Triton kernel's tile can differ on a GPU;
+    :meth:`Session.launch_of` gives the one it runs)."""
+    from pa_bench.launch import NO_PINS, choose
 
-    def __init__(self, backend, launch) -> None:
-        if launch is not None:
-            raise NotImplementedError("launch choices need the launch module")
+    return choose(variant, problem, None, pins or NO_PINS)
 
-    def __enter__(self):
-        return None
 
-    def __exit__(self, *exc: object) -> None:
-        return None
+def pins_of(launch: Launch) -> Pins:
+    """The pins that ask the policy for ``launch`` as a whole."""
+    return Pins(tiles=launch.tiles, pair_heads=launch.pair_heads, split=bool(launch.split_keys),
+                segments=launch.segment_keys or False, rows=launch.rows or None,
+                share=launch.shares_tiles, step=launch.step_keys)
 
 
 def session(problem: Problem | str, *, backend: str = "cuda", config: Config | None = None,

@@ -119,3 +119,24 @@ def test_help_reads_well():
                           env={"PYTHONPATH": str(ROOT), "PAGER": "cat", "PATH": "/usr/bin:/bin"},
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "parity: check each variant's output" in done.stdout
+
+
+def test_a_session_runs_another_launch_through_pins_or_a_launch():
+    from dataclasses import replace
+
+    config = pa_bench.load_config(heads_q=4, heads_kv=2)
+    with pa_bench.session("2Kx64", backend="numpy", config=config) as s:
+        rule = s.launch_of("v2")
+        assert (rule.split_keys, rule.segment_keys) == (1024, 0)       # few rows after a context: split
+        pins = pa_bench.Pins(segments=512)
+        seg = s.launch_of("v2", launch=pins)
+        assert (seg.split_keys, seg.segment_keys) == (0, 512)          # segments turn the split off
+        assert pa_bench.launch_for("v2", s.problem, pins) == seg
+        assert s.launch_of("v2", launch=rule) == rule and pa_bench.pins_of(seg) != pa_bench.Pins()
+        rows = s.sample_rows(4, seed=1)
+        by_rule, by_pins, by_launch = (s.compute("v2", rows, launch=x).out for x in (None, pins, seg))
+        assert not np.array_equal(by_rule, by_pins)                   # segments change the bits
+        assert np.array_equal(by_pins, by_launch)
+        assert np.array_equal(s.model("v2", rows, launch=seg), by_launch)  # the model follows the launch
+        with pytest.raises(pa_bench.PaBenchError, match="cannot be made here"):
+            s.compute("v2", rows, launch=replace(seg, rows=128))      # v2 has no CTA-row choice
