@@ -140,3 +140,23 @@ def test_a_session_runs_another_launch_through_pins_or_a_launch():
         assert np.array_equal(s.model("v2", rows, launch=seg), by_launch)  # the model follows the launch
         with pytest.raises(pa_bench.PaBenchError, match="cannot be made here"):
             s.compute("v2", rows, launch=replace(seg, rows=128))      # v2 has no CTA-row choice
+
+
+def test_nothing_in_the_package_imports_the_api():
+    """The API is the top: no module below it imports it or a name only it defines."""
+    import ast
+
+    public = set(pa_bench.__all__) - {"__version__"}
+    offenders = []
+    for path in (ROOT / "pa_bench").rglob("*.py"):
+        if path.name == "__init__.py" and path.parent.name == "pa_bench" or path.name == "api.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "pa_bench.api":
+                offenders.append(str(path))
+            elif isinstance(node, ast.ImportFrom) and node.module == "pa_bench" and not node.level:
+                offenders += [f"{path}: {a.name}" for a in node.names
+                              if a.name in public and not (ROOT / "pa_bench" / f"{a.name}.py").exists()]
+            elif isinstance(node, ast.Import) and any(a.name == "pa_bench.api" for a in node.names):
+                offenders.append(str(path))
+    assert offenders == []
