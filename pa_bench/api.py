@@ -130,8 +130,8 @@ def bench(
         parity: check each variant's output before timing it.
 
     Returns:
-        A pandas DataFrame with the columns of ``records.csv`` (``ms_median``, ``ms_ci_low``,
-        ``ms_ci_high``, ``tflops``, ``speedup``, ``samples``, ``timing_verdict``, ...), one row
+        A pandas DataFrame with the columns of ``records.csv`` (``ms_median``, ``ms_ci_lo``,
+        ``ms_ci_hi``, ``tflops``, ``speedup_vs_v1``, ``samples``, ``reason``, ...), one row
         per shape x variant; ``attrs["run_dir"]`` is the run directory.
     """
     mode = "run" if parity else "time"

@@ -160,3 +160,14 @@ def test_nothing_in_the_package_imports_the_api():
             elif isinstance(node, ast.Import) and any(a.name == "pa_bench.api" for a in node.names):
                 offenders.append(str(path))
     assert offenders == []
+
+
+def test_the_columns_the_doc_and_docstrings_name_are_records_columns():
+    text = DOC.read_text()
+    records = text.split("## Records", 1)[1].split("\n\n", 2)[1]
+    named = set(re.findall(r"`([a-z_0-9]+)`", records)) - {"check", "bench"}
+    named |= set(re.findall(r'"([a-z_0-9]+)"', text.split("## On a GPU", 1)[1].split("print(frame[", 1)[1].split("]]")[0]))
+    for fn in (pa_bench.check, pa_bench.bench):
+        returns = fn.__doc__.split("Returns:", 1)[1]
+        named |= set(re.findall(r"``([a-z_0-9]+)``", returns.split("attrs")[0]))
+    assert len(named) >= 12 and named <= set(COLUMNS), named - set(COLUMNS)
