@@ -43,19 +43,19 @@ class Variant:
     arch_suffix: str = ""           # "a" for an arch-specific build (sm_90a)
     arch_needs: str = ""            # what min_arch/max_arch stand for ("cp.async", "wgmma")
     tile_keys: int | None = None    # keys per online-softmax tile (the numerics model)
-    splits_keys: bool = False       # may split a chunk's keys in two halves (model.split_keys)
+    splits_keys: bool = False       # may split a chunk's keys in two halves (pa_bench.launch)
     threads: int | None = None      # threads per CTA (cuda kernels)
     cta: str = ""                   # what a CTA holds, for `pa-bench kernels` and meta.json
-    warp_tiles: bool = False        # takes -DPA_TILES (m16 tiles per warp, kernels.choose_tiles)
+    warp_tiles: bool = False        # takes -DPA_TILES (m16 tiles per warp, launch.choose_tiles)
     turing_path: bool = True        # has the forced sm_75 path (--force-turing)
     bitwise_twin: str | None = None  # must be bitwise identical to this variant (same MMA path)
     fill_rows: int | tuple[int, ...] | None = None  # rows of one CTA (the query heads of a KV
                                     # group packed in), or the row counts a launch picks from
-                                    # (model.cta_rows; built with -DPA_CTA_ROWS); its keys may run
-                                    # in segments to fill the GPU (model.segment_keys; both by
-                                    # pa_bench.numerics.fill); None: never (v1, v2, v2t)
+                                    # (launch.cta_rows; built with -DPA_CTA_ROWS); its keys may run
+                                    # in segments to fill the GPU (launch.segment_keys; both by
+                                    # pa_bench.launch.fill); None: never (v1, v2, v2t)
     tile_sharing: bool = False      # may convert each K/V tile once for all the row blocks of a KV
-                                    # head and segment (v3: -DPA_V3_SHARE, model.shares_tiles)
+                                    # head and segment (v3: -DPA_V3_SHARE, launch.shares_tiles)
     pv_chain_keys: int | None = None  # keys one P.V accumulator sums before it is added (_rn) into O:
                                       # None = one MMA chain over the whole key range (every kernel
                                       # today; 64 would be a fresh accumulator per 64-key tile)
@@ -208,7 +208,7 @@ register(Variant(
     source="v3.cu", min_arch=90, max_arch=90, arch_suffix="a", arch_needs="wgmma, setmaxnreg", tile_keys=64,
     threads=512, cta="512 threads: a producer warpgroup + 3 consumer warpgroups x 64 rows (the query heads of "
     "one KV group packed into the rows; 384 threads and 2 warpgroups where those fill the GPU faster, "
-    "by pa_bench.numerics.fill's estimate); 214 KB of dynamic shared memory at D=128, 110 KB at D=64",
+    "by pa_bench.launch.fill's estimate); 214 KB of dynamic shared memory at D=128, 110 KB at D=64",
     turing_path=False, fill_rows=(128, 192), tile_sharing=True, max_slack=8.0))
 register(Variant(
     "triton", TRITON_KERNEL, "the same problem in Triton: int8 K/V gathered and converted in the kernel, "

@@ -88,3 +88,17 @@ def test_pinned_segments_turn_the_split_off_and_a_peer_has_no_launch():
     assert (pinned.segment_keys, pinned.split_keys) == (1024, 0)
     assert choose("v2", pb, pins=Pins(split=False)).split_keys == 0
     assert choose("torch-sdpa", pb) == Launch("torch-sdpa")
+
+
+def test_the_cuda_backend_takes_pins_not_launch_attributes():
+    """What a caller fixes goes in at construction (CudaBackend(config, pins=...)) or through
+    with_pins; setting one of the old launch attributes is an error naming the key."""
+    from pa_bench.backends.cuda import CudaBackend
+
+    be = object.__new__(CudaBackend)           # no GPU here: the members, not the device
+    be.pins = NO_PINS
+    for key in ("tiles", "split", "segments", "rows", "share", "step", "pair_heads"):
+        with pytest.raises(AttributeError, match=f"CudaBackend.{key}: pin it instead"):
+            setattr(be, key, 1)
+    pinned = be.with_pins(Pins(rows=128))
+    assert pinned.pins == Pins(rows=128) and be.pins == NO_PINS and type(pinned) is CudaBackend

@@ -63,6 +63,23 @@ def test_compute_runs_v3s_key_segments_where_its_fill_rule_does():
     assert not np.array_equal(v3, model_attention(inp, 64, rows, segment_keys=576))   # the exact maximum
 
 
+def test_pins_give_the_model_of_another_launch():
+    """make_backend(..., pins=) and with_pins: the launch the pins say, and its model's bits (the
+    split turned off by pinned segments, as on the GPU)."""
+    from pa_bench.launch import Pins
+
+    inp = make_inputs(Problem(shape=parse_shape("2Kx64"), heads_q=4, heads_kv=2, head_dim=64, page=16))
+    rows = sample_rows(64, 5, 0)
+    be = make_backend("numpy", pins=Pins(segments=512))
+    launch = be.launch("v2", inp.problem)
+    assert (launch.segment_keys, launch.split_keys) == (512, 0)
+    got = be.compute(be.prepare(inp), "v2", rows).out
+    assert np.array_equal(got, model_attention(inp, 16, rows, segment_keys=512))
+    unsplit = be.with_pins(Pins(split=False))
+    assert unsplit.launch("v2", inp.problem).split_keys == 0 and be.launch("v2", inp.problem).segment_keys == 512
+    assert np.array_equal(unsplit.compute(unsplit.prepare(inp), "v2", rows).out, model_attention(inp, 16, rows))
+
+
 def test_v2_and_v2t_are_bitwise_equal_and_differ_from_v1(inputs):
     be = NumpyBackend()
     prep = be.prepare(inputs)

@@ -14,7 +14,7 @@ import hashlib
 import math
 import os
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
@@ -33,6 +33,7 @@ GUARD_ELEMS = 4096                      # canary elements before and after every
 MODEL_ENGINE = os.environ.get("PA_BENCH_MODEL_ENGINE", "kernel")
 CANARY_F32 = np.uint32(0xFFC0DEAD)      # a NaN with a payload no kernel produces
 CANARY_F16 = np.uint16(0xFDEA)
+_PINNED = frozenset(f.name for f in fields(Pins))   # what a caller fixes of a launch: Pins, not attributes
 
 
 def _cupy():
@@ -70,6 +71,12 @@ class CudaBackend:
     name = "cuda"
     kernels_are_model = False
     model_on_gpu = True          # the numerics model runs here, on the GPU (``model``)
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in _PINNED:   # a launch is pinned when the backend is made
+            raise AttributeError(f"CudaBackend.{name}: pin it instead: CudaBackend(config, pins=Pins({name}=...)) "
+                                 f"or backend.with_pins(Pins({name}=...)) (pa_bench.launch)")
+        super().__setattr__(name, value)
 
     def __init__(self, config=None, force_turing: bool = False, pins: Pins = NO_PINS):
         cp = _cupy()
@@ -144,12 +151,12 @@ class CudaBackend:
                if v.kind == registry.TRITON_KERNEL},
             "cta": {v.name: v.cta for v in registry.cuda_kernels()},
             "cta_notes": ("T m16 tiles per warp: per shape, the tiles column of the builds "
-                          "(pa_bench.backends.kernels.choose_tiles); with T = 2 the tiles are two query heads of "
+                          "(pa_bench.launch.choose_tiles); with T = 2 the tiles are two query heads of "
                           "one KV group at the same 16 rows when the group has an even number of heads, else 32 "
                           "rows of one head. With split keys (per shape: the launches, "
-                          "pa_bench.numerics.model.split_keys) both warps of a CTA hold the same tiles, warp 0 "
+                          "pa_bench.launch.split_keys) both warps of a CTA hold the same tiles, warp 0 "
                           "keys [0, split), warp 1 the rest, merged at the end. With key segments (per shape: "
-                          "the launches' segment_keys and segments, pa_bench.numerics.model.segment_keys) "
+                          "the launches' segment_keys and segments, pa_bench.launch.segment_keys) "
                           "grid.z = segments: the CTAs of grid.z = z see keys [z*S, (z+1)*S) only, and a "
                           "second launch, pa_combine, merges each row's segments in order"),
         }
@@ -607,7 +614,7 @@ class CudaBackend:
         logical K/V uploaded once per shape), its key parts computed by the fused kernel
         kernels/pa_model.cu (engine "kernel"; PA_BENCH_MODEL_ENGINE=xp for CuPy's array steps),
         the same bits as on the CPU (tests/gpu). ``pv_chain_keys``: numerics.model.pv_chain_keys;
-        ``segment_keys``: the variant's (``self.segment_keys``; None: the context's rule);
+        ``segment_keys``: the launch's (Launch.segment_keys; None: the context's rule);
         ``max_slack``: numerics.model.max_slack."""
         from pa_bench.numerics.model import model_arrays, model_attention
 

@@ -44,7 +44,8 @@ class KernelBuild:
                                     # rows, with kv_shared, kv_images or kv_f16: -DPA_V3_STEP_KEYS=128)
 
     def __post_init__(self):
-        producers = [f for f in ("kv_f16", "kv_images", "kv_shared") if getattr(self, f)]
+        producers = [name for name, on in (("kv_f16", self.kv_f16), ("kv_images", self.kv_images),
+                                           ("kv_shared", self.kv_shared)) if on]
         if len(producers) > 1:   # kernels/v3.cu builds one producer (#error otherwise)
             raise ValueError(f"KernelBuild: {' and '.join(producers)} are two producers of v3; set one")
         pairs_producer = self.kv_shared or self.kv_images or self.kv_f16

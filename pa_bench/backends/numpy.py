@@ -186,6 +186,11 @@ class NumpyBackend:
     def prepare(self, inputs):
         return inputs
 
+    def with_pins(self, pins: Pins) -> "NumpyBackend":
+        """This backend with ``pins`` (pa_bench.launch.Pins) instead of its own: the model of
+        another launch (its split and segments)."""
+        return NumpyBackend(self.check_determinism, pins)
+
     def launch(self, variant: str, problem) -> Launch:
         """The launch whose arithmetic ``variant``'s output follows here: pa_bench.launch.choose with
         no GPU (every kernel's tile the registry's, v3's its consumer step) and this backend's pins."""

@@ -81,10 +81,10 @@ class Pins:
 
     def __post_init__(self):
         def bad(key: str, want: str) -> ValueError:
-            return ValueError(f"Pins.{key}: {want}, not {getattr(self, key)!r}")
+            return ValueError(f"Pins.{key}: {want}, not {self.__dict__[key]!r}")
 
-        for key in ("split", "share"):
-            if getattr(self, key) is not None and not isinstance(getattr(self, key), bool):
+        for key, value in (("split", self.split), ("share", self.share)):
+            if value is not None and not isinstance(value, bool):
                 raise bad(key, "None, True or False")
         if not isinstance(self.pair_heads, bool):
             raise bad("pair_heads", "True or False")
