@@ -26,25 +26,16 @@
 //   into its stage image in global memory, and every CTA brings each image into its stage with one
 //   bulk copy. The consumers are the same code on the same bytes: the same bits (the producer is
 //   described where it is defined).
-// 128-key steps (-DPA_V3_STEP_KEYS=128, at 128 rows on images or in the fp16 control; the launch
-//   takes them with shared tiles over long CTAs: pa_bench.numerics.fill.pair_steps): a consumer
-//   step takes two 64-key tiles, FlashAttention-3's tile shape, with K and V staged apart in rings
-//   of their own (kernels/v3_pairs.cuh; its issuer, issue_pairs, and the control's producer are
-//   here). The online softmax runs every 128 keys, so the numerics model follows at 128-key tiles.
-// The fp16 control (-DPA_KV_F16=1, the peer v3-f16: pa_bench/peers/v3_f16.py): the same kernel on
-//   fp16 K/V (int8 * scale rounded to fp16, the values the torch peers read), in the pool layout
-//   v3 reads (paged or contiguous, PA_PAGED). Only the producer and what it needs change: no int8
-//   staging ring and no `landed` barriers; every producer thread copies its own 16-byte chunks of
-//   each tile's K and V rows from global memory straight into their 128B-swizzled places in the
-//   fp16 stage by cp.async (keys past the cache zero-filled), waits for its copies of the tile
-//   (cp.async.wait_group, one tile behind its issue so that two tiles' copies are in flight),
-//   fences them to the async proxy and arrives on the stage's `full` barrier, as the converting
-//   producer does after its stores; `empty` is waited for as before. The consumers' per-key scale
-//   arrays hold the int8 path's premultiplied scales with every K and V scale 1.0, stored once
-//   into every stage. The consumers are the same code with the same behaviour, so v3 - v3-f16 is
-//   what int8 K/V costs this kernel, and v3-f16 is what its consumer loop does with a copy-only
-//   producer. Its numerics are fp16 K/V, not the int8 model: it is judged as a peer.
+// 128-key steps (-DPA_V3_STEP_KEYS=128, at 128 rows on shared tiles; the launch takes them over
+//   long CTAs: pa_bench.numerics.fill.pair_steps): a consumer step takes two 64-key tiles,
+//   FlashAttention-3's tile shape, with K and V staged apart in rings of their own
+//   (kernels/v3_pairs.cuh; its issuer, issue_pairs, is here). The online softmax runs every 128
+//   keys, so the numerics model follows at 128-key tiles.
+// Other builds of this file: the comparison builds (v3_controls.cuh: the fp16 control and the dq
+//   images, each with a producer of its own) and the tools' stamps and knock-outs (v3_hooks.cuh:
+//   named hooks that default to nothing).
 #include "pa_common.cuh"
+#include "v3_hooks.cuh"
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "v3 needs sm_90a (wgmma, setmaxnreg): build with -arch=sm_90a / -gencode=arch=compute_90a,code=sm_90a"
@@ -52,25 +43,14 @@
 #if PA_FORCE_TURING
 #error "v3 has no Turing path"
 #endif
-#ifndef PA_KV_F16
-#define PA_KV_F16 0   // 1: the fp16 control (K/V fp16 in global memory, a copy-only producer)
-#endif
-#ifndef PA_V3_DQ
-#define PA_V3_DQ 0    // 1: the tiles arrive as fp16 stage images made by pa_v3_images, one bulk copy each
-#endif
 #ifndef PA_V3_SHARE
 #define PA_V3_SHARE 0 // 1: each tile converted once per KV range by whichever CTA claims it, shared as an image
-#endif
-#if PA_KV_F16 + PA_V3_DQ + PA_V3_SHARE > 1
-#error "PA_KV_F16, PA_V3_DQ and PA_V3_SHARE are three producers: build one"
 #endif
 #define PA_V3_IMAGES (PA_V3_DQ || PA_V3_SHARE)   // the stages arrive as images, one bulk copy each
 #ifndef PA_V3_STEP_KEYS
 #define PA_V3_STEP_KEYS 64 // keys of a consumer step: one 64-key tile, or two (128) with shared tiles at 128 rows
 #endif
-#if PA_V3_STEP_KEYS != 64 && (PA_V3_STEP_KEYS != 128 || !(PA_V3_IMAGES || PA_KV_F16) || PA_CTA_ROWS != 128)
-#error "PA_V3_STEP_KEYS is 64, or 128 with PA_CTA_ROWS=128 on images (PA_V3_SHARE=1, PA_V3_DQ=1) or in the fp16 control"
-#endif
+static_assert(PA_KV_F16 + PA_V3_DQ + PA_V3_SHARE <= 1, "PA_KV_F16, PA_V3_DQ and PA_V3_SHARE are three producers: build one");
 
 namespace v3 {
 using pa::u32;
@@ -82,6 +62,8 @@ using pa::D;
 #endif
 constexpr int NCWG = PA_CTA_ROWS / 64;          // consumer warpgroups
 static_assert(PA_CTA_ROWS == 128 || PA_CTA_ROWS == 192, "two or three consumer warpgroups");
+static_assert(PA_V3_STEP_KEYS == 64 || (PA_V3_STEP_KEYS == 128 && (PA_V3_IMAGES || PA_KV_F16) && NCWG == 2),
+              "PA_V3_STEP_KEYS is 64, or 128 with PA_CTA_ROWS=128 on images (PA_V3_SHARE=1, PA_V3_DQ=1) or in the fp16 control");
 // Q as S's shared-memory operand (SS) where the consumers cannot hold its 32 registers: three
 // consumer warpgroups get 152 registers a thread, two get 216 (at 128-key steps, S, P and O take
 // 160 of those).
@@ -111,7 +93,7 @@ static_assert(PRODUCER_REGS % 8 == 0 && CONSUMER_REGS % 8 == 0, "setmaxnreg take
 static_assert(128 * PRODUCER_REGS + 128 * NCWG * CONSUMER_REGS <= LAUNCH_REGS * THREADS,
               "the consumers' setmaxnreg.inc must fit in what the producer's setmaxnreg.dec frees");
 
-// Shared memory: Q, then F16_STAGES fp16 stages, I8_STAGES int8 staging slots, the mbarriers.
+// Shared memory: Q, then F16_STAGES fp16 stages, I8_SLOTS int8 staging slots, the mbarriers.
 // Pipeline. A consumer holds two fp16 stages at a time (S of tile n, P.V of tile n-1), so with
 // four the producer converts up to two tiles ahead (three time the same: docs/PERF_NOTES.md).
 // Each stage s has an mbarrier pair: full[s] (128 arrivals: every producer thread, after its
@@ -138,21 +120,16 @@ constexpr int F16_STAGE = (F16_VS + BN * 4 + 1023) / 1024 * 1024;
 constexpr int IMG_BYTES = F16_VS + BN * 4;
 static_assert(IMG_BYTES % 16 == 0, "bulk copies move multiples of 16 bytes");
 constexpr int F16_STAGES = 4;               // a consumer holds two (S of tile n, P.V of tile n-1)
-#ifndef PA_V3_I8_STAGES
-#define PA_V3_I8_STAGES (NCWG == 3 ? 2 : 3)    // int8 staging slots (three consumer warpgroups: Q takes 48 KB)
-#endif
 // int8 staging: K rows, V rows, K scales, V scales (each thread's own chunks)
 [[maybe_unused]] constexpr int I8_K = 0;   // (unused by the fp16 control)
 [[maybe_unused]] constexpr int I8_V = BN * D;
 constexpr int I8_SC = 2 * BN * D;               // K scales [64], then V scales [64]
 constexpr int I8_STAGE = I8_SC + 2 * BN * 4;
-#if PA_KV_F16 || PA_V3_DQ
-constexpr int I8_STAGES = 0;                    // the fp16 control and the image copies stage nothing: they land in the fp16 stages
-#elif PA_V3_SHARE
-constexpr int I8_STAGES = 1;                    // the sharing producer's converters: one tile at a time
-#else
-constexpr int I8_STAGES = PA_V3_I8_STAGES;
-#endif
+// int8 staging slots the producer rings through: three (two at three consumer warpgroups, whose Q
+// takes 48 KB); the sharing producer's converters take one tile at a time. The comparison builds
+// stage nothing in int8 (their tiles land in the fp16 stages): no slots in their layout.
+constexpr int I8_STAGES = PA_V3_SHARE ? 1 : NCWG == 3 ? 2 : 3;
+constexpr int I8_SLOTS = PA_V3_CONTROL ? 0 : I8_STAGES;
 // 128-key steps (STEP2): a consumer step takes two tiles, a pair. K and V of a pair are staged
 // apart, in a ring of K_PAIRS K slots and one of V_PAIRS V slots, each with its own full and empty
 // barriers, so that K is released once the step's softmax has read its scales and V once its P.V
@@ -169,17 +146,17 @@ constexpr int SM_F16 = NG * Q_BLOCK;
 #if PA_V3_STEP_KEYS == 128
 constexpr int SM_K = SM_F16, SM_V = SM_K + K_PAIRS * K_SLOT;
 constexpr int SM_I8 = SM_V + V_PAIRS * V_SLOT;
-constexpr int SM_BAR = SM_I8 + I8_STAGES * I8_STAGE;   // full_k, empty_k [K_PAIRS], full_v, empty_v [V_PAIRS], landed[1]
+constexpr int SM_BAR = SM_I8 + I8_SLOTS * I8_STAGE;   // full_k, empty_k [K_PAIRS], full_v, empty_v [V_PAIRS], landed[1]
 constexpr int BAR_FULL_K = SM_BAR, BAR_EMPTY_K = BAR_FULL_K + 8 * K_PAIRS;
 constexpr int BAR_FULL_V = BAR_EMPTY_K + 8 * K_PAIRS, BAR_EMPTY_V = BAR_FULL_V + 8 * V_PAIRS;
 constexpr int BAR_LANDED = BAR_EMPTY_V + 8 * V_PAIRS;
 static_assert(SM_V % 1024 == 0 && K_SLOT % 1024 == 0 && V_SLOT % 1024 == 0, "swizzle atoms");
 #else
 constexpr int SM_I8 = SM_F16 + F16_STAGES * F16_STAGE;
-constexpr int SM_BAR = SM_I8 + I8_STAGES * I8_STAGE;   // full[F16_STAGES], empty[F16_STAGES], landed[I8_STAGES]: 8 bytes each
+constexpr int SM_BAR = SM_I8 + I8_SLOTS * I8_STAGE;   // full[F16_STAGES], empty[F16_STAGES], landed[I8_SLOTS]: 8 bytes each
 constexpr int BAR_LANDED = SM_BAR + 16 * F16_STAGES;
 #endif
-constexpr int SM_CLAIM = BAR_LANDED + 8 * I8_STAGES;   // PA_V3_SHARE: the issuer's claim, for its warpgroup
+constexpr int SM_CLAIM = BAR_LANDED + 8 * I8_SLOTS;   // PA_V3_SHARE: the issuer's claim, for its warpgroup
 constexpr int SM_BYTES = SM_CLAIM + 8 * PA_V3_SHARE;   // (two words)
 // Named barriers: 0 is __syncthreads, 1 + wg a consumer warpgroup's own (Q stored), PP_BAR + wg the
 // pingpong turn of consumer warpgroup wg, PROD_BAR the producer warpgroup's (staging slot read).
@@ -403,56 +380,6 @@ __device__ __forceinline__ Cta cta_of(const pa::Args& a) {
     return c;
 }
 
-#if PA_V3_IMAGES
-// Tile `tile` of KV head hkv as its stage image at `img`, by NT threads (tid): the fp16 stage
-// v3's converting producer stores for the tile, K and V rows converted exactly (i8x16_to_f16) into
-// their 128B-swizzled places, kq = k_scale * qk_scale_log2 and vs = v_scale * p_scale (fp32 _rn),
-// and zeros for keys past the cache (their S is masked, their p is 0). A thread loads BATCH chunks
-// before it converts any: a global-memory latency per batch, not per chunk.
-template <int NT>
-__device__ __forceinline__ void tile_image(const pa::Args& a, int hkv, int tile, unsigned char* img, int tid) {
-    static_assert(BN * CPR % NT == 0 && (2 * BN) % NT == 0, "tile_image: whole chunks and scales per thread");
-    constexpr int PER = BN * CPR / NT;           // 16-byte int8 chunks of K (and of V) per thread
-    const int nk = a.ctx + a.n_q, j0 = tile * BN;
-    constexpr int NS = 2 * BN / NT;              // scales per thread: kq of keys j0 + sc % BN (sc < BN), then vs
-    float x[NS];
-#pragma unroll
-    for (int i = 0; i < NS; ++i) {
-        const int sc = tid + NT * i, j = j0 + sc % BN;
-        x[i] = 0.f;
-        if (j < nk) {
-            const u32 row = pa::kv_row(a, hkv, j, pa::page_of(a, j));
-            const u32 sci = pa::scale_index(a, hkv, j, row);
-            x[i] = sc >= BN ? __fmul_rn(__ldg(a.v_scale + sci), a.p_scale) : __fmul_rn(__ldg(a.k_scale + sci), a.qk_scale_log2);
-        }
-    }
-    constexpr int BATCH = PER < 4 ? PER : 4;     // chunks in registers at a time (the producer has 56)
-    // batches in turn (not unrolled: ptxas would hoist every batch's loads above the first's stores)
-#pragma unroll 1
-    for (int step = 0; step < 2 * PER / BATCH; ++step) {   // K's batches, then V's
-        const int kv = step / (PER / BATCH), b = step % (PER / BATCH) * BATCH;
-        unsigned char* dst = img + (kv ? F16_V : F16_K);
-        const signed char* src = kv ? a.v : a.k;
-        uint4 x8[BATCH];
-#pragma unroll
-        for (int i = 0; i < BATCH; ++i) {
-            const int q = tid + NT * (b + i), r = q / CPR, ch = q % CPR, j = j0 + r;
-            x8[i] = make_uint4(0, 0, 0, 0);
-            if (j < nk) x8[i] = __ldg(reinterpret_cast<const uint4*>(src + (u64)pa::kv_row(a, hkv, j, pa::page_of(a, j)) * D + 16 * ch));
-        }
-#pragma unroll
-        for (int i = 0; i < BATCH; ++i) {
-            const int q = tid + NT * (b + i), r = q / CPR, ch = q % CPR;
-            uint4 lo, hi;
-            i8x16_to_f16(x8[i], lo, hi);
-            *reinterpret_cast<uint4*>(dst + sw128(r, ch * 2, KV_BLOCK)) = lo;
-            *reinterpret_cast<uint4*>(dst + sw128(r, ch * 2 + 1, KV_BLOCK)) = hi;
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < NS; ++i) reinterpret_cast<float*>(img + F16_KQ)[tid + NT * i] = x[i];   // F16_VS = F16_KQ + BN*4
-}
-
 #if PA_V3_SHARE
 // The same image from tile `tile`'s int8 staging slot `st` (its copies landed; rows past the cache
 // stale, converted all the same: their scales are zeroed), by NT threads: 16-byte loads from the
@@ -482,10 +409,8 @@ __device__ __forceinline__ void slot_image(const pa::Args& a, const unsigned cha
     }
 }
 #endif
-#endif
 
 // ---------------------------------------------------------------- the producer warpgroup
-#if !PA_KV_F16 && !PA_V3_DQ
 // The issuer starts tile n's bulk copies into staging slot n % I8_STAGES: K and V rows and their
 // scales, one copy of each per run of keys that is contiguous in memory (a page, or the whole tile
 // where a page holds it or the cache is contiguous), only keys below nk (what lies past them in
@@ -503,6 +428,10 @@ __device__ __forceinline__ void issue_tile(const pa::Args& a, const Cta& c, int 
     const int span = 1 << span_log2;
     const int runs = (j1 - j0 + span - 1) >> span_log2;
     const int sc_last = ((j1 - j0 - (runs - 1) * span) + 3) / 4 * 4;    // scales of the last run, 16-byte whole
+    if constexpr (PA_V3_KNOCKED(COPY)) {       // knock-out: no copies, the slot's stale bytes converted
+        mbar_arrive(bar);
+        return;
+    }
     mbar_arrive_expect_tx(bar, (u32)(2 * (j1 - j0) * D + 8 * ((runs - 1) * span + sc_last)));
     for (int j = j0; j < j1; j += span) {
         const int keys = min(span, j1 - j), sc = j + span < j1 ? span : sc_last;
@@ -515,7 +444,16 @@ __device__ __forceinline__ void issue_tile(const pa::Args& a, const Cta& c, int 
         bulk_g2s(st + I8_SC + BN * 4 + 4 * r, a.v_scale + sci, 4u * sc, bar);
     }
 }
-#endif
+
+// An image issuer's arm of `bar` for `bytes` of bulk copies, and one of those copies (the
+// image-copy knock-out: a plain arrive, and no copy).
+__device__ __forceinline__ void arm_copies(u32 bar, u32 bytes) {
+    if constexpr (PA_V3_KNOCKED(IMAGE_COPY)) mbar_arrive(bar);
+    else mbar_arrive_expect_tx(bar, bytes);
+}
+__device__ __forceinline__ void image_copy(u32 dst, const void* src, u32 bytes, u32 bar) {
+    if constexpr (!PA_V3_KNOCKED(IMAGE_COPY)) bulk_g2s(dst, src, bytes, bar);
+}
 
 #if PA_V3_STEP_KEYS == 128
 // The issuer of 128-key steps on images (PA_V3_DQ, PA_V3_SHARE; kernels/v3_pairs.cuh has the
@@ -536,53 +474,30 @@ __device__ __forceinline__ void issue_pairs(const unsigned char* imgs, int n_til
             ready(min(2 * p, n_tiles - 1), min(2 * p + 1, n_tiles - 1));
             const u32 ks = base + SM_K + (p % K_PAIRS) * K_SLOT, fk = base + BAR_FULL_K + 8 * (p % K_PAIRS);
             if (p >= K_PAIRS) mbar_wait(base + BAR_EMPTY_K + 8 * (p % K_PAIRS), ((p / K_PAIRS) & 1) ^ 1);
-            mbar_arrive_expect_tx(fk, 2 * (NG * KV_BLOCK + 2 * BN * 4));
+            arm_copies(fk, 2 * (NG * KV_BLOCK + 2 * BN * 4));
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const unsigned char* img = image(2 * p + h);
 #pragma unroll
                 for (int b = 0; b < NG; ++b)
-                    bulk_g2s(ks + b * 2 * KV_BLOCK + h * KV_BLOCK, img + F16_K + b * KV_BLOCK, KV_BLOCK, fk);
-                bulk_g2s(ks + PAIR_SC + h * 2 * BN * 4, img + F16_KQ, 2 * BN * 4, fk);   // kq, vs (F16_VS = F16_KQ + BN*4)
+                    image_copy(ks + b * 2 * KV_BLOCK + h * KV_BLOCK, img + F16_K + b * KV_BLOCK, KV_BLOCK, fk);
+                image_copy(ks + PAIR_SC + h * 2 * BN * 4, img + F16_KQ, 2 * BN * 4, fk);   // kq, vs (F16_VS = F16_KQ + BN*4)
             }
         }
         if (p >= 1) {
             const int q = p - 1;
             const u32 vs = base + SM_V + (q % V_PAIRS) * V_SLOT, fv = base + BAR_FULL_V + 8 * (q % V_PAIRS);
             if (q >= V_PAIRS) mbar_wait(base + BAR_EMPTY_V + 8 * (q % V_PAIRS), ((q / V_PAIRS) & 1) ^ 1);
-            mbar_arrive_expect_tx(fv, 2 * NG * KV_BLOCK);
+            arm_copies(fv, 2 * NG * KV_BLOCK);
 #pragma unroll
-            for (int h = 0; h < 2; ++h) bulk_g2s(vs + h * NG * KV_BLOCK, image(2 * q + h) + F16_V, NG * KV_BLOCK, fv);
+            for (int h = 0; h < 2; ++h) image_copy(vs + h * NG * KV_BLOCK, image(2 * q + h) + F16_V, NG * KV_BLOCK, fv);
         }
         pace(2 * p + 2);
     }
 }
 #endif
 
-#if PA_V3_DQ
-// The image producer: K/V come converted, as each tile's stage image (pa_v3_images, launched
-// before: a.k points at the images of [Hkv][ceil(nk / BN)] tiles). One thread waits for stage s
-// to be free, arms full[s] with the image's bytes and starts its bulk copy; full's phase completes
-// when they have landed (its count is 1). No staging, no conversion, no proxy fence: the TMA
-// writes through the async proxy that wgmma reads.
-__device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsigned char*, u32 base) {
-    if (threadIdx.x != ISSUER) return;
-    const int n_tiles = c.t_end - c.t_begin, tiles_all = (a.ctx + a.n_q + BN - 1) / BN;
-    const unsigned char* img = reinterpret_cast<const unsigned char*>(a.k) +
-                               ((u64)c.hkv * tiles_all + c.t_begin) * IMG_BYTES;
-#if PA_V3_STEP_KEYS == 128
-    issue_pairs(img, n_tiles, base, [](int, int) {}, [](int) {});   // the images are all made
-#else
-    const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
-    for (int n = 0; n < n_tiles; ++n) {
-        const int s = n % F16_STAGES;
-        if (n >= F16_STAGES) mbar_wait(bar_empty + 8 * s, ((n / F16_STAGES) & 1) ^ 1);   // tile n-4 released stage s
-        mbar_arrive_expect_tx(bar_full + 8 * s, IMG_BYTES);
-        bulk_g2s(base + SM_F16 + s * F16_STAGE, img + (u64)n * IMG_BYTES, IMG_BYTES, bar_full + 8 * s);
-    }
-#endif
-}
-#elif PA_V3_SHARE
+#if PA_V3_SHARE
 // The sharing producer. The CTAs of one KV head and key segment (its row blocks, blockIdx.y: a
 // group) read the same tiles; each tile is converted once, by one of them, into its stage image in
 // global memory (slot_image), and every CTA brings each tile's image into its stage with one bulk
@@ -605,10 +520,7 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
 // No deadlock: a tile is converted without waiting on anything; when the issuer waits for tile n,
 // the counter has passed n (another CTA took it) or this CTA's converters may still take it (n is
 // below its tiles and its fed count + SHARE_LEAD).
-#ifndef PA_V3_SHARE_LEAD
-#define PA_V3_SHARE_LEAD 12
-#endif
-constexpr int SHARE_LEAD = PA_V3_SHARE_LEAD;    // tiles a CTA's converters may run ahead of its issuer
+constexpr int SHARE_LEAD = 12;    // tiles a CTA's converters may run ahead of its issuer
 constexpr int SHARE_TICKET_SHIFT = 20;          // tiles of a group: below 2^20 (2^26 keys)
 __device__ __forceinline__ u64 ld_relaxed_gpu(const u64* p) {
     u64 v;
@@ -619,6 +531,12 @@ __device__ __forceinline__ u32 ld_acquire_gpu(const u32* p) {
     u32 v;
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
     return v;
+}
+// Until the image behind `flag` is published in this launch (the share-convert knock-out: no wait).
+__device__ __forceinline__ void wait_published(const u32* flag, u32 epoch) {
+    if constexpr (!PA_V3_KNOCKED(SHARE_CONVERT))
+        while (ld_acquire_gpu(flag) != epoch) {
+        }
 }
 __device__ __forceinline__ void st_relaxed_gpu(u32* p, u32 v) {
     asm volatile("st.relaxed.gpu.global.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
@@ -649,10 +567,8 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
 #if PA_V3_STEP_KEYS == 128
         issue_pairs(imgs, n_tiles, base,
                     [&](int t0, int t1) {
-                        while (ld_acquire_gpu(flags + t0) != epoch) {
-                        }
-                        while (ld_acquire_gpu(flags + t1) != epoch) {
-                        }
+                        wait_published(flags + t0, epoch);
+                        wait_published(flags + t1, epoch);
                         fence_proxy_async_global();
                     },
                     [&](int brought) {   // the converters' pace: a shared atomic, read by one
@@ -662,18 +578,17 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
         const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
         for (int n = 0; n < n_tiles; ++n) {
             const int s = n % F16_STAGES;
-            while (ld_acquire_gpu(flags + n) != epoch) {
-            }
+            wait_published(flags + n, epoch);
             fence_proxy_async_global();
             if (n >= F16_STAGES) mbar_wait(bar_empty + 8 * s, ((n / F16_STAGES) & 1) ^ 1);   // tile n-4 released stage s
-            mbar_arrive_expect_tx(bar_full + 8 * s, IMG_BYTES);
-            bulk_g2s(base + SM_F16 + s * F16_STAGE, imgs + (u64)n * IMG_BYTES, IMG_BYTES, bar_full + 8 * s);
+            arm_copies(bar_full + 8 * s, IMG_BYTES);
+            image_copy(base + SM_F16 + s * F16_STAGE, imgs + (u64)n * IMG_BYTES, IMG_BYTES, bar_full + 8 * s);
             atomicExch(const_cast<int*>(word) + 1, n + 1);   // the converters' pace: a shared atomic, read by one
         }
 #endif
         return;
     }
-    if (tid >= 64) return;
+    if (tid >= 64 || PA_V3_KNOCKED(SHARE_CONVERT)) return;   // (the knock-out: no conversions)
     const u64 e0 = (u64)epoch << SHARE_TICKET_SHIFT;
     if (tid == 0) atomicMax(reinterpret_cast<unsigned long long*>(ctr), (unsigned long long)e0);
     u32 k = 0;                               // conversions so far (landed's phase)
@@ -710,7 +625,7 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
         }
     }
 }
-#elif !PA_KV_F16
+#else
 // Every producer thread owns fixed 16-byte chunks of every tile (prod_row, prod_chunk): it waits
 // for the tile's `landed`, loads all its chunks into registers, waits for the fp16 stage to be
 // free, and converts them exactly to fp16 (0x6400|x+128 is the f16 1024+x+128, minus 1152:
@@ -726,37 +641,63 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
     const int n_tiles = c.t_end - c.t_begin;
     const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
     const u32 bar_landed = base + SM_BAR + 16 * F16_STAGES;
+    PA_V3_STAMP(producer_start, 0);
 
     if (threadIdx.x == ISSUER)
         for (int n = 0; n < I8_STAGES && n < n_tiles; ++n) issue_tile(a, c, n, base);
     for (int n = 0; n < n_tiles; ++n) {
         const int s = n % F16_STAGES;
+        PA_V3_STAMP(top, n);
         mbar_wait(bar_landed + 8 * (n % I8_STAGES), (n / I8_STAGES) & 1);   // tile n's copies have landed
+        PA_V3_STAMP(landed, n);
         const unsigned char* st = sm + SM_I8 + (n % I8_STAGES) * I8_STAGE;
         unsigned char* f = sm + SM_F16 + s * F16_STAGE;
         // All of this thread's int8 chunks of the tile into registers first, then the wait for the
         // fp16 stage, then convert and store: the loads' latency passes during the wait, and no
         // conversion waits on its own load (interleaved with the stores, the compiler cannot move
-        // the loads above them).
+        // the loads above them). (The knock-outs here: see v3_hooks.cuh.)
+        constexpr int ROUNDS = PA_V3_KNOCKED(HALF_CONVERT) ? NI / 2 : NI;
         uint4 kx[NI], vx[NI];
+        [[maybe_unused]] u32 fold = 0;       // (no-store: what would have been stored, kept alive)
 #pragma unroll
-        for (int i = 0; i < NI; ++i) {
+        for (int i = 0; i < ROUNDS; ++i) {
             const int r = prod_row(pw, lane, i);
-            kx[i] = *reinterpret_cast<const uint4*>(st + I8_K + stage_off(r, ch));
-            vx[i] = *reinterpret_cast<const uint4*>(st + I8_V + stage_off(r, ch));
+            if constexpr (PA_V3_KNOCKED(LOAD)) {
+                kx[i] = make_uint4(r, ch, n, i);
+                vx[i] = make_uint4(r, ch, n, i);
+            } else {
+                kx[i] = *reinterpret_cast<const uint4*>(st + I8_K + stage_off(r, ch));
+                vx[i] = *reinterpret_cast<const uint4*>(st + I8_V + stage_off(r, ch));
+            }
         }
         if (n >= F16_STAGES) mbar_wait(bar_empty + 8 * s, ((n / F16_STAGES) & 1) ^ 1);   // tile n-F16_STAGES released stage s
+        PA_V3_STAMP(empty, n);
+        auto store = [&](uint4 x, unsigned char* at) {   // (x first: evaluated as an assignment's right side is)
+            if constexpr (PA_V3_KNOCKED(STORE)) fold ^= x.x ^ x.y ^ x.z ^ x.w;
+            else *reinterpret_cast<uint4*>(at) = x;
+        };
 #pragma unroll
-        for (int i = 0; i < NI; ++i) {
+        for (int i = 0; i < (PA_V3_KNOCKED(CONVERT) ? 0 : ROUNDS); ++i) {
             const int r = prod_row(pw, lane, i);
             uint4 lo, hi;
-            i8x16_to_f16(kx[i], lo, hi);
-            *reinterpret_cast<uint4*>(f + F16_K + sw128(r, 2 * ch, KV_BLOCK)) = lo;
-            *reinterpret_cast<uint4*>(f + F16_K + sw128(r, 2 * ch + 1, KV_BLOCK)) = hi;
-            i8x16_to_f16(vx[i], lo, hi);
-            *reinterpret_cast<uint4*>(f + F16_V + sw128(r, 2 * ch, KV_BLOCK)) = lo;
-            *reinterpret_cast<uint4*>(f + F16_V + sw128(r, 2 * ch + 1, KV_BLOCK)) = hi;
+            if constexpr (PA_V3_KNOCKED(ALU_K)) {
+                lo = kx[i];
+                hi = kx[i];
+            } else {
+                i8x16_to_f16(kx[i], lo, hi);
+            }
+            store(lo, f + F16_K + sw128(r, 2 * ch, KV_BLOCK));
+            store(hi, f + F16_K + sw128(r, 2 * ch + 1, KV_BLOCK));
+            if constexpr (PA_V3_KNOCKED(ALU_V)) {
+                lo = vx[i];
+                hi = vx[i];
+            } else {
+                i8x16_to_f16(vx[i], lo, hi);
+            }
+            store(lo, f + F16_V + sw128(r, 2 * ch, KV_BLOCK));
+            store(hi, f + F16_V + sw128(r, 2 * ch + 1, KV_BLOCK));
         }
+        if (PA_V3_KNOCKED(STORE) && fold == 0x9e3779b9u) *reinterpret_cast<u32*>(f) = fold;
         if (pw == 0) {   // lanes 0-15: K scales of keys 4*lane.., lanes 16-31: V scales; zero past nk
             // (loaded here, not with the chunks: at three consumer warpgroups the producer's 56
             // registers hold the chunks and their conversion, not four more)
@@ -769,8 +710,10 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
             scx.w = key0 + 3 < nk ? __fmul_rn(scx.w, mul) : 0.f;
             *reinterpret_cast<float4*>(f + F16_KQ + (lane >> 4) * BN * 4 + 16 * (lane & 15)) = scx;   // F16_VS = F16_KQ + BN*4
         }
+        PA_V3_STAMP(stored, n);
         fence_proxy_async();                 // the stores above, before wgmma reads them
         mbar_arrive(bar_full + 8 * s);
+        PA_V3_STAMP(arrived, n);
         // Every producer thread has read tile n's staging slot: the issuer refills it with tile n + I8_STAGES.
         if (n + I8_STAGES < n_tiles) {
             named_barrier_sync(PROD_BAR, 128);
@@ -779,216 +722,9 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
                 issue_tile(a, c, n + I8_STAGES, base);
             }
         }
+        PA_V3_STAMP(barrier, n);
     }
 }
-#else
-// The fp16 control's producer: copies only. Why cp.async and not a TMA tensor map: a tensor map
-// with the 128-byte swizzle would land the same bytes with one instruction per 64-dim block, but
-// it is made on the host by the driver API (cuTensorMapEncodeTiled), which the CuPy host does not
-// reach, it would be a kernel argument the other variants do not have, and a paged pool needs a
-// map per layout with one copy per page run; per-thread 16-byte cp.async writes any swizzled
-// address, zero-fills what lies past the cache (src-size 0), gathers any page size, and needs a
-// few registers per row. Why wait_group and not cp.async.mbarrier.arrive.noinc: cp.async writes
-// shared memory through the generic proxy and wgmma reads it through the async proxy, so the
-// writes need a fence.proxy.async between them; the writing thread can only fence writes it has
-// seen complete (wait_group), and a fence on the consumers' side would change their code.
-//
-// Ownership: thread tid owns 16-byte chunk (8 dims) tid % F_CPR of key rows
-// tid / F_CPR + F_RSTEP*i, i < F_NR, of K and of V (f16_copies_ok checks it at compile time): a warp copies 2 (D = 128) or 4 (D = 64) whole
-// adjacent rows, 512 contiguous bytes where the rows share a page, and each quarter warp writes
-// the 8 chunks of one 128-byte swizzle row (8 distinct bank groups). The rows of round i of the
-// warpgroup start at key j0 + F_RSTEP*i, a multiple of F_RSTEP <= 16 <= the page size, so all
-// F_RSTEP of them lie in one page: its page-table entry is the same for every thread.
-// Per tile n (stage s = n % 4): the row addresses (page-table loads: their latency passes in the
-// wait; where the tile's 64 keys are contiguous in memory and below the cache's end, one entry
-// and one address for all rows), the wait for empty[s] (n >= 4), 2*F_NR copies, commit; then the wait for the copies of
-// tile n-1 (wait_group 1: tile n's stay in flight), fence.proxy.async and the arrive on full of
-// tile n-1. Each thread arrives once per tile, so full keeps its count of 128. The arrival on
-// full of tile n-1 after the wait for empty of tile n cannot deadlock: that stage is released by
-// the consumers' step n-3, which needs full of tile n-3 only, and full is arrived up to n-2. Keys past the cache (the last tile's
-// tail) are zero-filled: their S is 0 and masked (past every row's causal limit: they are above
-// the last position), their V is 0 where P is 0 (a stale or NaN V there would make 0 * NaN).
-// The scale arrays (kq = k_scale * qk_scale_log2, vs = v_scale * p_scale with every scale 1.0;
-// the host passes p_scale 1) are the same for every key and tile: warp w stores stage w's once,
-// before any of its arrivals on full (which release them); the copies never write them.
-constexpr int F_CPR = D / 8;                    // 16-byte chunks of an fp16 key row
-constexpr int F_RSTEP = 128 / F_CPR;            // key rows the producer warpgroup copies per round (8 or 16)
-constexpr int F_NR = BN / F_RSTEP;              // rounds per tile: the rows of K (and of V) per thread
-static_assert(F_RSTEP <= 16 && BN % F_RSTEP == 0, "a round's rows must lie in one page (pages >= 16 keys)");
-static_assert(F16_STAGES == 4 && 2 * BN * 4 == 32 * 16, "one warp stores one stage's scales, a float4 per lane");
-__host__ __device__ constexpr bool f16_copies_ok() {
-    bool seen[BN * F_CPR] = {};
-    for (int tid = 0; tid < 128; ++tid)
-        for (int i = 0; i < F_NR; ++i) {
-            const int r = tid / F_CPR + F_RSTEP * i, c = tid % F_CPR;
-            if (r >= BN || seen[r * F_CPR + c]) return false;
-            seen[r * F_CPR + c] = true;
-            // the destination of round i is round 0's plus i * F_RSTEP rows (the swizzle uses row % 8)
-            if (sw128(r, c, KV_BLOCK) != sw128(tid / F_CPR, c, KV_BLOCK) + F_RSTEP * 128 * i) return false;
-        }
-    for (int q = 0; q < 128; q += 8) {           // a quarter warp's 8 chunks: 8 distinct bank groups
-        bool bank[8] = {};
-        for (int tid = q; tid < q + 8; ++tid) {
-            const int b = (sw128(tid / F_CPR, tid % F_CPR, KV_BLOCK) >> 4) & 7;
-            if (bank[b]) return false;
-            bank[b] = true;
-        }
-    }
-    return true;
-}
-static_assert(f16_copies_ok(), "the fp16 producer must copy every chunk of a tile once, conflict-free");
-
-// 16 bytes global -> shared, of which `src_bytes` (16 or 0) are read and the rest zero-filled; .cg:
-// through L2 only (each tile is read once per CTA).
-__device__ __forceinline__ void cp_async_16(u32 dst, const void* src, u32 src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
-// This thread's copies of tile n have landed: fence them to the async proxy (wgmma) and arrive.
-__device__ __forceinline__ void f16_tile_done(u32 bar_full, int n) {
-    fence_proxy_async();
-    mbar_arrive(bar_full + 8 * (n % F16_STAGES));
-}
-
-#if PA_V3_STEP_KEYS == 128
-// At 128-key steps (kernels/v3_pairs.cuh) the same copies go into the pairs' rings: pair p's K rows
-// (tiles 2p and 2p+1 as rows r and 64 + r of one operand whose 64-dim blocks lie 2*KV_BLOCK apart)
-// into K slot p % K_PAIRS, its V rows into V slot p % V_PAIRS (tile h at h*NG*KV_BLOCK), K a pair
-// ahead of V, as the image issuer brings them. A thread's copies of a pair's K form one cp.async
-// group and those of its V another, committed K0, K1, V0, K2, V1, ...: at iteration p, once K of
-// pair p is committed, wait_group 1 leaves only that group in flight, so K of pair p-1 and V of
-// pair p-2 have landed; the thread fences them and arrives on their full barriers (128 arrivals),
-// then waits for V slot p-1 and copies V of pair p-1. No deadlock: iteration p waits for K slot p
-// (released by the consumers' softmax of pair p-3, whose step needs full_k of p-3: arrived at
-// iteration p-2) and V slot p-1 (P.V of pair p-3, in the step that needs full_k of p-2 and
-// full_v of p-3: arrived at iteration p-1). A pair whose second tile lies past the CTA's last gets
-// the keys after it (zero-filled past the cache): past kmax, masked in S, so their P is 0. Every K
-// slot's kq and vs, for both tiles, hold qk_scale_log2 and p_scale (1), stored once before any
-// arrival.
-__device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsigned char* sm, u32 base) {
-    const int tid = threadIdx.x, r0 = tid / F_CPR, ch = tid % F_CPR;
-    const int nk = a.ctx + a.n_q;
-    const int n_tiles = c.t_end - c.t_begin, n_pairs = (n_tiles + 1) >> 1;
-    const __half* kg = reinterpret_cast<const __half*>(a.k);   // the host passes fp16 K/V here
-    const __half* vg = reinterpret_cast<const __half*>(a.v);
-#pragma unroll
-    for (int i = 4 * tid; i < K_PAIRS * 4 * BN; i += 4 * 128) {   // slot i / 4BN, tile (i / 2BN) % 2: kq then vs
-        const float x = i % (2 * BN) < BN ? a.qk_scale_log2 : a.p_scale;
-        *reinterpret_cast<float4*>(sm + SM_K + (i / (4 * BN)) * K_SLOT + PAIR_SC + 4 * (i % (4 * BN))) = make_float4(x, x, x, x);
-    }
-#if PA_PAGED
-    const bool one_run = a.page_shift >= BN_LOG2;   // a tile's keys are contiguous in memory (in one page)
-#else
-    const bool one_run = true;
-#endif
-    // this thread's chunks of CTA tile t (key rows r0 + F_RSTEP*i) of g into the operand at dst
-    auto copy_tile = [&](const __half* g, int t, u32 dst) {
-        const int j0 = (c.t_begin + t) * BN;
-        if (one_run && j0 + BN <= nk) {
-            const u64 off = (u64)pa::kv_row(a, c.hkv, j0 + r0, pa::page_of(a, j0)) * D + 8u * ch;
-#pragma unroll
-            for (int i = 0; i < F_NR; ++i) cp_async_16(dst + F_RSTEP * 128 * i, g + off + F_RSTEP * D * i, 16u);
-        } else {
-#pragma unroll
-            for (int i = 0; i < F_NR; ++i) {
-                const int jr = j0 + F_RSTEP * i, j = jr + r0;
-                const u32 row = pa::kv_row(a, c.hkv, j, pa::page_of(a, jr));
-                cp_async_16(dst + F_RSTEP * 128 * i, g + (j < nk ? (u64)row * D + 8u * ch : 0ull), j < nk ? 16u : 0u);
-            }
-        }
-    };
-    auto landed = [&](u32 bar) {             // this thread's copies of a slot have landed
-        fence_proxy_async();
-        mbar_arrive(bar);
-    };
-    for (int p = 0; p <= n_pairs; ++p) {
-        if (p < n_pairs) {
-            const u32 ks = base + SM_K + (p % K_PAIRS) * K_SLOT;
-            if (p >= K_PAIRS) mbar_wait(base + BAR_EMPTY_K + 8 * (p % K_PAIRS), ((p / K_PAIRS) & 1) ^ 1);
-#pragma unroll
-            for (int h = 0; h < 2; ++h) copy_tile(kg, 2 * p + h, ks + sw128(BN * h + r0, ch, 2 * KV_BLOCK));
-        }
-        cp_async_commit();                   // (empty past the last pair: the counts stay in step)
-        cp_async_wait<1>();
-        if (p >= 1) landed(base + BAR_FULL_K + 8 * ((p - 1) % K_PAIRS));
-        if (p >= 2) landed(base + BAR_FULL_V + 8 * ((p - 2) % V_PAIRS));
-        if (p >= 1) {
-            const int q = p - 1;
-            const u32 vs = base + SM_V + (q % V_PAIRS) * V_SLOT;
-            if (q >= V_PAIRS) mbar_wait(base + BAR_EMPTY_V + 8 * (q % V_PAIRS), ((q / V_PAIRS) & 1) ^ 1);
-#pragma unroll
-            for (int h = 0; h < 2; ++h) copy_tile(vg, 2 * q + h, vs + h * NG * KV_BLOCK + sw128(r0, ch, KV_BLOCK));
-            cp_async_commit();
-        }
-    }
-    cp_async_wait<0>();
-    landed(base + BAR_FULL_V + 8 * ((n_pairs - 1) % V_PAIRS));
-}
-#else
-__device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsigned char* sm, u32 base) {
-    const int tid = threadIdx.x, r0 = tid / F_CPR, ch = tid % F_CPR;
-    const int nk = a.ctx + a.n_q;
-    const int n_tiles = c.t_end - c.t_begin;
-    const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
-    const __half* kg = reinterpret_cast<const __half*>(a.k);   // the host passes fp16 K/V here
-    const __half* vg = reinterpret_cast<const __half*>(a.v);
-    {   // warp w: stage w's scales; lanes 0-15 kq, lanes 16-31 vs (F16_VS = F16_KQ + BN*4)
-        const int lane = tid & 31;
-        const float x = lane < 16 ? a.qk_scale_log2 : a.p_scale;
-        *reinterpret_cast<float4*>(sm + SM_F16 + (tid >> 5) * F16_STAGE + F16_KQ + 16 * lane) = make_float4(x, x, x, x);
-    }
-    const u32 dst0 = base + SM_F16 + sw128(r0, ch, KV_BLOCK);
-#if PA_PAGED
-    const bool one_run = a.page_shift >= BN_LOG2;   // a tile's keys are contiguous in memory (in one page)
-#else
-    const bool one_run = true;
-#endif
-    for (int n = 0; n < n_tiles; ++n) {
-        const int s = n % F16_STAGES, j0 = (c.t_begin + n) * BN;
-        const u32 dst = dst0 + s * F16_STAGE;
-        // The common tile, its 64 keys contiguous in memory and below nk: one page-table entry, and
-        // every source an immediate offset from one address. Otherwise (pages of 16 or 32 keys, the
-        // cache's last tile) an entry per round and a size per row.
-        const bool whole = one_run && j0 + BN <= nk;
-        u64 off[F_NR];                       // element offsets of this thread's chunks (64-bit: row * D may not fit 32)
-        u32 bytes[F_NR];                     // 16, or 0 past the cache (zero-filled)
-        if (whole) {
-            off[0] = (u64)pa::kv_row(a, c.hkv, j0 + r0, pa::page_of(a, j0)) * D + 8u * ch;
-        } else {
-#pragma unroll
-            for (int i = 0; i < F_NR; ++i) {
-                const int jr = j0 + F_RSTEP * i, j = jr + r0;
-                const u32 row = pa::kv_row(a, c.hkv, j, pa::page_of(a, jr));
-                off[i] = j < nk ? (u64)row * D + 8u * ch : 0ull;
-                bytes[i] = j < nk ? 16u : 0u;
-            }
-        }
-        if (n >= F16_STAGES) mbar_wait(bar_empty + 8 * s, ((n / F16_STAGES) & 1) ^ 1);   // tile n-4 released stage s
-        if (whole) {
-#pragma unroll
-            for (int i = 0; i < F_NR; ++i) {
-                cp_async_16(dst + F16_K + F_RSTEP * 128 * i, kg + off[0] + F_RSTEP * D * i, 16u);
-                cp_async_16(dst + F16_V + F_RSTEP * 128 * i, vg + off[0] + F_RSTEP * D * i, 16u);
-            }
-        } else {
-#pragma unroll
-            for (int i = 0; i < F_NR; ++i) {
-                cp_async_16(dst + F16_K + F_RSTEP * 128 * i, kg + off[i], bytes[i]);
-                cp_async_16(dst + F16_V + F_RSTEP * 128 * i, vg + off[i], bytes[i]);
-            }
-        }
-        cp_async_commit();
-        if (n > 0) {
-            cp_async_wait<1>();              // tile n-1's copies (tile n's may still run)
-            f16_tile_done(bar_full, n - 1);
-        }
-    }
-    cp_async_wait<0>();
-    f16_tile_done(bar_full, n_tiles - 1);
-}
-#endif
 #endif
 
 // ---------------------------------------------------------------- the consumer warpgroups
@@ -1046,7 +782,34 @@ __device__ __forceinline__ void issue_pv(float (&o)[O_REGS], const u32 (&pf)[PV_
 // scales of the step's first tile: per tile kq[BN] then vs[BN], the next tile's 2*BN floats on
 // (sc_index).
 constexpr float MAX_SLACK = 8.f;
+// t of one score: S_raw * kq - m in one rounding (the key-scale knock-out: S - m).
+__device__ __forceinline__ float scaled_t(float s, float kq, float nref) {
+    if constexpr (PA_V3_KNOCKED(K_SCALES)) return __fadd_rn(s, nref);
+    else return __fmaf_rn(s, kq, nref);
+}
 __host__ __device__ constexpr int sc_index(int j) { return (j >> 3) * 2 * BN + (j & 7) * 8; }
+// What softmax_tile and softmax_tile_kept share. A row's reference, negated (m taken as 0 while
+// the row has seen no key), and the largest t it keeps its reference at (MAX_SLACK; -inf while it
+// has none: its first key moves it).
+__device__ __forceinline__ void negated_refs(const float (&m)[2], float (&nref)[2]) {
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) nref[rr] = m[rr] == PA_NEG_INF ? -0.f : -m[rr];
+}
+__device__ __forceinline__ void slack_tops(const float (&m)[2], float (&top)[2]) {
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) top[rr] = m[rr] == PA_NEG_INF ? PA_NEG_INF : MAX_SLACK;
+}
+// The V scales of n8 block j's keys 2t, 2t+1 (WITH_VS; else 1), and p times its key's.
+template <bool WITH_VS>
+__device__ __forceinline__ float2 v_scales(const float* kq, int j, int t) {
+    float2 v2 = {1.f, 1.f};
+    if (WITH_VS && !PA_V3_KNOCKED(V_SCALES)) v2 = *reinterpret_cast<const float2*>(kq + BN + sc_index(j) + 2 * t);
+    return v2;
+}
+template <bool WITH_VS>
+__device__ __forceinline__ float with_v_scale(float p, float2 v2, int e) {
+    return WITH_VS && !PA_V3_KNOCKED(V_SCALES) ? __fmul_rn(p, (e & 1) ? v2.y : v2.x) : p;
+}
 // WITH_VS: each p multiplied by its key's V scale right after its exponential and its sum (the
 // same bits as scale_by_vs after the softmax; the 128-key step: its multiplies then fill the
 // exponentials' issue gaps rather than follow the masked and unmasked paths' join).
@@ -1055,14 +818,13 @@ __device__ __forceinline__ void softmax_tile(const float* kq, int j0, const int 
                                              float (&s)[4 * NJ], float (&m)[2], float (&l)[2], float (&alpha)[2]) {
     const int t = threadIdx.x & 3;
     float mx[2] = {PA_NEG_INF, PA_NEG_INF}, nref[2];
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) nref[rr] = m[rr] == PA_NEG_INF ? -0.f : -m[rr];
+    negated_refs(m, nref);
 #pragma unroll
     for (int j = 0; j < NJ; ++j) {
         const float2 k2 = *reinterpret_cast<const float2*>(kq + sc_index(j) + 2 * t);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            float v = __fmaf_rn(s[4 * j + e], (e & 1) ? k2.y : k2.x, nref[e >> 1]);
+            float v = scaled_t(s[4 * j + e], (e & 1) ? k2.y : k2.x, nref[e >> 1]);
             if (MASKED) v = (j0 + 8 * j + 2 * t + (e & 1) <= lim[e >> 1]) ? v : PA_NEG_INF;
             s[4 * j + e] = v;
             mx[e >> 1] = fmaxf(mx[e >> 1], v);
@@ -1071,8 +833,7 @@ __device__ __forceinline__ void softmax_tile(const float* kq, int j0, const int 
     alpha[0] = alpha[1] = 1.f;
     // a row keeps its reference while its t <= MAX_SLACK; a row with none yet while it has no key
     float top[2];
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) top[rr] = m[rr] == PA_NEG_INF ? PA_NEG_INF : MAX_SLACK;
+    slack_tops(m, top);
     if (!__all_sync(0xffffffffu, (mx[0] <= top[0]) & (mx[1] <= top[1]))) {
 #pragma unroll
         for (int sh = 1; sh <= 2; sh *= 2)
@@ -1094,13 +855,12 @@ __device__ __forceinline__ void softmax_tile(const float* kq, int j0, const int 
     }
 #pragma unroll
     for (int j = 0; j < NJ; ++j) {
-        float2 v2 = {1.f, 1.f};
-        if (WITH_VS) v2 = *reinterpret_cast<const float2*>(kq + BN + sc_index(j) + 2 * t);
+        const float2 v2 = v_scales<WITH_VS>(kq, j, t);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const float p = pa::exp2_ftz(s[4 * j + e]);
             l[e >> 1] = __fadd_rn(l[e >> 1], p);
-            s[4 * j + e] = WITH_VS ? __fmul_rn(p, (e & 1) ? v2.y : v2.x) : p;
+            s[4 * j + e] = with_v_scale<WITH_VS>(p, v2, e);
         }
     }
 }
@@ -1126,25 +886,22 @@ __device__ __forceinline__ bool softmax_tile_kept(const float* kq, float (&s)[4 
                                                   float (&l)[2], float (&alpha)[2], int bar) {
     const int t = threadIdx.x & 3;
     float mx[2] = {PA_NEG_INF, PA_NEG_INF}, nref[2], sum[2] = {l[0], l[1]};
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) nref[rr] = m[rr] == PA_NEG_INF ? -0.f : -m[rr];
+    negated_refs(m, nref);
 #pragma unroll
     for (int j = 0; j < NJ; ++j) {
         const float2 k2 = *reinterpret_cast<const float2*>(kq + sc_index(j) + 2 * t);
-        float2 v2 = {1.f, 1.f};
-        if (WITH_VS) v2 = *reinterpret_cast<const float2*>(kq + BN + sc_index(j) + 2 * t);
+        const float2 v2 = v_scales<WITH_VS>(kq, j, t);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            const float v = __fmaf_rn(s[4 * j + e], (e & 1) ? k2.y : k2.x, nref[e >> 1]);
+            const float v = scaled_t(s[4 * j + e], (e & 1) ? k2.y : k2.x, nref[e >> 1]);
             mx[e >> 1] = fmaxf(mx[e >> 1], v);
             const float p = pa::exp2_ftz(v);
             sum[e >> 1] = __fadd_rn(sum[e >> 1], p);
-            s[4 * j + e] = WITH_VS ? __fmul_rn(p, (e & 1) ? v2.y : v2.x) : p;
+            s[4 * j + e] = with_v_scale<WITH_VS>(p, v2, e);
         }
     }
     float top[2];
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) top[rr] = m[rr] == PA_NEG_INF ? PA_NEG_INF : MAX_SLACK;
+    slack_tops(m, top);
     if (!warpgroup_all((mx[0] <= top[0]) & (mx[1] <= top[1]), bar)) return false;
     l[0] = sum[0];
     l[1] = sum[1];
@@ -1165,7 +922,7 @@ __device__ __forceinline__ void scale_by_vs(const float* kq, float (&s)[4 * NJ])
     const int t = threadIdx.x & 3;
     const float* vs = kq + BN;               // (F16_VS = F16_KQ + BN*4)
 #pragma unroll
-    for (int j = 0; j < NJ; ++j) {
+    for (int j = 0; j < (PA_V3_KNOCKED(V_SCALES) ? 0 : NJ); ++j) {
         const float2 v2 = *reinterpret_cast<const float2*>(vs + sc_index(j) + 2 * t);
         s[4 * j] = __fmul_rn(s[4 * j], v2.x);
         s[4 * j + 1] = __fmul_rn(s[4 * j + 1], v2.y);
@@ -1215,6 +972,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     // uniform registers (else an R2UR per descriptor half and wgmma: 70 more instructions a step).
     const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7) - 1, 0), tid = threadIdx.x & 127;
     const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    PA_V3_STAMP_WG(consumer_start, wg, tid, 0);
     const int rows_used = c.ppc * c.group;   // rows of the CTA that hold a query (at most M_CTA)
     const int r0 = 64 * wg;                  // this warpgroup's first row
     [[maybe_unused]] const u32 bar_full = base + SM_BAR, bar_empty = base + SM_BAR + 8 * F16_STAGES;
@@ -1237,6 +995,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
             qv[i] = __ldg(reinterpret_cast<const uint4*>(a.q + ((u64)hq * a.n_q + pos) * D + 8 * ch));
         }
     }
+    if constexpr (PA_V3_KNOCKED(KSCALE_IN_Q)) pa_v3_ko_kscale_in_q(qv, a, PA_KV_F16);
 #pragma unroll
     for (int i = 0; i < Q_CHUNKS; ++i) {
         const int idx = tid + 128 * i;
@@ -1244,6 +1003,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     }
     if constexpr (Q_SS) fence_proxy_async();   // S's wgmma reads Q through the async proxy
     named_barrier_sync(1 + wg, 128);         // (RS: read back below with ordinary loads, no fence)
+    PA_V3_STAMP_WG(q_ready, wg, tid, 0);
 
     // ---- this warpgroup's rows: the keys they see
     const bool wg_rows = r0 < rows_used && c.p0 + r0 / c.group < a.n_q;
@@ -1295,11 +1055,14 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     // nothing past its rows' diagonal), so the barriers stay matched: warpgroup 1's first arrival
     // opens warpgroup 0's first turn, and it skips its last one.
     auto turn_begin = [&](int n) {
+        PA_V3_STAMP_WG(turn_top, wg, tid, n);
         if (n < n_tiles) mbar_wait(bar_full + 8 * (n % F16_STAGES), (n / F16_STAGES) & 1);
-        named_barrier_sync(PP_BAR + wg, 256);
+        PA_V3_STAMP_WG(turn_full, wg, tid, n);
+        if (!PA_V3_KNOCKED(PINGPONG)) named_barrier_sync(PP_BAR + wg, 256);
+        PA_V3_STAMP_WG(turn_open, wg, tid, n);
     };
     auto turn_end = [&](int n) {
-        if (wg != NCWG - 1 || n < n_tiles) named_barrier_arrive(PP_BAR + (wg + 1) % NCWG, 256);
+        if (!PA_V3_KNOCKED(PINGPONG) && (wg != NCWG - 1 || n < n_tiles)) named_barrier_arrive(PP_BAR + (wg + 1) % NCWG, 256);
     };
     auto release = [&](int n) { mbar_arrive(bar_empty + 8 * ((n - 1) % F16_STAGES)); };   // tile n-1
     // descriptors of tile n's K (S's B) and V (P.V's B), formed (and pinned) before a wgmma.fence
@@ -1309,12 +1072,13 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     auto kq_of = [&](int n) { return reinterpret_cast<const float*>(f16_stage(n) + F16_KQ); };
     auto softmax = [&](int n, float (&al)[2]) {
         const int tile = c.t_begin + n;
-        if (tile < first_masked) softmax_tile<false>(f16_stage(n), tile * BN, lim, s, m, l, al);
+        if (PA_V3_KNOCKED(SOFTMAX)) al[0] = al[1] = 1.f;
+        else if (tile < first_masked) softmax_tile<false>(f16_stage(n), tile * BN, lim, s, m, l, al);
         else softmax_tile<true>(f16_stage(n), tile * BN, lim, s, m, l, al);
     };
     auto rescale = [&]() { rescale_o(o, alpha); };
 
-    if (wg == NCWG - 1) named_barrier_arrive(PP_BAR, 256);
+    if (wg == NCWG - 1 && !PA_V3_KNOCKED(PINGPONG)) named_barrier_arrive(PP_BAR, 256);
     int n = 0;
     if (n_math > 0) {
         // the first step: S of tile 0
@@ -1329,6 +1093,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
         wgmma_wait<0>();
         pin(s);
         softmax(0, alpha);
+        PA_V3_STAMP_WG(first_softmax, wg, tid, 0);
         scale_by_vs(f16_stage(0), s);
         p_fragments(s, pf);
         // steps 1 .. n_math-1: S of tile n and P.V of tile n-1
@@ -1342,17 +1107,21 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
             pin(pf);
             pin(o);
             wgmma_fence();
+            PA_V3_STAMP_WG(fenced, wg, tid, n);
             issue_s_tile(dk);
             wgmma_commit();
+            PA_V3_STAMP_WG(s_issued, wg, tid, n);
             issue_pv(o, pf, dv);
             wgmma_commit();
             turn_end(n);
+            PA_V3_STAMP_WG(issued, wg, tid, n);
             wgmma_wait<1>();                 // S of tile n (P.V of tile n-1 may still run)
             pin(s);
+            PA_V3_STAMP_WG(s_done, wg, tid, n);
             float alpha_next[2];
             // a tile with no masked key: the softmax speculative (softmax_tile_kept), with V's
             // scales; where a row of the warpgroup moves its reference, S again and the full rule
-            const bool unmasked = c.t_begin + n < first_masked;
+            const bool unmasked = !PA_V3_KNOCKED(SOFTMAX) && c.t_begin + n < first_masked;
             if (!(unmasked && softmax_tile_kept<BN / 8, true>(kq_of(n), s, m, l, alpha_next, 1 + wg))) {
                 if (unmasked) {
                     pin(s);
@@ -1365,9 +1134,11 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
                 softmax(n, alpha_next);
                 scale_by_vs(f16_stage(n), s);
             }
+            PA_V3_STAMP_WG(softmax, wg, tid, n);
             wgmma_wait<0>();
             pin(o);
             pin(pf);
+            PA_V3_STAMP_WG(pv_done, wg, tid, n);
             release(n);
             p_fragments(s, pf);              // (after the wait: the P.V just done read pf)
             alpha[0] = alpha_next[0];
@@ -1375,6 +1146,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
         }
         // step n_math: P.V of the last tile
         turn_begin(n);
+        PA_V3_STAMP_WG(last_turn, wg, tid, n);
         u64 dv = desc_v(n - 1);
         pin(dv);
         rescale();
@@ -1388,6 +1160,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
         pin(o);
         release(n);
         ++n;
+        PA_V3_STAMP_WG(last_pv, wg, tid, n);
     }
     for (; n <= n_tiles; ++n) {              // tiles past these rows' diagonal: turns and releases only
         turn_begin(n);
@@ -1440,6 +1213,8 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
         }
     }
 }
+// The producer of a comparison build (v3_controls.cuh, included at the end).
+__device__ __forceinline__ void control_producer(const pa::Args& a, const Cta& c, unsigned char* sm, u32 base);
 }  // namespace v3
 
 // Dynamic shared memory: v3::SMEM_ALLOC bytes (the backend raises the limit; pa_v3_smem_bytes says how many).
@@ -1452,6 +1227,7 @@ extern "C" __global__ void __launch_bounds__(v3::THREADS, 1) pa_v3(PA_KERNEL_PAR
     unsigned char* sm = smem_raw + (base - raw);
     const Cta c = cta_of(a);
     if (c.t_begin >= c.t_end) return;                        // no key of this segment for these rows
+    PA_V3_STAMP(cta_start, c.t_end - c.t_begin);
     if (threadIdx.x == 0) {
 #if PA_V3_STEP_KEYS == 128
 #pragma unroll
@@ -1472,7 +1248,7 @@ extern "C" __global__ void __launch_bounds__(v3::THREADS, 1) pa_v3(PA_KERNEL_PAR
         }
 #endif
 #pragma unroll
-        for (int s = 0; s < I8_STAGES; ++s) mbar_init(base + BAR_LANDED + 8 * s, 1);   // landed: the issuer + bytes
+        for (int s = 0; s < I8_SLOTS; ++s) mbar_init(base + BAR_LANDED + 8 * s, 1);   // landed: the issuer + bytes
 #if PA_V3_SHARE
         reinterpret_cast<volatile int*>(sm + SM_CLAIM)[1] = 0;   // tiles brought in (the converters' pace)
 #endif
@@ -1481,10 +1257,13 @@ extern "C" __global__ void __launch_bounds__(v3::THREADS, 1) pa_v3(PA_KERNEL_PAR
     __syncthreads();
     if (threadIdx.x < 128) {
         set_max_regs_dec<PRODUCER_REGS>();
-        producer(a, c, sm, base);
+        if constexpr (PA_V3_CONTROL) control_producer(a, c, sm, base);   // a comparison build's (v3_controls.cuh)
+        else producer(a, c, sm, base);
+        PA_V3_STAMP(producer_end, 0);
     } else {
         set_max_regs_inc<CONSUMER_REGS>();
         consumer(a, c, sm, base);
+        PA_V3_STAMP(consumer_end, 0);
     }
 }
 
@@ -1494,15 +1273,5 @@ extern "C" __global__ void pa_v3_smem_bytes(int* out) { *out = v3::SMEM_ALLOC; }
 #if PA_V3_IMAGES
 extern "C" __global__ void pa_v3_image_bytes(int* out) { *out = v3::IMG_BYTES; }   // the bytes of one tile's image
 #endif
-#if PA_V3_DQ
-// The stage images of every tile of every KV head (tile_image), written to a.out (bytes: Hkv x
-// ceil(nk / BN) x pa_v3_image_bytes): grid (tiles, Hkv) x 128 threads. pa_v3 then reads the images
-// through a.k. The same bytes reach the same consumers, so the output keeps v3's bits.
-extern "C" __global__ void __launch_bounds__(128) pa_v3_images(PA_KERNEL_PARAMS) {
-    using namespace v3;
-    PA_MAKE_ARGS(a);
-    const int hkv = blockIdx.y;
-    unsigned char* img = reinterpret_cast<unsigned char*>(a.out) + ((u64)hkv * gridDim.x + blockIdx.x) * IMG_BYTES;
-    tile_image<128>(a, hkv, blockIdx.x, img, threadIdx.x);
-}
-#endif
+
+#include "v3_controls.cuh"   // the comparison builds' producers (fp16 control, dq images)

@@ -81,10 +81,10 @@ __device__ __forceinline__ void consume_pairs(const Cta& c, unsigned char* sm, u
     auto turn_begin = [&](int n) {
         if (n < n_steps) mbar_wait(base + BAR_FULL_K + 8 * (n % K_PAIRS), (n / K_PAIRS) & 1);
         if (n >= 1) mbar_wait(base + BAR_FULL_V + 8 * ((n - 1) % V_PAIRS), ((n - 1) / V_PAIRS) & 1);
-        named_barrier_sync(PP_BAR + wg, 256);
+        if (!PA_V3_KNOCKED(PINGPONG)) named_barrier_sync(PP_BAR + wg, 256);
     };
     auto turn_end = [&](int n) {
-        if (wg != NCWG - 1 || n < n_steps) named_barrier_arrive(PP_BAR + (wg + 1) % NCWG, 256);
+        if (!PA_V3_KNOCKED(PINGPONG) && (wg != NCWG - 1 || n < n_steps)) named_barrier_arrive(PP_BAR + (wg + 1) % NCWG, 256);
     };
     auto release_k = [&](int n) { mbar_arrive(base + BAR_EMPTY_K + 8 * (n % K_PAIRS)); };
     auto release_v = [&](int n) { mbar_arrive(base + BAR_EMPTY_V + 8 * (n % V_PAIRS)); };
@@ -93,13 +93,16 @@ __device__ __forceinline__ void consume_pairs(const Cta& c, unsigned char* sm, u
     auto scales = [&](int n) { return reinterpret_cast<const float*>(sm + SM_K + (n % K_PAIRS) * K_SLOT + PAIR_SC); };
     auto softmax = [&](int n, float (&al)[2]) {
         const int tile = c.t_begin + 2 * n;
-        if (tile + 1 < first_masked && 2 * n + 1 < n_tiles) softmax_tile<false, 2 * BN / 8, true>(scales(n), tile * BN, lim, s, m, l, al);
+        if (PA_V3_KNOCKED(SOFTMAX)) {        // knock-out: the V scales alone
+            al[0] = al[1] = 1.f;
+            scale_by_vs<2 * BN / 8>(scales(n), s);
+        } else if (tile + 1 < first_masked && 2 * n + 1 < n_tiles) softmax_tile<false, 2 * BN / 8, true>(scales(n), tile * BN, lim, s, m, l, al);
         else softmax_tile<true, 2 * BN / 8, true>(scales(n), tile * BN, lim, s, m, l, al);
     };
     auto finish = [&](int n) { release_k(n); };   // (the softmax applied P's V scales): K slot n is read
     auto rescale = [&]() { rescale_o(o, alpha); };
 
-    if (wg == NCWG - 1) named_barrier_arrive(PP_BAR, 256);
+    if (wg == NCWG - 1 && !PA_V3_KNOCKED(PINGPONG)) named_barrier_arrive(PP_BAR, 256);
     int n = 0;
     if (n_math > 0) {
         turn_begin(0);
@@ -133,7 +136,7 @@ __device__ __forceinline__ void consume_pairs(const Cta& c, unsigned char* sm, u
             wgmma_wait<1>();                 // S of pair n (P.V of pair n-1 may still run)
             pin(s);
             float alpha_next[2];
-            const bool unmasked = c.t_begin + 2 * n + 1 < first_masked && 2 * n + 1 < n_tiles;
+            const bool unmasked = !PA_V3_KNOCKED(SOFTMAX) && c.t_begin + 2 * n + 1 < first_masked && 2 * n + 1 < n_tiles;
             if (!(unmasked && softmax_tile_kept<2 * BN / 8, true>(scales(n), s, m, l, alpha_next, 1 + wg))) {
                 if (unmasked) {              // a reference moves: S again
                     pin(s);

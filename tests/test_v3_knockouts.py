@@ -1,6 +1,7 @@
-"""scripts/v3_knockouts.py: every knock-out edit still matches kernels/v3.cu (and v3_pairs.cuh, the
-128-key step) and removes what it names on every path that does that work (a stale edit would time
-the real kernel under a knock-out's name)."""
+"""experiments/v3_knockouts.py: every knock-out names parts the kernel sources hook
+(PA_V3_KNOCKED, kernels/v3_hooks.cuh), its copy of kernels/ switches them on, and the build leaves
+out what it names on every path that does that work (a stale part would time the real kernel under
+a knock-out's name)."""
 
 from __future__ import annotations
 
@@ -11,84 +12,35 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "experiments"))
 import v3_knockouts as K  # noqa: E402
-
-SOURCES = {f: (ROOT / "kernels" / f).read_text() for f in ("v3.cu", K.PAIRS)}
-SRC, PAIRS_SRC = SOURCES["v3.cu"], SOURCES[K.PAIRS]
 
 
 @pytest.mark.parametrize("name", sorted(K.KNOCKOUTS))
-def test_each_knockout_edits_the_kernel(name):
-    edited = K.edit_sources(SOURCES, K.KNOCKOUTS[name])
-    out, pairs = edited["v3.cu"], edited[K.PAIRS]
-    assert out != SRC
-    if "no-copy" in name or name in ("no-producer", "gemm-only"):
-        # the own producer's tile: four bulk copies; the image issuers: 64-key stages (2), pairs (3)
-        assert out.count("bulk_g2s(") == SRC.count("bulk_g2s(") - 4 - 5
-        assert "mbar_arrive_expect_tx(bar," in SRC and "mbar_arrive_expect_tx(bar," not in out
-    if name in ("no-convert", "no-producer", "gemm-only"):
-        assert "i8x16_to_f16(kx[i]" in SRC and "i8x16_to_f16(kx[i]" not in out and "i8x16_to_f16(vx[i]" not in out
-    if "no-copy" in name or name in ("no-producer", "gemm-only"):   # the image issuers: 64-key steps and pairs
-        issuers = out[out.index("void issue_pairs("):out.index("#elif !PA_KV_F16")]
-        assert "IMG_BYTES, bar_full + 8 * s);" in SRC and "bulk_g2s(" not in issuers
-        assert "mbar_arrive_expect_tx(" not in issuers and issuers.count("knock-out: no cop") == 7
-    if name in ("no-convert", "no-producer", "gemm-only"):   # shared tiles: no converter, no flag poll
-        assert "ld_acquire_gpu(flags" in SRC and "ld_acquire_gpu(flags" not in out
-        assert "knock-out: no conversions" in out
-    if name in ("no-softmax", "gemm-only"):
-        assert "softmax_tile<true>(f16_stage" not in out
-        # the 64-key loop's speculative softmax and its fallback's second S go too; V's scales stay
-        assert "softmax_tile_kept<BN / 8, true>" in SRC and "softmax_tile_kept<BN / 8" not in out
-        assert SRC.count("issue_s_tile(dk);") == 2 and out.count("issue_s_tile(dk);") == 1
-        assert "knock-out: no speculative softmax" in out and out.count("scale_by_vs(f16_stage(n), s);") == 1
-        assert "softmax_tile<true, 2 * BN / 8, true>" in PAIRS_SRC and "softmax_tile<" not in pairs
-        # nor the step loop's speculative softmax, nor its fallback's second S
-        assert "softmax_tile_kept<" in PAIRS_SRC and "softmax_tile_kept<" not in pairs
-        assert PAIRS_SRC.count("issue_s2(s, dq, dk") == 3 and pairs.count("issue_s2(s, dq, dk") == 2
-        assert "knock-out: no speculative softmax" in pairs
-        # the 128-key softmax applied P's V scales: the knock-out keeps them, and still releases the slot
-        assert "scale_by_vs<" not in PAIRS_SRC and "scale_by_vs<2 * BN / 8>(scales(n), s);" in pairs
-        assert "release_k(n);" in pairs
-    if name in ("no-alu", "half-alu"):
-        assert "i8x16_to_f16(vx[i]" not in out
-        assert ("i8x16_to_f16(kx[i]" in out) == (name == "half-alu")
-    if name == "no-load":
-        assert out.count("knock-out: not loaded") == 2 and "st + I8_K + stage_off" not in out
-    if name == "no-store":
-        assert out.count("knock-out: not stored") == 4 and "sw128(r, 2 * ch, KV_BLOCK)) = lo" not in out
-        assert "i8x16_to_f16(kx[i]" in out and "i8x16_to_f16(vx[i]" in out
-    if name == "half-convert":   # the load loop and the convert-and-store loop, and nothing else
-        assert out.count("for (int i = 0; i < NI / 2; ++i)") == 2
-        assert out.count("for (int i = 0; i < NI; ++i)") == SRC.count("for (int i = 0; i < NI; ++i)") - 2
-        assert "i8x16_to_f16(kx[i]" in out and "i8x16_to_f16(vx[i]" in out
-    if name in ("no-scales", "no-k-scales"):
-        # in softmax_tile and the 128-key step's speculative softmax_tile_kept: no multiply, no load
-        assert SRC.count("__fmaf_rn(s[4 * j + e], (e & 1) ? k2.y : k2.x, nref[e >> 1])") == 2
-        assert "k2" not in out and out.count("knock-out: no key-scale multiply") == 2
-    if name in ("no-scales", "no-v-scales"):
-        assert "__fmul_rn(s[4 * j], v2.x)" in SRC and "v2.x" not in out
-        # 64-key steps, and both 128-key softmax paths (the full one and the speculative one)
-        assert out.count("knock-out: no V-scale multiply") == 3
-        assert SRC.count("__fmul_rn(p, (e & 1) ? v2.y : v2.x)") == 2 and "if (WITH_VS) v2 =" not in out
-    if name == "no-k-scales":
-        assert "v2.x" in out
-    if name == "no-v-scales":
-        assert "k2.y" in out
-    if name == "kscale-in-q":
-        assert "k2.y" not in out and "v2.x" in out
-        assert out.count("knock-out: a typical key scale folded into Q once") == 1
-        # scaled in registers after Q's loads, before its store to shared memory
-        fold = out.index("w[e] = pa::half2_as_u32(__hmul2(")
-        assert out.index("uint4 qv[Q_CHUNKS];") < fold < out.index("sm + SM_Q + sw128(r0 + idx / (D / 8)")
-    if name == "no-pingpong":
-        assert "PP_BAR" in SRC and "named_barrier_sync(PP_BAR" not in out
-        assert "named_barrier_arrive(PP_BAR" not in out
-        assert "named_barrier_sync(1 + wg, 128)" in out          # Q's own barrier stays
-        assert "named_barrier_sync(PP_BAR" in PAIRS_SRC and "named_barrier_sync(PP_BAR" not in pairs
-        assert "named_barrier_arrive(PP_BAR" not in pairs
-    if name not in ("no-softmax", "gemm-only", "no-pingpong"):
-        assert pairs == PAIRS_SRC
+def test_each_knockout_switches_on_hooks_the_kernel_has(tmp_path, name):
+    parts = K.KNOCKOUTS[name]
+    assert parts and set(parts) <= K.hooked_parts()
+    d = K.kernel_dir(tmp_path, name, parts)
+    hooks = (d / K.HOOKS).read_text()
+    for p in parts:   # defined before the defaults, which then keep them
+        assert hooks.index(f"#define PA_V3_KO_{p} 1") < hooks.index(f"#ifndef PA_V3_KO_{p}")
+    assert (d / "v3.cu").read_text() == (ROOT / "kernels" / "v3.cu").read_text()   # the source itself is not edited
+
+
+def test_every_hooked_part_belongs_to_a_knockout_and_the_producers_and_consumers_are_covered():
+    used = {p for parts in K.KNOCKOUTS.values() for p in parts}
+    assert used == K.hooked_parts()
+    # each hook sits where its work is: the copies and conversions in the producers, the rest in
+    # the consumers (both step sizes for the softmax and the turns)
+    v3, pairs = ((ROOT / "kernels" / f).read_text() for f in ("v3.cu", "v3_pairs.cuh"))
+    assert {"SOFTMAX", "PINGPONG"} <= set(re_parts(pairs))
+    assert {"COPY", "CONVERT", "IMAGE_COPY", "SHARE_CONVERT", "LOAD", "STORE", "K_SCALES", "V_SCALES"} <= set(re_parts(v3))
+
+
+def re_parts(text: str) -> list[str]:
+    import re
+
+    return re.findall(r"PA_V3_KNOCKED\((\w+)\)", text)
 
 
 def test_every_knockout_still_compiles_for_sm90a(tmp_path):
@@ -104,8 +56,8 @@ def test_every_knockout_still_compiles_for_sm90a(tmp_path):
     builds = {"own": [], "shared": ["-DPA_V3_SHARE=1"],
               "shared-128": ["-DPA_V3_SHARE=1", "-DPA_CTA_ROWS=128", "-DPA_V3_STEP_KEYS=128"],
               "images-128": ["-DPA_V3_DQ=1", "-DPA_CTA_ROWS=128", "-DPA_V3_STEP_KEYS=128"]}
-    for name, edits in sorted(K.KNOCKOUTS.items()):
-        d = K.kernel_dir(tmp_path, name, edits)
+    for name, parts in sorted(K.KNOCKOUTS.items()):
+        d = K.kernel_dir(tmp_path, name, parts)
         for build, defines in builds.items():
             if build != "own" and name not in images:
                 continue
@@ -165,9 +117,9 @@ def test_no_softmax_removes_the_64_key_steps_exponentials(tmp_path):
     assert real - knocked == 8, (real, knocked)   # the fallback's S: 8 k-steps of m64n64k16 at D 128
 
 
-def test_a_stale_edit_fails_loudly():
-    with pytest.raises(SystemExit, match="no longer matches"):
-        K.no_softmax("nothing to edit here")
+def test_a_part_no_source_hooks_fails_loudly():
+    with pytest.raises(SystemExit, match="no longer hooks"):
+        K.defines(["NOT_A_PART"])
 
 
 def test_records_are_read_from_the_json_output():

@@ -1,4 +1,4 @@
-"""scripts/v3_micro.py: its two microbenchmarks build for sm_90a from kernels/v3.cu without spills,
+"""experiments/v3_micro.py: its two microbenchmarks build for sm_90a from kernels/v3.cu without spills,
 and ptxas keeps their wgmma chains pipelined (a serialised chain would time something else)."""
 
 import re
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "experiments"))
 import v3_micro as M  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""scripts/v3_smem_patterns.py: every pattern builds for sm_90a from kernels/v3.cu without spills,
+"""experiments/v3_smem_patterns.py: every pattern builds for sm_90a from kernels/v3.cu without spills,
 and its loop keeps the accesses it times, at the width it names (ptxas hoists repeated plain
 loads out of a loop and narrows a wide load whose results are partly unused: either would time
 something else)."""
@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "experiments"))
+sys.path.insert(0, str(ROOT / "scripts"))   # sass_loops, a maintained tool
 import sass_loops  # noqa: E402
 import v3_smem_patterns as M  # noqa: E402
 

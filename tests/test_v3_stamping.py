@@ -1,4 +1,4 @@
-"""scripts/v3_stamping.py: what the stamping scripts share, checked without a GPU (a stand-in
+"""experiments/v3_stamping.py: what the stamping scripts share, checked without a GPU (a stand-in
 backend and event API record what is called)."""
 
 import sys
@@ -7,17 +7,30 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "experiments"))
 import v3_stamping as V  # noqa: E402
 
 from pa_bench.backends.cuda import CudaBackend  # noqa: E402
 
 
-def test_the_copy_holds_every_kernel_file_and_the_edited_v3(tmp_path):
-    kd = V.edited_kernels(ROOT / "kernels", "pa-test-", lambda s: "// edited\n" + s)
+def test_the_copy_holds_every_kernel_file_and_the_hooks_first(tmp_path):
+    kd = V.hooked_kernels(ROOT / "kernels", "pa-test-", "// hooks\n")
     assert sorted(p.name for p in kd.iterdir()) == sorted(p.name for p in (ROOT / "kernels").iterdir())
-    assert (kd / "v3.cu").read_text() == "// edited\n" + (ROOT / "kernels" / "v3.cu").read_text()
-    assert (kd / "pa_common.cuh").read_text() == (ROOT / "kernels" / "pa_common.cuh").read_text()
+    assert (kd / V.HOOKS).read_text() == "// hooks\n" + (ROOT / "kernels" / V.HOOKS).read_text()
+    for f in ("v3.cu", "v3_pairs.cuh", "pa_common.cuh"):
+        assert (kd / f).read_text() == (ROOT / "kernels" / f).read_text()
+
+
+def test_every_stamp_point_is_a_hook_of_the_kernel_and_an_unknown_one_fails_loudly():
+    src = "".join((ROOT / "kernels" / f).read_text() for f in ("v3.cu", "v3_pairs.cuh"))
+    for p in V.STAMP_POINTS:
+        assert f"PA_V3_STAMP({p}," in src, p
+    for p in V.WG_POINTS:
+        assert f"PA_V3_STAMP_WG({p}," in src, p
+    hooks = V.stamp_hooks("pa_x", {"landed": "x();"})
+    assert "#define pa_x_landed(n) x();\n" in hooks and "#define pa_x_wg_last_pv(wg, tid, n)\n" in hooks
+    with pytest.raises(SystemExit, match="no stamp point"):
+        V.stamp_hooks("pa_x", {"nowhere": ""})
 
 
 def test_the_problem_is_the_pr_one():

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Where a v3 launch's time goes between its CTAs: a per-CTA timeline from stamps in the kernel.
 
-    python3 scripts/v3_timeline.py [--shapes 0x1536,2.1Kx256] [--out DIR]
-    python3 scripts/v3_timeline.py --stamps DIR/timeline_0x1536.npy     # a kept timeline again, no GPU
-    python3 scripts/v3_timeline.py --shapes 32Kx1024 --knockout no-k-scales   # a knock-out's SM clock
+    python3 experiments/v3_timeline.py [--shapes 0x1536,2.1Kx256] [--out DIR]
+    python3 experiments/v3_timeline.py --stamps DIR/timeline_0x1536.npy     # a kept timeline again, no GPU
+    python3 experiments/v3_timeline.py --shapes 32Kx1024 --knockout no-k-scales   # a knock-out's SM clock
 
-A copy of kernels/ whose v3.cu records, per CTA, the global timer and the SM's clock at its start,
+A copy of kernels/ whose v3 records (its stamp hooks, kernels/v3_hooks.cuh), per CTA, the global timer and the SM's clock at its start,
 when warpgroup 0's Q is in shared memory, when tile 0's copies have landed, when warpgroup 0 has
 its first softmax, begins its last turn and has its last P.V, and when the producer and each
 consumer warpgroup end (``STAMPS``), with the SM and the CTA's tile count. The copy is launched
@@ -20,13 +20,13 @@ that pays the fixed cost once an SM and 0, 0.5 or 1 us an item (what such a desi
 stamps cost a few instructions per CTA, outside the key loop; the times they give are
 within-run comparisons, not the kernel's figures (``pa-bench run`` gives those).
 
-``--knockout NAMES`` stamps v3 with knock-outs of ``scripts/v3_knockouts.py`` applied: a knock-out
+``--knockout NAMES`` stamps v3 with knock-outs of ``experiments/v3_knockouts.py`` applied: a knock-out
 that changes the values the tensor cores see can change the GPU's power and so its clock during the
 launch, which pa-bench's clock (read between samples) does not see; the SM clock printed here is
 measured across the launch (the CTAs' clock64 against the global timer).
 
 ``--out DIR`` keeps each shape's stamps (``timeline_<shape>.npy``, one row per CTA, columns as in
-``COLUMNS``) and its summary. An edit that no longer matches kernels/v3.cu fails loudly.
+``COLUMNS``) and its summary. A stamp point kernels/v3_hooks.cuh no longer has fails loudly.
 """
 
 from __future__ import annotations
@@ -58,8 +58,7 @@ STAMPS = {
 SM_SLOT, TILES_SLOT = 2, 3
 COLUMNS = {**STAMPS, "smid": SM_SLOT, "tiles": TILES_SLOT}
 
-HEADER = r'''#include "pa_common.cuh"
-// (scripts/v3_timeline.py) per-CTA stamps: global timer and SM clock pairs
+HEADER = r'''// (experiments/v3_timeline.py) per-CTA stamps: global timer and SM clock pairs
 __device__ unsigned long long pa_v3_timeline[8192 * 24];
 __device__ __forceinline__ unsigned long long* pa_tl_row() {
     return pa_v3_timeline + 24 * (blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
@@ -73,69 +72,37 @@ __device__ __forceinline__ void pa_tl_stamp(int k) {
 }
 '''
 MAX_CTAS = 8192
-
-# (what the edit finds once in kernels/v3.cu, what replaces it)
-EDITS = [
-    ('#include "pa_common.cuh"\n', HEADER),
-    ("    const Cta c = cta_of(a);\n    if (c.t_begin >= c.t_end) return;",
-     "    const Cta c = cta_of(a);\n    if (c.t_begin >= c.t_end) return;\n"
-     "    if (threadIdx.x == 0) {\n        pa_tl_stamp(0);\n        unsigned smid;\n"
-     "        asm volatile(\"mov.u32 %0, %%smid;\" : \"=r\"(smid));\n"
-     "        pa_tl_row()[2] = smid;\n        pa_tl_row()[3] = c.t_end - c.t_begin;\n    }"),
-    ("        producer(a, c, sm, base);\n", "        producer(a, c, sm, base);\n        if (threadIdx.x == 0) pa_tl_stamp(4);\n"),
-    ("        consumer(a, c, sm, base);\n",
-     "        consumer(a, c, sm, base);\n        if ((threadIdx.x & 127) == 0) pa_tl_stamp(threadIdx.x < 256 ? 8 : 10);\n"),
-    ("        softmax(0, alpha);\n", "        softmax(0, alpha);\n        if (tid == 0 && wg == 0) pa_tl_stamp(6);\n"),
-    ("    named_barrier_sync(1 + wg, 128);         // (RS: read back",
-     "    named_barrier_sync(1 + wg, 128);\n    if (tid == 0 && wg == 0) pa_tl_stamp(12);         // (RS: read back"),
-    ("        mbar_wait(bar_landed + 8 * (n % I8_STAGES), (n / I8_STAGES) & 1);   // tile n's copies have landed\n",
-     "        mbar_wait(bar_landed + 8 * (n % I8_STAGES), (n / I8_STAGES) & 1);   // tile n's copies have landed\n"
-     "        if (n == 0 && threadIdx.x == 0) pa_tl_stamp(14);\n"),
-    ("        // step n_math: P.V of the last tile\n        turn_begin(n);\n",
-     "        // step n_math: P.V of the last tile\n        turn_begin(n);\n        if (tid == 0 && wg == 0) pa_tl_stamp(18);\n"),
-    ("        release(n);\n        ++n;\n", "        release(n);\n        ++n;\n        if (tid == 0 && wg == 0) pa_tl_stamp(16);\n"),
-]
+WG0 = "if (tid == 0 && wg == 0) pa_tl_stamp({k})"
+# v3's stamp points (kernels/v3_hooks.cuh) -> what each records (the slots of STAMPS)
+BODIES = {
+    "cta_start": "if (threadIdx.x == 0) { pa_tl_stamp(0); unsigned smid; asm volatile(\"mov.u32 %0, %%smid;\" : \"=r\"(smid)); "
+                 "pa_tl_row()[2] = smid; pa_tl_row()[3] = n; }",
+    "producer_end": "if (threadIdx.x == 0) pa_tl_stamp(4)",
+    "consumer_end": "if ((threadIdx.x & 127) == 0) pa_tl_stamp(threadIdx.x < 256 ? 8 : 10)",
+    "first_softmax": WG0.format(k=6),
+    "q_ready": WG0.format(k=12),
+    "landed": "if (n == 0 && threadIdx.x == 0) pa_tl_stamp(14)",
+    "last_turn": WG0.format(k=18),
+    "last_pv": WG0.format(k=16),
+}
 
 
-def stamped(src: str) -> str:
-    """kernels/v3.cu with the stamps; every edit must match exactly once."""
-    for old, new in EDITS:
-        if src.count(old) != 1:
-            raise SystemExit(f"v3_timeline: an edit no longer matches kernels/v3.cu ({old.strip()[:50]!r}); update the script")
-        src = src.replace(old, new)
-    return src
+def stamp_hooks() -> str:
+    """The hook definitions of the stamps (before the defaults of kernels/v3_hooks.cuh)."""
+    import v3_stamping as V
 
-
-def _knockout_edits(names: str | None) -> list:
-    import v3_knockouts as K
-
-    return [e for n in (names.split(",") if names else []) for e in K.KNOCKOUTS[n]]
-
-
-def knocked_out(names: str | None):
-    """An edit of v3.cu: the named knock-outs of scripts/v3_knockouts.py (comma list) that edit
-    v3.cu, then the stamps (the others edit their own files: knockout_kernels)."""
-    edits = [e for e in _knockout_edits(names) if getattr(e, "file", "v3.cu") == "v3.cu"]
-
-    def edit(src: str) -> str:
-        for e in edits:
-            src = e(src)
-        return stamped(src)
-
-    return edit
+    return HEADER + V.stamp_hooks("pa_tl", BODIES)
 
 
 def knockout_kernels(names: str | None) -> Path:
-    """A stamped copy of kernels/ with the named knock-outs applied, each to its own file (the
-    128-key step's in v3_pairs.cuh)."""
+    """A stamped copy of kernels/ with the named knock-outs of experiments/v3_knockouts.py (comma
+    list) switched on."""
+    import v3_knockouts as K
     import v3_stamping as V
 
-    kd = V.edited_kernels(ROOT / "kernels", "pa-v3-timeline-", knocked_out(names))
-    for e in _knockout_edits(names):
-        file = getattr(e, "file", "v3.cu")
-        if file != "v3.cu":
-            (kd / file).write_text(e((kd / file).read_text()))
-    return kd
+    parts = sorted({p for n in (names.split(",") if names else []) for p in K.KNOCKOUTS[n]})
+    ko = "".join(f"#define {o.removeprefix('-D').replace('=', ' ')}\n" for o in K.defines(parts))
+    return V.hooked_kernels(ROOT / "kernels", "pa-v3-timeline-", ko + stamp_hooks())
 
 
 def list_schedule(durations, sms: int, gap: float = 0.0) -> float:
@@ -244,7 +211,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, help="keep each shape's stamps and summary here")
     ap.add_argument("--stamps", type=Path, action="append", help="summarise kept stamps (.npy) instead; no GPU")
     ap.add_argument("--knockout", default=None,
-                    help="stamp v3 with these scripts/v3_knockouts.py knock-outs applied (comma list): the SM clock "
+                    help="stamp v3 with these experiments/v3_knockouts.py knock-outs applied (comma list): the SM clock "
                          "during a knock-out's launch beside the real kernel's")
     args = ap.parse_args(argv)
     if args.stamps:

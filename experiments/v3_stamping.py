@@ -1,5 +1,5 @@
 """What the scripts that stamp a copy of v3 share (``v3_timeline.py``, ``v3_steps.py``): the copy
-of kernels/ with an edited v3.cu, the problem they stamp, v3 launched from the copy's own module
+of kernels/ whose hooks (kernels/v3_hooks.cuh) they define, the problem they stamp, v3 launched from the copy's own module
 (so that a ``__device__`` array of stamps in it can be read back), and its time between events."""
 
 from __future__ import annotations
@@ -7,14 +7,35 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Callable
 
 
-def edited_kernels(src: Path, prefix: str, edit: Callable[[str], str]) -> Path:
-    """A fresh copy of the kernels directory ``src`` whose v3.cu is ``edit(v3.cu)``."""
+HOOKS = "v3_hooks.cuh"
+STAMP_POINTS = ("cta_start", "producer_end", "consumer_end", "producer_start", "top", "landed", "empty", "stored", "arrived", "barrier")
+WG_POINTS = ("consumer_start", "q_ready", "turn_top", "turn_full", "turn_open", "fenced", "s_issued", "issued", "s_done", "softmax",
+             "pv_done", "first_softmax", "last_turn", "last_pv")
+
+
+def stamp_hooks(prefix: str, bodies: dict[str, str]) -> str:
+    """C++ that defines v3's stamp hooks as one macro a point, ``<prefix>_<point>(n)`` (PA_V3_STAMP)
+    and ``<prefix>_wg_<point>(wg, tid, n)`` (PA_V3_STAMP_WG), each expanding to its body from
+    ``bodies`` (statements, written where the point is; nothing where it has none). A body for a
+    point the kernel does not have fails loudly."""
+    unknown = sorted(set(bodies) - set(STAMP_POINTS) - set(WG_POINTS))
+    if unknown:
+        raise SystemExit(f"v3_stamping: no stamp point {', '.join(unknown)} in kernels/v3_hooks.cuh; update the script")
+    lines = [f"#define PA_V3_STAMP(point, n) {prefix}_##point(n)",
+             f"#define PA_V3_STAMP_WG(point, wg, tid, n) {prefix}_wg_##point(wg, tid, n)"]
+    lines += [f"#define {prefix}_{p}(n) {bodies.get(p, '')}".rstrip() for p in STAMP_POINTS]
+    lines += [f"#define {prefix}_wg_{p}(wg, tid, n) {bodies.get(p, '')}".rstrip() for p in WG_POINTS]
+    return "\n".join(lines) + "\n"
+
+
+def hooked_kernels(src: Path, prefix: str, hooks: str) -> Path:
+    """A fresh copy of the kernels directory ``src`` whose v3_hooks.cuh starts with ``hooks`` (C++
+    that defines hook macros before the defaults)."""
     kd = Path(tempfile.mkdtemp(prefix=prefix)) / "kernels"
     shutil.copytree(src, kd)
-    (kd / "v3.cu").write_text(edit((kd / "v3.cu").read_text()))
+    (kd / HOOKS).write_text(hooks + (kd / HOOKS).read_text())
     return kd
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What each of v3's shared-memory access patterns costs the LSU: cycles per warp instruction.
 
-    python3 scripts/v3_smem_patterns.py [--kernels DIR] [--reps 2000] [--warps 16]
+    python3 experiments/v3_smem_patterns.py [--kernels DIR] [--reps 2000] [--warps 16]
 
 One CTA on one SM; every warp issues one pattern's instructions back to back, `reps` times, with
 nothing else to do (the addresses are v3's own: kernels/v3.cu is included for prod_row,

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What v3's step costs in isolation: its wgmma chains and its softmax, timed alone on one SM.
 
-    python3 scripts/v3_micro.py [--kernels DIR] [--reps 200]
+    python3 experiments/v3_micro.py [--kernels DIR] [--reps 200]
 
 Two microbenchmarks built from kernels/v3.cu itself (``#include "v3.cu"``: its wgmma wrappers,
 descriptors and softmax), one CTA on one SM, SM-clock cycles per repetition:
@@ -19,7 +19,7 @@ descriptors and softmax), one CTA on one SM, SM-clock cycles per repetition:
   is the step's dependency-bound latency; more warps show what sharing a scheduler does to it.
 
 Nothing here is a kernel's figure: the numbers say how long the pieces of a step take when
-nothing else runs, to compare with the per-step stamps of ``scripts/v3_steps.py``. ptxas must not
+nothing else runs, to compare with the per-step stamps of ``experiments/v3_steps.py``. ptxas must not
 serialise the wgmma chains (C7514/C7515): the CPU test builds both sources and checks.
 """
 

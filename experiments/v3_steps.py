@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Where one v3 step's time goes: SM-clock stamps at each wait of a window of steps of one CTA.
 
-    python3 scripts/v3_steps.py [--shapes 32Kx1024] [--window 64:192] [--kernels DIR] [--out DIR]
-    python3 scripts/v3_steps.py --stamps DIR/steps_32Kx1024.npy     # a kept record again, no GPU
+    python3 experiments/v3_steps.py [--shapes 32Kx1024] [--window 64:192] [--kernels DIR] [--out DIR]
+    python3 experiments/v3_steps.py --stamps DIR/steps_32Kx1024.npy     # a kept record again, no GPU
 
-A copy of kernels/ (or of ``--kernels DIR``) whose v3.cu records clock64() in the first CTA of the
+A copy of kernels/ (or of ``--kernels DIR``) whose v3 records (its stamp hooks, kernels/v3_hooks.cuh) clock64() in the first CTA of the
 grid (KV head 0, the longest row block, key segment 0) at every wait of steps [a, b) of the window:
 lane 0 of warp 0 of each consumer warpgroup at the top of its step, after the full barrier, after
 its turn (the pingpong barrier), after wgmma.fence, after issuing S, after issuing P.V, after the
@@ -42,8 +42,7 @@ EVENTS = {
 }
 SLOTS = 10                             # u64 slots per (role, step)
 
-HEADER = r'''#include "pa_common.cuh"
-// (scripts/v3_steps.py) clock64 stamps of a window of steps of the grid's first CTA
+HEADER = r'''// (experiments/v3_steps.py) clock64 stamps of a window of steps of the grid's first CTA
 __device__ unsigned long long pa_v3_steps[3 * 1024 * 10];
 __device__ __forceinline__ bool pa_st_cta() { return blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0; }
 __device__ __forceinline__ void pa_st(int role, int n, int k) {
@@ -51,61 +50,25 @@ __device__ __forceinline__ void pa_st(int role, int n, int k) {
     if (i >= 0 && i < PA_ST_COUNT) pa_v3_steps[(role * 1024 + i) * 10 + k] = clock64();
 }
 '''
-
-# (what the edit finds once in v3.cu, what replaces it). Consumer stamps: lane 0 of warp 0 of the
-# warpgroup (tid == 0), role = wg; producer stamps: thread 0, role 2.
-C = "if (pa_st_on) pa_st(wg, n, {k});"
-P = "if (pa_st_on) pa_st(2, n, {k});"
-EDITS = [
-    ('#include "pa_common.cuh"\n', HEADER),
-    # consumer: a predicate once, then the stamps in the turn and in the main loop's step
-    ("    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;\n",
-     "    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;\n"
-     "    const bool pa_st_on = pa_st_cta() && tid == 0;\n"),
-    ("    auto turn_begin = [&](int n) {\n        if (n < n_tiles) mbar_wait(bar_full + 8 * (n % F16_STAGES), (n / F16_STAGES) & 1);\n"
-     "        named_barrier_sync(PP_BAR + wg, 256);\n    };\n",
-     "    auto turn_begin = [&](int n) {\n        " + C.format(k=0) + "\n"
-     "        if (n < n_tiles) mbar_wait(bar_full + 8 * (n % F16_STAGES), (n / F16_STAGES) & 1);\n"
-     "        " + C.format(k=1) + "\n"
-     "        named_barrier_sync(PP_BAR + wg, 256);\n        " + C.format(k=2) + "\n    };\n"),
-    ("            wgmma_fence();\n            issue_s_tile(dk);\n            wgmma_commit();\n            issue_pv(o, pf, dv);\n",
-     "            wgmma_fence();\n            " + C.format(k=3) + "\n            issue_s_tile(dk);\n            wgmma_commit();\n"
-     "            " + C.format(k=4) + "\n            issue_pv(o, pf, dv);\n"),
-    ("            turn_end(n);\n            wgmma_wait<1>();                 // S of tile n (P.V of tile n-1 may still run)\n"
-     "            pin(s);\n",
-     "            turn_end(n);\n            " + C.format(k=5) + "\n"
-     "            wgmma_wait<1>();                 // S of tile n (P.V of tile n-1 may still run)\n"
-     "            pin(s);\n            " + C.format(k=6) + "\n"),
-    ("                scale_by_vs(f16_stage(n), s);\n            }\n            wgmma_wait<0>();\n            pin(o);\n            pin(pf);\n",
-     "                scale_by_vs(f16_stage(n), s);\n            }\n            " + C.format(k=7) + "\n"
-     "            wgmma_wait<0>();\n            pin(o);\n            pin(pf);\n            " + C.format(k=8) + "\n"),
-    # producer (the int8 path)
-    ("    const u32 bar_landed = base + SM_BAR + 16 * F16_STAGES;\n",
-     "    const u32 bar_landed = base + SM_BAR + 16 * F16_STAGES;\n"
-     "    const bool pa_st_on = pa_st_cta() && threadIdx.x == 0;\n"),
-    ("        const int s = n % F16_STAGES;\n        mbar_wait(bar_landed + 8 * (n % I8_STAGES), (n / I8_STAGES) & 1);   // tile n's copies have landed\n",
-     "        const int s = n % F16_STAGES;\n        " + P.format(k=0) + "\n"
-     "        mbar_wait(bar_landed + 8 * (n % I8_STAGES), (n / I8_STAGES) & 1);   // tile n's copies have landed\n"
-     "        " + P.format(k=1) + "\n"),
-    ("        if (n >= F16_STAGES) mbar_wait(bar_empty + 8 * s, ((n / F16_STAGES) & 1) ^ 1);   // tile n-F16_STAGES released stage s\n",
-     "        if (n >= F16_STAGES) mbar_wait(bar_empty + 8 * s, ((n / F16_STAGES) & 1) ^ 1);   // tile n-F16_STAGES released stage s\n"
-     "        " + P.format(k=2) + "\n"),
-    ("        fence_proxy_async();                 // the stores above, before wgmma reads them\n        mbar_arrive(bar_full + 8 * s);\n",
-     "        " + P.format(k=3) + "\n"
-     "        fence_proxy_async();                 // the stores above, before wgmma reads them\n        mbar_arrive(bar_full + 8 * s);\n"
-     "        " + P.format(k=4) + "\n"),
-    ("                issue_tile(a, c, n + I8_STAGES, base);\n            }\n        }\n",
-     "                issue_tile(a, c, n + I8_STAGES, base);\n            }\n        }\n        " + P.format(k=5) + "\n"),
-]
+# each role's events -> v3's stamp points (kernels/v3_hooks.cuh). Consumer stamps: lane 0 of warp
+# 0 of the warpgroup (tid == 0), role = wg; producer stamps: thread 0, role 2.
+POINTS = {
+    "wg0": ("turn_top", "turn_full", "turn_open", "fenced", "s_issued", "issued", "s_done", "softmax", "pv_done"),
+    "producer": ("top", "landed", "empty", "stored", "arrived", "barrier"),
+}
+POINTS["wg1"] = POINTS["wg0"]
 
 
-def stamped(src: str, first: int, count: int) -> str:
-    """v3.cu with the stamps of steps [first, first + count); every edit must match exactly once."""
-    for old, new in EDITS:
-        if src.count(old) != 1:
-            raise SystemExit(f"v3_steps: an edit no longer matches v3.cu ({old.strip()[:60]!r}); update the script")
-        src = src.replace(old, new)
-    return f"#define PA_ST_FIRST {first}\n#define PA_ST_COUNT {count}\n" + src
+def stamp_hooks(first: int, count: int) -> str:
+    """The hook definitions that stamp steps [first, first + count)."""
+    import v3_stamping as V
+
+    bodies = {p: f"if (pa_st_on) pa_st(wg, n, {k})" for k, p in enumerate(POINTS["wg0"])}
+    bodies.update({p: f"if (pa_st_on) pa_st(2, n, {k})" for k, p in enumerate(POINTS["producer"])})
+    # the predicate, once per role (the stamps' lambdas capture it)
+    bodies["consumer_start"] = "const bool pa_st_on = pa_st_cta() && tid == 0"
+    bodies["producer_start"] = "const bool pa_st_on = pa_st_cta() && threadIdx.x == 0"
+    return f"#define PA_ST_FIRST {first}\n#define PA_ST_COUNT {count}\n" + HEADER + V.stamp_hooks("pa_st", bodies)
 
 
 def summarize(t: np.ndarray) -> dict:
@@ -173,7 +136,7 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(ROOT))
     import v3_stamping as V
 
-    kd = V.edited_kernels(args.kernels, "pa-v3-steps-", lambda src: stamped(src, a, b - a))
+    kd = V.hooked_kernels(args.kernels, "pa-v3-steps-", stamp_hooks(a, b - a))
     os.environ["PA_BENCH_KERNELS"] = str(kd)
     import cupy as cp
 
