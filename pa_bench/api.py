@@ -358,6 +358,18 @@ class Session:
             fn.kernel.ptr, info["block"], info["max_dynamic_shared_size_bytes"] or 0)
         return info
 
+    def module_launcher(self, variant: str, *, launch: Launch | Pins | None = None):
+        """(module, launcher): ``variant``'s CUDA kernel for this problem compiled once more from
+        its sources and made the one its launcher runs (with its module's pa_combine). For a
+        tool whose build defines device globals (stamps) that it reads back from the module
+        after a launch; a kernel source folder of its own is given by ``PA_BENCH_KERNELS``."""
+        self._gpu("module_launcher")
+        be, pb = self._backend(variant, launch), self.problem
+        build = be.build(variant, pb, be.launch(variant, pb))
+        module, fn = be._module(build)
+        be.adopt(build, module, fn)
+        return module, be.launcher(self.prepared, variant)
+
     def kernel_arrays(self) -> dict:
         """The inputs on the GPU as a kernel takes them: ``q`` (fp16), ``k``, ``v`` (int8, the
         page pool or contiguous), ``ks``, ``vs`` (their fp32 scales) and ``table`` (the page
