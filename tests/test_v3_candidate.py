@@ -32,7 +32,8 @@ def candidate(monkeypatch, tmp_path):
 
 
 def test_only_the_kernel_and_its_probe_are_renamed(candidate):
-    src = (ROOT / "kernels" / "v3.cu").read_text()
+    # v3.cu and the comparison builds' header it includes (the dq images' kernel lives there)
+    src = "".join((ROOT / "kernels" / name).read_text() for name in ("v3.cu", "v3_controls.cuh"))
     out = candidate.renamed(src)
     assert "pa_v3_cand(PA_KERNEL_PARAMS)" in out and "void pa_v3_cand_smem_bytes(int* out)" in out
     assert "pa_v3(PA_KERNEL_PARAMS)" not in out and "void pa_v3_smem_bytes" not in out
