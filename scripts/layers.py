@@ -249,6 +249,20 @@ def place_floors(graph: Graph, depth_first: bool = False) -> None:
     graph.floors = {n: floor_of[component_of[n]] for n in graph.nodes}
 
 
+def longest_chain(graph: Graph) -> list[str]:
+    """One chain of arrows from a node on the top floor down to the ground, a floor a step: what
+    a cut must break to lower the building (nodes in sorted order where several would do)."""
+    if not graph.nodes:
+        return []
+    below = {n: sorted(t for (a, t) in graph.arrows if a == n) for n in graph.nodes}
+    node = min(n for n in graph.nodes if graph.floors[n] == graph.floor_count - 1)
+    chain = [node]
+    while graph.floors[node] > 0:
+        node = next(t for t in below[node] if graph.floors[t] == graph.floors[node] - 1)
+        chain.append(node)
+    return chain
+
+
 def summary(graph: Graph) -> dict:
     """The counts and their evidence as plain data (the ``--json`` form)."""
     return {
@@ -258,6 +272,7 @@ def summary(graph: Graph) -> dict:
         "imports": graph.import_count,
         "back_up": len(graph.back_arrows),
         "circles": [[_display(n) for n in c] for c in graph.circles],
+        "longest_chain": [_display(n) for n in longest_chain(graph)],
         "back_up_arrows": [
             {
                 "from": _display(a),
@@ -283,6 +298,7 @@ def table(graph: Graph) -> str:
     ]
     for f in reversed(range(graph.floor_count)):
         lines.append(f"{f:>5}  {'  '.join(data['by_floor'][str(f)])}")
+    lines.append("longest chain: " + " -> ".join(data["longest_chain"]))
     for arrow in data["back_up_arrows"]:
         lines.append(f"back up: {arrow['from']} -> {arrow['to']}  ({'; '.join(arrow['imports'])})")
     for circle in data["circles"]:

@@ -50,6 +50,7 @@ def test_layered_package_counts_floors_and_arrows(tmp_path):
     assert [i.source_file for i in graph.arrows[("sub/", "ground")]] == ["pkg/sub/a.py", "pkg/sub/b.py"]
     assert graph.floors == {"__init__": 0, "ground": 0, "sub/": 1, "mid": 2, "top": 3, "scripts/": 4}
     assert graph.floor_count == 5
+    assert layers.longest_chain(graph) == ["scripts/", "top", "mid", "sub/", "ground"]
     assert graph.back_arrows == [] and graph.circles == []
     assert layers.problems(graph, max_floors=5) == []
     assert layers.problems(graph, max_floors=4) == ["5 floors, at most 4 allowed"]
@@ -105,7 +106,7 @@ def test_command_line_json_and_check(tmp_path, capsys):
     assert layers.main([str(root), "--package", "pkg", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert (data["nodes"], data["floors"], data["arrows"], data["back_up"]) == (5, 3, 4, 2)
-    assert data["circles"] == [["a.py", "sub/"]]
+    assert data["circles"] == [["a.py", "sub/"]] and data["longest_chain"] == ["top.py", "a.py", "low.py"]
     assert data["back_up_arrows"][1] == {"from": "sub/", "to": "a.py", "imports": ["pkg/sub/y.py: pkg.a"]}
     assert layers.main([str(root), "--package", "pkg", "--check", "--max-floors", "8"]) == 1
     assert "check: circle: a.py <-> sub/" in capsys.readouterr().err
