@@ -162,6 +162,12 @@ def _config(config: str | Path | Config | None, plugins: Sequence[str], override
     return config.with_overrides(**overrides) if overrides else config
 
 
+def _warn(message: str) -> None:
+    import warnings
+
+    warnings.warn(message, stacklevel=5)  # the caller of check() or bench()
+
+
 def _walk(mode: str, config, shapes, variants, backend: str, sample_rows, results, plugins,
           overrides: dict):
     from pa_bench import runner
@@ -175,7 +181,7 @@ def _walk(mode: str, config, shapes, variants, backend: str, sample_rows, result
     check_config_data(cfg)
     root = Path(tempfile.mkdtemp(prefix="pa-bench-")) if results is None else Path(results)
     walk = {"parity": runner.run_parity, "time": runner.run_timing, "run": runner.run_all}[mode]
-    chosen = make_backend(backend, cfg)
+    chosen = make_backend(backend, cfg, notice=_warn)  # "auto" without a GPU: a warning says numpy
     path = walk(cfg, chosen, results_root=root, sample_rows=sample_rows,
                 command=["pa_bench.api", mode])
     return read_run(path)

@@ -4,6 +4,7 @@ as written, the frames carry records.csv's columns and types, and a session's pa
 from __future__ import annotations
 
 import re
+import warnings
 import subprocess
 import sys
 from pathlib import Path
@@ -171,3 +172,17 @@ def test_the_columns_the_doc_and_docstrings_name_are_records_columns():
         returns = fn.__doc__.split("Returns:", 1)[1]
         named |= set(re.findall(r"``([a-z_0-9]+)``", returns.split("attrs")[0]))
     assert len(named) >= 12 and named <= set(COLUMNS), named - set(COLUMNS)
+
+
+def test_auto_without_a_gpu_warns_that_it_runs_the_numpy_backend(tmp_path):
+    from pa_bench.backends import cuda_problem
+
+    if cuda_problem() is not None:   # no GPU here (None: the cuda backend can run)
+        with pytest.warns(UserWarning, match="using the numpy backend") as caught:
+            frame = pa_bench.check(shapes="0x64", variants="v1", results=tmp_path, heads_q=4, heads_kv=2)
+        assert caught[0].filename == __file__          # points at the caller's line
+        assert frame.attrs["run_dir"].endswith("-numpy")
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            pa_bench.check(shapes="0x64", variants="v1", results=tmp_path, heads_q=4, heads_kv=2)
