@@ -218,10 +218,6 @@ class Session:
     closed: bool = field(default=False, repr=False)
     _pinned: dict = field(default_factory=dict, repr=False)  # Pins -> the backend launching them
 
-    @property
-    def backend_name(self) -> str:
-        return self.backend.name
-
     def __enter__(self) -> "Session":
         return self
 
