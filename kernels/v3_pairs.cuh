@@ -11,10 +11,11 @@
 // Pipeline: K and V are staged apart, K_PAIRS (3) K slots and V_PAIRS (2) V slots deep. A K slot
 //   holds the pair's 128 key rows per 64-dim block, so that one descriptor spans both tiles, and
 //   each tile's kq and vs; a V slot holds both tiles' V. K runs a pair ahead of V. The producers are
-//   in v3.cu: on images the issuer (issue_pairs) brings each tile's image in four bulk copies; the
-//   control's threads copy each pair's fp16 rows by cp.async. A pair whose second tile lies past
-//   the CTA's last (an odd count) gets finite values there (the first tile's image again, or the
-//   keys after it), whose keys lie past kmax: masked in S, so their P is 0.
+//   elsewhere: on images the issuer (issue_pairs, v3.cu) brings each tile's image in four bulk
+//   copies; the control's threads (v3_controls.cuh) copy each pair's fp16 rows by cp.async. A pair
+//   whose second tile lies past the CTA's last (an odd count) gets finite values there (the first
+//   tile's image again, or the keys after it), whose keys lie past kmax: masked in S, so their P
+//   is 0.
 // Barriers: per K slot full_k (count 1: the issuer's arrive.expect_tx with both tiles' bytes; 128
 //   in the control: every copying thread once its copies have landed) and empty_k (every consumer
 //   thread, once the pair's softmax has read its kq and vs: S is done by then); per V slot full_v

@@ -18,8 +18,10 @@ What it covers (``CONFIGS``), chosen to fit about a minute of CI on two cores:
 - v3 (sm_90a) at D 64 and 128: 128 and 192 rows, its own and shared tiles, 64-key steps, and
   128-key steps where they are built (shared tiles at 128 rows), in both flavours.
 
-The comparison builds (v3's fp16 control and dq images) and the tools' stamped and knocked-out
-builds are not production code; their own tests build them.
+The comparison builds (v3's fp16 control and dq images) are not production code; their own tests
+build them. A few of the tools' builds (``TOOL_BUILDS``: experiments/ switching on v3's knock-out
+and stamp hooks, kernels/v3_hooks.cuh) are compared too, with the digests of what the tools built
+before the hooks existed (text edits of v3.cu), so that the hooks keep building the same code.
 
 The digests hold for the nvcc (and cuobjdump) they were recorded with; with another, or without
 either tool, the test skips and says why.
@@ -102,6 +104,36 @@ def _configs() -> list[Config]:
 
 CONFIGS = _configs()
 
+TOOL_FLAGS = ("-O3", "-std=c++17", "-DPA_HEAD_DIM=128", "-DPA_PAGED=1", "-DPA_OUT_F16=0", "-DPA_FORCE_TURING=0")
+
+
+def _tool_builds() -> dict[str, tuple[str, tuple[str, ...]]]:
+    """name -> (the hook definitions put before kernels/v3_hooks.cuh's defaults, nvcc -D options)."""
+    sys.path.insert(0, str(ROOT / "experiments"))
+    import v3_knockouts as KO
+    import v3_steps as ST
+    import v3_timeline as TL
+
+    def ko(name):
+        return "".join(f"#define {o.removeprefix('-D').replace('=', ' ')}\n" for o in KO.defines(KO.KNOCKOUTS[name]))
+
+    return {"ko-gemm-only-shared-128": (ko("gemm-only"), ("-DPA_V3_SHARE=1", "-DPA_CTA_ROWS=128", "-DPA_V3_STEP_KEYS=128")),
+            "ko-no-store-own192": (ko("no-store"), ("-DPA_CTA_ROWS=192",)),
+            "ko-fp16-softmax-own128": (ko("fp16-softmax"), ("-DPA_CTA_ROWS=128",)),
+            "timeline-own192": (TL.stamp_hooks(), ("-DPA_CTA_ROWS=192",)),
+            "steps-own128": (ST.stamp_hooks(64, 128), ("-DPA_CTA_ROWS=128",))}
+
+
+def tool_sass(name: str, hooks: str, defines: tuple[str, ...], tmp: Path) -> str:
+    """``cuobjdump -sass`` of v3 built from a copy of kernels/ whose hooks start with ``hooks``."""
+    kd = tmp / name
+    shutil.copytree(ROOT / "kernels", kd)
+    (kd / "v3_hooks.cuh").write_text(hooks + (kd / "v3_hooks.cuh").read_text())
+    cubin = tmp / f"{name}.cubin"
+    subprocess.run(["nvcc", "-cubin", "-arch=sm_90a", *TOOL_FLAGS, *defines, f"-I{kd}", "-o", str(cubin), str(kd / "v3.cu")],
+                   capture_output=True, text=True, check=True)
+    return subprocess.run(["cuobjdump", "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+
 
 def tool_versions() -> dict[str, str] | None:
     """nvcc's and cuobjdump's release lines, or None where either is missing."""
@@ -126,12 +158,16 @@ def sass(config: Config, tmp: Path) -> str:
     return subprocess.run(["cuobjdump", "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
 
 
-def digests(configs: list[Config] = CONFIGS, jobs: int | None = None) -> dict[str, str]:
-    """sha256 of each configuration's SASS, compiled ``jobs`` at a time (the machine's cores)."""
+def digests(configs: list[Config] = CONFIGS, tools: bool = True, jobs: int | None = None) -> dict[str, str]:
+    """sha256 of each configuration's SASS (and of the tools' builds), compiled ``jobs`` at a time
+    (the machine's cores)."""
+    jobs_ = [(c.name, lambda tmp, c=c: sass(c, tmp)) for c in configs]
+    if tools:
+        jobs_ += [(n, lambda tmp, n=n, h=h, d=d: tool_sass(n, h, d, tmp)) for n, (h, d) in _tool_builds().items()]
     with tempfile.TemporaryDirectory(prefix="pa-sass-") as tmp:
         with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
-            texts = pool.map(lambda c: sass(c, Path(tmp)), configs)
-            return {c.name: hashlib.sha256(t.encode()).hexdigest() for c, t in zip(configs, texts)}
+            texts = pool.map(lambda job: job[1](Path(tmp)), jobs_)
+            return {name: hashlib.sha256(t.encode()).hexdigest() for (name, _), t in zip(jobs_, texts)}
 
 
 @pytest.mark.nvcc
@@ -140,11 +176,12 @@ def test_every_production_build_keeps_its_machine_code():
     if versions is None:
         pytest.skip("nvcc or cuobjdump is not on PATH")
     recorded = json.loads(DIGESTS.read_text())
-    if recorded["tools"] != versions:
-        pytest.skip(f"the digests were recorded with {recorded['tools']}, this machine has {versions}")
+    if recorded["versions"] != versions:
+        pytest.skip(f"the digests were recorded with {recorded['versions']}, this machine has {versions}")
     assert sorted(recorded["sass"]) == sorted(c.name for c in CONFIGS), "configurations changed: --write"
+    assert sorted(recorded["tools"]) == sorted(_tool_builds()), "the tools' builds changed: --write"
     now = digests()
-    changed = sorted(n for n in now if now[n] != recorded["sass"][n])
+    changed = sorted(n for n in now if now[n] != {**recorded["sass"], **recorded["tools"]}[n])
     assert not changed, f"{len(changed)} of {len(now)} builds changed their machine code: {', '.join(changed)}"
 
 
@@ -159,9 +196,12 @@ def write() -> None:
     versions = tool_versions()
     if versions is None:
         raise SystemExit("nvcc or cuobjdump is not on PATH")
-    data = {"tools": versions, "sass": digests()}
+    now = digests()
+    tools = set(_tool_builds())
+    data = {"versions": versions, "sass": {n: d for n, d in now.items() if n not in tools},
+            "tools": {n: d for n, d in now.items() if n in tools}}
     DIGESTS.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    print(f"{len(data['sass'])} digests written to {DIGESTS}")
+    print(f"{len(now)} digests written to {DIGESTS}")
 
 
 if __name__ == "__main__":

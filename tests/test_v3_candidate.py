@@ -32,8 +32,7 @@ def candidate(monkeypatch, tmp_path):
 
 
 def test_only_the_kernel_and_its_probe_are_renamed(candidate):
-    # v3.cu and the comparison builds' header it includes (the dq images' kernel lives there)
-    src = "".join((ROOT / "kernels" / name).read_text() for name in ("v3.cu", "v3_controls.cuh"))
+    src = "".join((ROOT / "kernels" / f).read_text() for f in ("v3.cu", "v3_controls.cuh"))   # (pa_v3_images)
     out = candidate.renamed(src)
     assert "pa_v3_cand(PA_KERNEL_PARAMS)" in out and "void pa_v3_cand_smem_bytes(int* out)" in out
     assert "pa_v3(PA_KERNEL_PARAMS)" not in out and "void pa_v3_smem_bytes" not in out
@@ -45,7 +44,7 @@ def test_only_the_kernel_and_its_probe_are_renamed(candidate):
 
 def test_the_candidate_takes_v3s_launch_rule(candidate):
     from pa_bench.backends import kernels as K
-    from pa_bench import launch
+    from pa_bench.numerics import model
     from pa_bench.problem.plan import Problem
     from pa_bench.problem.shapes import parse_shape
 
@@ -56,9 +55,9 @@ def test_the_candidate_takes_v3s_launch_rule(candidate):
     for shape in ("32Kx1024", "0x1536", "2.1Kx256"):
         pb = Problem(parse_shape(shape))
         args = (pb.context, pb.queries, pb.heads_q, pb.heads_kv)
-        assert launch.step_keys("v3_cand", *args) == launch.step_keys("v3", *args)
-        assert launch.cta_rows("v3_cand", *args) == launch.cta_rows("v3", *args)
-        assert launch.segment_keys(pb.context, "v3_cand", *args[1:]) == launch.segment_keys(pb.context, "v3", *args[1:])
+        assert model.step_keys("v3_cand", *args) == model.step_keys("v3", *args)
+        assert model.cta_rows("v3_cand", *args) == model.cta_rows("v3", *args)
+        assert model.segment_keys(pb.context, "v3_cand", *args[1:]) == model.segment_keys(pb.context, "v3", *args[1:])
         assert K.launch_geometry("v3_cand", pb.queries, pb.heads_q, pb.heads_kv, context=pb.context) == \
             K.launch_geometry("v3", pb.queries, pb.heads_q, pb.heads_kv, context=pb.context)
 
