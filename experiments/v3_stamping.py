@@ -41,23 +41,39 @@ def hooked_kernels(src: Path, prefix: str, hooks: str) -> Path:
 
 def problem(shape: str):
     """The PR's problem at ``shape``: 32/8 heads, D 128, paged 64, normal data, fp32 output."""
-    from pa_bench.problem.plan import Problem
-    from pa_bench.problem.shapes import parse_shape
+    import pa_bench
 
-    return Problem(parse_shape(shape), heads_q=32, heads_kv=8, head_dim=128, layout="paged", page=64,
-                   data="normal", seed=0, out_dtype="float32")
+    return pa_bench.make_problem(shape, heads_q=32, heads_kv=8, head_dim=128, layout="paged", page=64,
+                                 data="normal", seed=0, out_dtype="float32")
 
 
-def module_launch(be, pb):
-    """(prepared inputs, v3's module, a launcher): v3 built once and registered with the cuda
-    backend ``be``, so that the launcher runs this module's kernel (and pa_combine)."""
-    from pa_bench.problem.inputs import make_inputs
+def stamp_pins():
+    """The launch the stamps fit: 128-row CTAs (the stamps' registers fit two consumer
+    warpgroups, 216 each, not three, 152); the rest the policy's."""
+    import pa_bench
 
-    prep = be.prepare(make_inputs(pb))
-    build = be.build("v3", pb)
-    mod, fn = be._module(build)
-    be.adopt(build, mod, fn)
-    return prep, mod, be.launcher(prep, "v3")
+    return pa_bench.Pins(rows=128)
+
+
+def module_launch(session, pins=None):
+    """(v3's module, a launcher): v3 built once more on the session's problem and made the kernel
+    its launcher runs (and pa_combine), so that the module's stamps are the launch's."""
+    return session.module_launcher("v3", launch=pins)
+
+
+def sm90_sessions(shapes: list[str]):
+    """Each shape's session on one cuda backend, or exit 2 where the GPU is not sm_90 (v3's)."""
+    import pa_bench
+
+    last = None
+    for shape in shapes:
+        s = pa_bench.session(problem(shape)) if last is None else last.another(problem(shape))
+        if last is None and s.describe()["arch"] != "sm_90":
+            print(f"v3 runs on sm_90a only; this GPU is {s.describe()['arch']}")
+            s.close()
+            raise SystemExit(2)
+        last = s
+        yield s
 
 
 def event_times_us(cp, launch, warm: int = 20, n: int = 50) -> list[float]:

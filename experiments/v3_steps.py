@@ -140,24 +140,19 @@ def main(argv=None) -> int:
     os.environ["PA_BENCH_KERNELS"] = str(kd)
     import cupy as cp
 
-    from pa_bench.backends.cuda import CudaBackend
-
-    be = CudaBackend()
-    be.rows = 128   # the stamps' registers fit two consumer warpgroups (216 each), not three (152)
-    if be.cc != 90:
-        print(f"v3 runs on sm_90a only; this GPU is sm_{be.cc}")
-        return 2
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-    for shape in args.shapes.split(","):
-        prep, mod, launch = V.module_launch(be, V.problem(shape))
+    pins = V.stamp_pins()
+    shapes = args.shapes.split(",")
+    for shape, s in zip(shapes, V.sm90_sessions(shapes)):
+        mod, launch = V.module_launch(s, pins)
         stamps = cp.ndarray((3, MAX_STEPS, SLOTS), dtype=cp.uint64, memptr=mod.get_global("pa_v3_steps"))
         times = V.event_times_us(cp, launch, warm=20, n=30)
         t = V.stamped_launch(cp, stamps, launch)[:, : b - a]
         text = report(shape, summarize(t), float(np.median(times)))
         print(text, flush=True)
         V.keep(args.out, f"steps_{shape}", t, text)
-        be.release(prep)
+        s.close()
     return 0
 
 

@@ -224,19 +224,13 @@ def main(argv=None) -> int:
     os.environ["PA_BENCH_KERNELS"] = str(knockout_kernels(args.knockout))
     import cupy as cp
 
-    from pa_bench.backends.cuda import CudaBackend
-
-    be = CudaBackend()
-    be.rows = 128   # the stamps' registers fit two consumer warpgroups (216 each), not three (152)
-    if be.cc != 90:
-        print(f"v3 runs on sm_90a only; this GPU is sm_{be.cc}")
-        return 2
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-    for shape in args.shapes.split(","):
-        pb = V.problem(shape)
-        prep, mod, launch = V.module_launch(be, pb)
-        n_cta = int(np.prod(be.geometry("v3", pb).grid))
+    pins = V.stamp_pins()
+    shapes = args.shapes.split(",")
+    for shape, s in zip(shapes, V.sm90_sessions(shapes)):
+        mod, launch = V.module_launch(s, pins)
+        n_cta = int(np.prod(s.kernel_info("v3", launch=pins)["grid"]))
         if n_cta > MAX_CTAS:
             raise SystemExit(f"v3_timeline: {shape} has {n_cta} CTAs, more than the {MAX_CTAS} stamped")
         stamps = cp.ndarray((MAX_CTAS, SLOTS), dtype=cp.uint64, memptr=mod.get_global("pa_v3_timeline"))
@@ -246,7 +240,7 @@ def main(argv=None) -> int:
         text = report(shape, summarize(t), float(np.median(times)))
         print(text, flush=True)
         V.keep(args.out, f"timeline_{shape}", t, text)
-        be.release(prep)
+        s.close()
     return 0
 
 

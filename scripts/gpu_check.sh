@@ -23,11 +23,11 @@ step "pytest -m gpu"
 python3 -m pytest -m gpu -q -p no:cacheprovider -rs > "$LOG/pytest_gpu.log" 2>&1; echo "rc=$?"; tail -1 "$LOG/pytest_gpu.log"
 for tool in memcheck racecheck synccheck; do
     step "compute-sanitizer $tool"
-    compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/sanitize_target.py > "$LOG/sanitizer_$tool.log" 2>&1
+    compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/launch_target.py --sweep > "$LOG/sanitizer_$tool.log" 2>&1
     echo "rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$LOG/sanitizer_$tool.log" | tail -1
 done
 step "compute-sanitizer memcheck --force-turing"
-compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/sanitize_target.py --force-turing \
+compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/launch_target.py --sweep --force-turing \
     > "$LOG/sanitizer_memcheck_turing.log" 2>&1; echo "rc=$?"; grep "ERROR SUMMARY" "$LOG/sanitizer_memcheck_turing.log"
 step "run configs/pr2092.yaml"
 COLUMNS=200 $PB run configs/pr2092.yaml --backend cuda > "$LOG/run_pr2092.txt" 2>&1; echo "rc=$?"
@@ -38,6 +38,6 @@ if [ -n "$BASE" ] && [ -n "$NEW" ]; then
 fi
 step "ncu v2 32Kx1024"
 ncu --clock-control none --set full -k 'regex:pa_v2$' -c 1 -o "$LOG/ncu_v2_32k" \
-    python3 scripts/profile_target.py --variant v2 --shape 32Kx1024 > "$LOG/ncu.log" 2>&1; echo "rc=$?"
+    python3 scripts/launch_target.py --variant v2 --shape 32Kx1024 > "$LOG/ncu.log" 2>&1; echo "rc=$?"
 ncu --import "$LOG/ncu_v2_32k.ncu-rep" --page details > "$LOG/ncu_details.txt" 2>&1
 step "done"

@@ -4,7 +4,7 @@
 
 For every shape of the config and every variant (kernels and peers) it
 
-1. times the variant with pa-bench's own method (``backend.time``: the blocking-kernel,
+1. times the variant with pa-bench's own method (``pa_bench.Session.time``: the blocking-kernel,
    L2-flushed, interleaved sampling of pa_bench.measure.timing; a short budget), and
 2. runs itself as a child under ``ncu --clock-control none --cache-control all --metrics
    gpu__time_duration.sum``, which calls every variant ``--reps`` times (short calls more: about
@@ -67,7 +67,6 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 REL_TOL, ABS_TOL_MS = 0.03, 0.003
@@ -83,16 +82,21 @@ _MS_PER_UNIT = {"nsecond": 1e-6, "ns": 1e-6, "usecond": 1e-3, "us": 1e-3, "mseco
 
 
 def _setup(config_path: str, shapes: str | None, variants: str | None, l2_flush: str | None = None):
-    from pa_bench.backends.cuda import CudaBackend
-    from pa_bench.problem.config import load_config
-    from pa_bench.problem.plan import make_plan
+    """(config, its problems, the variants, open_session): ``open_session(problem)`` gives the
+    problem's pa_bench.Session, all on one backend (each build compiles once)."""
+    import pa_bench
 
-    config = load_config(config_path)
-    if l2_flush:
-        config = replace(config, timing=replace(config.timing, l2_flush=l2_flush))
-    plan = make_plan(config, shapes)
+    config = pa_bench.load_config(config_path, shapes=shapes, l2_flush=l2_flush)
+    problems = [pa_bench.make_problem(shape, config) for shape in config.shapes]
     names = variants.split(",") if variants else list(config.variants)
-    return config, plan, names, CudaBackend(config)
+    last: list = []
+
+    def open_session(problem):
+        s = last[0].another(problem) if last else pa_bench.session(problem, config=config)
+        last[:] = [s]
+        return s
+
+    return config, problems, names, open_session
 
 
 def _marker_module(n_shapes: int, names: list[str]):
@@ -103,9 +107,11 @@ def _marker_module(n_shapes: int, names: list[str]):
     return cp.RawModule(code=src)
 
 
-def _profiler(cp):
+def _profiler():
     """(start, stop): cudaProfilerStart/Stop; under ``--profile-from-start off`` Nsight Compute
     profiles only the kernels between them (not a torch.compile's or Triton's autotuning)."""
+    import cupy as cp
+
     rt = cp.cuda.runtime
     if hasattr(rt, "profilerStart"):
         return rt.profilerStart, rt.profilerStop
@@ -137,22 +143,20 @@ def call_pairs(text: str | None) -> set[tuple[int, int]] | None:
 
 
 @contextlib.contextmanager
-def ready_calls(backend, problem, names: list[str]):
+def ready_calls(open_session, problem, names: list[str]):
     """One shape's calls, ready to profile or time: the inputs on the GPU, ``{variant: one call}``
-    (those that can run), their sessions entered, each called once unprofiled (compiles,
-    autotuning) and the GPU synchronised; the inputs released on the way out. Yields (prep, fns)."""
-    from pa_bench.problem.inputs import make_inputs
-
-    prep = backend.prepare(make_inputs(problem))
+    (those that can run), each called once unprofiled (compiles, autotuning) and the GPU
+    synchronised; the inputs released on the way out. Yields (session, fns)."""
+    s = open_session(problem)
     try:
-        fns, _reasons = backend.callables(prep, names)
+        fns, _reasons = s.launchers(names)
         for name in names:
             if name in fns:
                 fns[name]()
-        backend.cp.cuda.runtime.deviceSynchronize()
-        yield prep, fns
+        s.sync()
+        yield s, fns
     finally:
-        backend.release(prep)
+        s.close()
 
 
 def child(args) -> None:
@@ -162,32 +166,30 @@ def child(args) -> None:
     profiler paused (run with ``--cache-control none``: one flush per call, as pa-bench times it)."""
     os.environ["PA_BENCH_PEER_PROFILE"] = "0"   # torch's profiler cannot run under ncu
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")   # no compile workers to start
-    config, plan, names, backend = _setup(args.config, args.shapes, args.variants, args.l2_flush)
+    config, problems, names, open_session = _setup(args.config, args.shapes, args.variants, args.l2_flush)
     only = call_pairs(args.only)
     reps = reps_map(args.reps_map)
-    flusher = backend.timer() if only else None
-    mod = _marker_module(len(plan.problems), names)
-    p_start, p_stop = _profiler(backend.cp)
-    sync = backend.cp.cuda.runtime.deviceSynchronize
-    for si, problem in enumerate(plan.problems):
+    mod = _marker_module(len(problems), names)
+    p_start, p_stop = _profiler()
+    for si, problem in enumerate(problems):
         wanted = [(vi, n) for vi, n in enumerate(names) if only is None or (si, vi) in only]
         if not wanted:
             continue
-        with ready_calls(backend, problem, [n for _, n in wanted]) as (_prep, fns):
+        with ready_calls(open_session, problem, [n for _, n in wanted]) as (s, fns):
             for vi, name in wanted:
                 if name not in fns:
                     continue
                 p_start()
                 mod.get_function(f"pa_mark_{si}_{vi}")((1,), (1,), ())   # one marker per variant
                 for _ in range(1 + reps.get((si, vi), args.reps)):
-                    if flusher is not None:           # pa-bench's flush, not profiled
-                        sync()
+                    if only is not None:              # pa-bench's flush, not profiled
+                        s.sync()
                         p_stop()
-                        flusher.flush()
-                        sync()
+                        s.flush_l2()
+                        s.sync()
                         p_start()
                     fns[name]()
-                sync()
+                s.sync()
                 p_stop()
 
 
@@ -312,14 +314,12 @@ def _run_ncu(cmd: list[str], log: Path, timeout_s: float | None = None) -> tuple
     return rc, log.read_text()
 
 
-def launch_gaps(backend, settings, counts: list[int]) -> dict[int, float]:
+def launch_gaps(session, counts: list[int]) -> dict[int, float]:
     """{k: ms}: pa-bench's median of a call of k empty kernels minus that of one, timed by
     pa-bench's own method (interleaved, L2 flushed, GPU time only). That is what the launches
     between a call's k kernels add to its span: time that Nsight Compute, which times each kernel,
     does not see."""
     import cupy as cp
-
-    from pa_bench.measure import timing
 
     empty = cp.RawModule(code='extern "C" __global__ void pa_empty() {}').get_function("pa_empty")
 
@@ -327,7 +327,7 @@ def launch_gaps(backend, settings, counts: list[int]) -> dict[int, float]:
         return lambda: [empty((1,), (1,), ()) for _ in range(k)]
 
     fns = {f"empty{k}": chain(k) for k in sorted({1, *counts})}
-    res = timing.time_interleaved(fns, replace(settings, max_seconds=1.0), timer=backend.timer())
+    res = session.time_calls(fns, max_seconds=1.0)
     one = statistics.median(res["empty1"].samples_ms)
     return {k: statistics.median(res[f"empty{k}"].samples_ms) - one for k in counts if k > 1}
 
@@ -379,23 +379,22 @@ def main() -> int:
         child(args)
         return 0
 
-    from pa_bench.problem.inputs import make_inputs
-
-    config, plan, names, backend = _setup(args.config, args.shapes, args.variants, args.l2_flush)
-    print(f"pa-bench's L2 flush: {backend.timer().flush_method}")
-    settings = replace(config.timing, max_seconds=args.seconds)
+    config, problems, names, open_session = _setup(args.config, args.shapes, args.variants, args.l2_flush)
     ours: dict[tuple[int, str], float] = {}
     samples: list[tuple[str, str, float]] = []
-    for si, problem in enumerate(plan.problems):
-        prep = backend.prepare(make_inputs(problem))
-        res = backend.time(prep, names, settings)
+    last = None
+    for si, problem in enumerate(problems):
+        with open_session(problem) as s:
+            if si == 0:
+                print(f"pa-bench's L2 flush: {s.l2_flush_method}")
+            res = s.time(names, max_seconds=args.seconds)
+        last = s
         for name, r in res.items():
             if not isinstance(r, str):
                 ours[(si, name)] = statistics.median(r.samples_ms)
                 samples += [(problem.shape.label, name, ms) for ms in r.samples_ms]
             else:
                 print(f"{problem.shape.label} {name}: skipped ({r})")
-        backend.release(prep)
 
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -410,7 +409,7 @@ def main() -> int:
             "--cache-control", "all", "--profile-from-start", "off", "--metrics", METRIC, "--csv",
             "--print-units", "base"]
     reps = {(si, vi): reps_for(ours.get((si, name)), args.reps)
-            for si in range(len(plan.problems)) for vi, name in enumerate(names)}
+            for si in range(len(problems)) for vi, name in enumerate(names)}
     child_args = [sys.executable, __file__, "--child", "--config", args.config, "--reps", str(args.reps),
                   "--reps-map", ",".join(f"{si}:{vi}:{n}" for (si, vi), n in reps.items()),
                   "--variants", ",".join(names)] + (["--shapes", args.shapes] if args.shapes else []) + (
@@ -427,7 +426,7 @@ def main() -> int:
         theirs.append(parse_ncu_csv(text, calls_per_marker))
 
     # the rows so far, kept should a one-flush pass below not finish
-    _write_csv(out_dir, build_rows([p.shape.label for p in plan.problems], names, ours, theirs, []))
+    _write_csv(out_dir, build_rows([p.shape.label for p in problems], names, ours, theirs, []))
 
     # calls of several kernels (every call with --flushed-all): once more with one flush before the
     # whole call, pa-bench's own
@@ -452,11 +451,11 @@ def main() -> int:
 
     counts = sorted({theirs_calls[0][1] for t in theirs for key, theirs_calls in t.items()
                      if key in multi and theirs_calls})
-    gaps = launch_gaps(backend, config.timing, counts) if whole else {}
+    gaps = launch_gaps(last, counts) if whole and last is not None else {}
     if gaps:
         print("launch gaps (pa-bench's span of k empty kernels minus one's): "
               + ", ".join(f"k={k} {ms * 1e3:.2f} us" for k, ms in gaps.items()))
-    rows = build_rows([p.shape.label for p in plan.problems], names, ours, theirs, whole, gaps)
+    rows = build_rows([p.shape.label for p in problems], names, ours, theirs, whole, gaps)
     bad = sum(not r["within"] for r in rows)
     _write_csv(out_dir, rows)
     for r in rows:
@@ -467,7 +466,7 @@ def main() -> int:
               f"ratio {r['ratio']}  {'ok' if r['within'] else 'NOT WITHIN'}{fl}")
     print(f"{len(rows) - bad} of {len(rows)} rows within 3 % or 3 us of ncu's range over "
           f"{args.processes} processes")
-    missing = missing_rows([p.shape.label for p in plan.problems], names, ours, rows)
+    missing = missing_rows([p.shape.label for p in problems], names, ours, rows)
     if missing:
         print(f"not measured by ncu ({len(missing)}): {', '.join(missing)}")
     return 1 if bad or missing or not rows else 0

@@ -164,11 +164,11 @@ def main(argv=None) -> int:
         import triton.backends.nvidia  # noqa: F401  (building needs Triton only, not torch)
     except ImportError as exc:
         sys.exit(f"triton_build: needs Triton with its NVIDIA backend ({fmt.error_line(exc)})")
-    from pa_bench.problem.config import load_config
-    from pa_bench.problem.plan import make_plan
+    import pa_bench
 
     try:
-        problems = make_plan(load_config(args.config), shapes=args.shapes or None).problems
+        config = pa_bench.load_config(args.config, shapes=args.shapes or None)
+        problems = [pa_bench.make_problem(shape, config) for shape in config.shapes]
         work = [(pb, cfg) for pb in problems for cfg in configurations(pb, args.configs)]
     except Exception as exc:
         sys.exit(f"triton_build: {fmt.error_line(exc)}")

@@ -42,8 +42,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # this tree's pa_bench and kernels/
 
-from pa_bench.backends import triton_runner  # noqa: E402
-from pa_bench.measure.settings import TimingSettings  # noqa: E402
+import pa_bench  # noqa: E402
+from pa_bench.backends import triton_runner  # noqa: E402 - the runner whose TUNED table this fills
 
 GUARD = 4096                 # canary elements before and after each output (16-byte aligned)
 CANARY_F32 = 0xFFC0DEAD      # NaN payloads no kernel writes
@@ -52,10 +52,17 @@ COLUMNS = ("shape", "candidate", "status", "ms", "tflops", "vs_default", "max_ab
            "bitwise_vs_default", "arithmetic", "registers", "spills", "shared_bytes", "compile_s", "note")
 
 
-def Settings(**limits) -> TimingSettings:
-    """The timing of a tune: cold samples, unprimed, one sample a round, a short budget."""
-    return TimingSettings(**{"warmup": 3, "min_seconds": 0.2, "max_seconds": 1.5, "min_samples": 10,
-                             "max_samples": 2000, "prime": False, "round_samples": 1, **limits})
+def timing_settings(min_seconds: float, max_seconds: float) -> dict:
+    """The timing of the candidates (pa_bench.Session.time_calls): cold samples, a short budget,
+    each sample after another candidate's (no prime), one sample of each per round."""
+    return dict(hot=False, warmup=3, min_seconds=min_seconds, max_seconds=max_seconds, max_noise=0.005,
+                min_samples=10, max_samples=2000, prime=False, round_samples=1, placements=1)
+
+
+def cupy_module():
+    import cupy
+
+    return cupy
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -82,10 +89,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def problems(args):
-    from pa_bench.problem.config import load_config
-    from pa_bench.problem.plan import make_plan
-
-    return make_plan(load_config(args.config), shapes=args.shapes or None).problems
+    config = pa_bench.load_config(args.config, shapes=args.shapes or None)
+    return [pa_bench.make_problem(shape, config) for shape in config.shapes]
 
 
 def enumerate_candidates(problem, sm_count: int | None, names: str | None = None) -> list:
@@ -130,7 +135,6 @@ def cpu_check(inputs, cfg, default_out=None) -> dict:
     size (set TRITON_INTERPRET=1 first): {max_abs_err, model_err, parity, why, bitwise, out}."""
     import torch
 
-    from pa_bench.numerics.metrics import error_metrics, judge_parity, parity_floor
     from pa_bench.numerics.model import model_attention
     from pa_bench.numerics.reference import reference_attention
 
@@ -145,11 +149,10 @@ def cpu_check(inputs, cfg, default_out=None) -> dict:
     ref = reference_attention(inputs.q, inputs.k_i8, inputs.v_i8, pb.context, pb.softmax_scale,
                               k_scale=inputs.k_scale, v_scale=inputs.v_scale)
     model = model_attention(inputs, cfg.block_n)
-    kern, mod = error_metrics(out, ref), error_metrics(model, ref)
-    ok, why = judge_parity(kern["max_abs_err"], mod["max_abs_err"], parity_floor(ref), kern["nan_inf"], guards)
+    pm = pa_bench.parity_verdict(out, ref, model, canary_ok=guards)
     bitwise = None if default_out is None else bool(np.array_equal(out.view(np.uint32), default_out.view(np.uint32)))
-    return {"max_abs_err": kern["max_abs_err"], "model_err": mod["max_abs_err"], "parity": ok, "why": why,
-            "bitwise": bitwise, "out": out}
+    return {"max_abs_err": pm.max_abs_err, "model_err": pm.model_max_abs_err, "parity": pm.parity_pass,
+            "why": pm.reason, "bitwise": bitwise, "out": out}
 
 
 # --------------------------------------------------------------------------- the GPU run
@@ -160,19 +163,14 @@ class Shape:
 
     device = "cuda"          # where the variant's tensors live (the tests run the interpreter on the CPU)
 
-    def __init__(self, backend, problem, rows: int):
-        from pa_bench.numerics.model import segment_keys
-        from pa_bench.numerics.reference import sample_rows
-        from pa_bench.problem.inputs import make_inputs
-
-        self.backend, self.problem = backend, problem
-        self.inputs = make_inputs(problem)
-        self.prep = backend.prepare(self.inputs)
-        self.rows = sample_rows(problem.queries, rows, seed=1)
-        self.ref = backend.reference(self.inputs, self.rows)
-        self.seg = segment_keys(problem.context)
+    def __init__(self, session, rows: int):
+        self.session, self.problem = session, session.problem
+        self.inputs = session.inputs
+        self.rows = session.sample_rows(rows, seed=1)
+        self.ref = session.reference(self.rows)
         self._models = {}
-        cp = backend.cp
+        self.cp = cp = cupy_module()
+        problem = self.problem
         self.n = problem.heads_q * problem.queries * problem.head_dim
         self.dtype = cp.float16 if problem.out_dtype == "float16" else cp.float32
         self.bufs = [cp.empty(self.n + 2 * GUARD, dtype=self.dtype) for _ in range(2)]
@@ -180,22 +178,23 @@ class Shape:
 
     def model(self, tile: int):
         if tile not in self._models:
-            self._models[tile] = self.backend.model(self.inputs, tile, self.rows, segment_keys=self.seg)
+            # the arithmetic of a tile of ``tile`` keys, no split, no P.V chain, the exact maximum
+            self._models[tile] = self.session.model("triton", self.rows, tile_keys=tile, split_keys=0,
+                                                    pv_chain_keys=0, max_slack=None)
         return self._models[tile]
 
     def arrays(self) -> dict:
-        p = self.prep
-        return {"q": p.q, "k": p.k, "v": p.v, "ks": p.ks, "vs": p.vs, "table": p.table}
+        return self.session.kernel_arrays()
 
     def _fill(self, buf) -> None:
-        cp = self.backend.cp
+        cp = self.cp
         if buf.dtype == cp.float16:
             buf.view(cp.uint16).fill(CANARY_F16)
         else:
             buf.view(cp.uint32).fill(CANARY_F32)
 
     def _intact(self, buf) -> bool:
-        cp = self.backend.cp
+        cp = self.cp
         bits = buf.view(cp.uint16 if buf.dtype == cp.float16 else cp.uint32)
         pat = CANARY_F16 if buf.dtype == cp.float16 else CANARY_F32
         return (bool((bits[:GUARD] == pat).all()) and bool((bits[-GUARD:] == pat).all())
@@ -204,9 +203,7 @@ class Shape:
     def check(self, cfg, sm_count: int, seen_binaries: dict, is_default: bool) -> tuple[dict, object]:
         """Build, run and check one candidate (``is_default``: the default configuration, whose
         output the others are compared with bitwise): (its row, the launcher to time or None)."""
-        from pa_bench.numerics.metrics import error_metrics, judge_parity, parity_floor
-
-        cp, pb = self.backend.cp, self.problem
+        cp, pb = self.cp, self.problem
         row = {"shape": pb.shape.label, "candidate": cfg.name, "arithmetic": arithmetic(cfg)}
         try:
             t0 = time.perf_counter()
@@ -229,9 +226,8 @@ class Shape:
         guards = self._intact(self.bufs[0]) and self._intact(self.bufs[1])
         deterministic = bool(cp.array_equal(body.view(word), self.bufs[1][GUARD:-GUARD].view(word)))
         out = cp.asnumpy(body.reshape(pb.heads_q, pb.queries, pb.head_dim)[:, cp.asarray(self.rows), :]).astype(np.float32)
-        kern = error_metrics(out, self.ref)
-        model_err = error_metrics(self.model(cfg.block_n), self.ref)["max_abs_err"]
-        ok, why = judge_parity(kern["max_abs_err"], model_err, parity_floor(self.ref), kern["nan_inf"], guards)
+        pm = pa_bench.parity_verdict(out, self.ref, self.model(cfg.block_n), canary_ok=guards)
+        ok, why, model_err = pm.parity_pass, pm.reason, pm.model_max_abs_err
         if is_default:
             self.default_out = body.copy()
             bitwise = True
@@ -239,7 +235,7 @@ class Shape:
             bitwise = None                          # the default did not run
         else:
             bitwise = bool(cp.array_equal(body.view(word), self.default_out.view(word)))
-        row.update(max_abs_err=kern["max_abs_err"], model_err=model_err, parity="PASS" if ok else "FAIL",
+        row.update(max_abs_err=pm.max_abs_err, model_err=model_err, parity="PASS" if ok else "FAIL",
                    bitwise_vs_default=bitwise if cfg.same_arithmetic and bitwise is not None else "n/a")
         notes = [] if ok else [why]
         if not deterministic:
@@ -254,7 +250,7 @@ class Shape:
         return row, (var.launcher(self.bufs[0][GUARD:]) if ok and deterministic else None)
 
     def release(self) -> None:
-        self.backend.release(self.prep)
+        self.session.close()
 
 
 class Watchdog:
@@ -289,15 +285,14 @@ class Watchdog:
                 os._exit(3)
 
 
-def run_shape(backend, problem, cfgs, args, started: float, sm_count: int, rows: list, watchdog=None) -> None:
-    """One shape: every candidate checked, those that passed (and v2) timed; rows appended to ``rows``."""
-    from pa_bench.measure import timing
-
+def run_shape(open_session, problem, cfgs, args, started: float, sm_count: int, rows: list, watchdog=None) -> None:
+    """One shape: every candidate checked, those that passed (and v2) timed; rows appended to
+    ``rows``. ``open_session(problem)``: the problem's pa_bench.Session."""
     arm = watchdog.arm if watchdog else (lambda label, seconds: None)
     disarm = watchdog.disarm if watchdog else (lambda: None)
     t0 = time.perf_counter()
     arm(f"{problem.shape.label}: inputs and the FP64 reference", 600)
-    shape = Shape(backend, problem, args.rows)
+    shape = Shape(open_session(problem), args.rows)
     disarm()
     print(f"\n{problem.shape.label}: {problem.context} x {problem.queries}, {problem.heads_q}/{problem.heads_kv} heads, "
           f"D={problem.head_dim}, {problem.layout} {problem.page}, {problem.data}; inputs and FP64 reference of "
@@ -316,16 +311,14 @@ def run_shape(backend, problem, cfgs, args, started: float, sm_count: int, rows:
             rows.append(row)
             if fn is not None:
                 fns[cfg.name] = fn
-        if not args.no_v2 and backend.unsupported_timing("v2", problem) is None:
+        if not args.no_v2 and shape.session.unsupported("v2", timing=True) is None:
             try:
-                fns["v2"] = backend.launcher(shape.prep, "v2")
+                fns["v2"] = shape.session.launcher("v2")
             except Exception as exc:
                 print(f"  v2 not timed: {triton_runner._error_line(exc)}")
         if fns:
-            settings = Settings(min_seconds=args.min_seconds, max_seconds=args.max_seconds)
             arm(f"{problem.shape.label}: timing", args.max_seconds + 120)
-            results = timing.time_interleaved(fns, settings, timer=backend.timer(),
-                                              clock=timing.ClockReader(backend.device.id))
+            results = shape.session.time_calls(fns, **timing_settings(args.min_seconds, args.max_seconds))
             disarm()
             meds = {name: float(np.median(r.samples_ms)) for name, r in results.items()}
             mine = rows[first:]
@@ -451,13 +444,12 @@ def main(argv=None) -> int:
     if reason:
         print(f"error: triton cannot run here: {reason}", file=sys.stderr)
         return 2
-    from pa_bench.backends.cuda import CudaBackend
-
     started = time.perf_counter()
-    backend = CudaBackend()
+    first = pa_bench.session(pbs[0])
+    first.close()   # its inputs: each shape opens its own session on the same backend
     import torch
 
-    return run_all(backend, torch.cuda.get_device_name(), int(backend.props["multiProcessorCount"]), pbs, args,
+    return run_all(first.another, torch.cuda.get_device_name(), int(first.describe()["sm_count"]), pbs, args,
                    started)
 
 
@@ -497,8 +489,9 @@ class Outputs:
         self.write()
 
 
-def run_all(backend, gpu: str, sms: int, pbs, args, started: float, watch: bool = True) -> int:
-    """Every shape's candidates on ``backend``; prints the fastest and the table entry, writes --out."""
+def run_all(open_session, gpu: str, sms: int, pbs, args, started: float, watch: bool = True) -> int:
+    """Every shape's candidates, each shape on ``open_session(problem)``; prints the fastest and
+    the table entry, writes --out."""
     meta = {"gpu": gpu, "sm_count": sms, **triton_runner.meta(), "args": vars(args)}
     print(f"{gpu} ({sms} SMs); triton {meta.get('triton')}, torch {meta.get('torch')}; kernels/triton_pa.py "
           f"{meta['source_sha256']}")
@@ -507,7 +500,7 @@ def run_all(backend, gpu: str, sms: int, pbs, args, started: float, watch: bool 
     for pb in pbs:
         outputs.classes[pb.shape.label] = triton_runner.problem_class(pb)
         try:
-            run_shape(backend, pb, enumerate_candidates(pb, sms, args.candidates), args, started, sms,
+            run_shape(open_session, pb, enumerate_candidates(pb, sms, args.candidates), args, started, sms,
                       outputs.rows, watchdog)
         except Exception as exc:   # the shape could not be set up (memory, a CUDA context a candidate broke)
             print(f"  {pb.shape.label} stopped: {triton_runner._error_line(exc)}")

@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 
 from pa_bench import variants as registry
-from pa_bench.errors import PaBenchError
+from pa_bench import PaBenchError
 
 NAME = "v3_cand"
 ROOT = Path(__file__).resolve().parents[1]

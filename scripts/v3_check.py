@@ -28,6 +28,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import pa_bench  # noqa: E402 - this tree's pa_bench
+
 
 @dataclass(frozen=True)
 class Case:
@@ -62,50 +64,43 @@ CASES = [
 QUICK = ("tiny-d128", "odd-d128-p64", "odd-d64-p64")
 
 
-def run_case(be, cp, c: Case, dump: Path | None) -> tuple[bool, str, object, object]:
-    from pa_bench.numerics import metrics
-    from pa_bench.numerics.model import max_slack, model_arrays, model_attention
-    from pa_bench.numerics.reference import sample_rows
-    from pa_bench.problem.inputs import make_inputs
-    from pa_bench.problem.plan import Problem
-    from pa_bench.problem.shapes import parse_shape
-
-    pb = Problem(parse_shape(c.shape), heads_q=c.heads_q, heads_kv=c.heads_kv, head_dim=c.head_dim,
-                 layout=c.layout, page=c.page, data=c.data, seed=0, out_dtype=c.out_dtype)
-    inp = make_inputs(pb)
-    be.segments = c.segments
-    rows = None if c.sample is None else sample_rows(pb.queries, c.sample, seed=0)
-    prep = be.prepare(inp)
-    try:
-        ko = be.compute(prep, "v3", rows=rows, check_determinism=True)
-        ref = be.reference(inp, rows)
-        seg = be.segment_keys("v3", pb)
-        model = cp.asnumpy(model_attention(model_arrays(inp, cp), be.tile_keys("v3", pb), rows, segment_keys=seg,
-                                           mma="rn", max_slack=max_slack("v3")))
-        pm = metrics.evaluate_parity(ko.out, ref, model_out=model, canary_ok=ko.canary_ok)
-        ok = bool(pm.parity_pass and ko.deterministic)
-        line = (f"{c.name:<20} {pb.shape.label:>10} {c.heads_q:>2}/{c.heads_kv:<2} D{c.head_dim:<3} "
-                f"{c.layout[:6]:<6} {c.page if c.layout == 'paged' else '-':>3} "
-                f"err {pm.max_abs_err:9.3e} model {pm.model_max_abs_err:9.3e} "
-                f"ratio {pm.err_ratio if pm.err_ratio is not None else float('nan'):6.2f} "
-                f"canary {'ok' if ko.canary_ok else 'BAD'} det {'ok' if ko.deterministic else 'NO'} "
-                f"{'PASS' if ok else 'FAIL'}")
-        if not ok:
-            line += "\n" + explain(pb, ko.out, ref, model, rows, pm, ko)
-            if dump is not None:
-                dump.mkdir(parents=True, exist_ok=True)
-                np.savez_compressed(dump / f"{c.name}.npz", out=ko.out, ref=ref, model=model,
-                                    rows=np.arange(pb.queries) if rows is None else rows)
-                line += f"\n    arrays saved to {dump / (c.name + '.npz')}"
-        return ok, line, pb, prep
-    finally:
-        be.segments = None
+def case_problem(c: Case) -> pa_bench.Problem:
+    return pa_bench.make_problem(c.shape, heads_q=c.heads_q, heads_kv=c.heads_kv, head_dim=c.head_dim,
+                                 layout=c.layout, page=c.page, data=c.data, seed=0, out_dtype=c.out_dtype)
 
 
-def explain(pb, out, ref, model, rows, pm, ko) -> str:
-    """Where the error lives: enough to tell a layout/descriptor bug from a numerics one."""
-    from pa_bench.numerics.model import cta_rows
+def case_pins(c: Case) -> pa_bench.Pins:
+    """The case's launch: key segments of ``c.segments`` keys where it forces them, else the policy's."""
+    return pa_bench.Pins(segments=c.segments)
 
+
+def run_case(s: pa_bench.Session, c: Case, dump: Path | None) -> tuple[bool, str]:
+    pb, pins = s.problem, case_pins(c)
+    rows = None if c.sample is None else s.sample_rows(c.sample, seed=0)
+    ko = s.compute("v3", rows, launch=pins, check_determinism=True)
+    ref = s.reference(rows)
+    model = s.model("v3", rows, launch=pins, mma="rn", pv_chain_keys=0)
+    pm = pa_bench.parity_verdict(ko.out, ref, model, canary_ok=ko.canary_ok)
+    ok = bool(pm.parity_pass and ko.deterministic)
+    line = (f"{c.name:<20} {pb.shape.label:>10} {c.heads_q:>2}/{c.heads_kv:<2} D{c.head_dim:<3} "
+            f"{c.layout[:6]:<6} {c.page if c.layout == 'paged' else '-':>3} "
+            f"err {pm.max_abs_err:9.3e} model {pm.model_max_abs_err:9.3e} "
+            f"ratio {pm.err_ratio if pm.err_ratio is not None else float('nan'):6.2f} "
+            f"canary {'ok' if ko.canary_ok else 'BAD'} det {'ok' if ko.deterministic else 'NO'} "
+            f"{'PASS' if ok else 'FAIL'}")
+    if not ok:
+        line += "\n" + explain(pb, ko.out, ref, model, rows, pm, ko, s.launch_of("v3", launch=pins).rows)
+        if dump is not None:
+            dump.mkdir(parents=True, exist_ok=True)
+            np.savez_compressed(dump / f"{c.name}.npz", out=ko.out, ref=ref, model=model,
+                                rows=np.arange(pb.queries) if rows is None else rows)
+            line += f"\n    arrays saved to {dump / (c.name + '.npz')}"
+    return ok, line
+
+
+def explain(pb, out, ref, model, rows, pm, ko, cta: int) -> str:
+    """Where the error lives: enough to tell a layout/descriptor bug from a numerics one.
+    ``cta``: the rows of the launch's CTAs."""
     lines = [f"    why: {pm.reason}; deterministic={ko.deterministic} canary_ok={ko.canary_ok}"]
     rows = np.arange(out.shape[1]) if rows is None else np.asarray(rows)
     bad_nan = ~np.isfinite(out)
@@ -123,7 +118,6 @@ def explain(pb, out, ref, model, rows, pm, ko) -> str:
     per_head = err.max(axis=(1, 2))
     lines.append("    max err per query head: " + " ".join(f"{x:.1e}" for x in per_head))
     g = pb.heads_q // pb.heads_kv
-    cta = cta_rows("v3", pb.context, pb.queries, pb.heads_q, pb.heads_kv)
     ppc = cta // g
     wg = (rows % ppc) * g // 64          # consumer warpgroup of each row (for the first head of a group)
     for w in range(cta // 64):
@@ -162,44 +156,59 @@ def time_ms(cp, fn, n: int = 20, warm: int = 3) -> float:
     return float(np.median(ts))
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="three small cases, no timing")
     ap.add_argument("--case", action="append", help="run only this case (repeatable)")
     ap.add_argument("--no-time", action="store_true", help="skip the timing")
     ap.add_argument("--no-v2", action="store_true", help="do not time v2 beside v3")
     ap.add_argument("--dump", type=Path, help="save out/ref/model arrays of failing cases here")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    unknown = sorted(set(args.case or ()) - {c.name for c in CASES})
+    if unknown:
+        ap.error(f"unknown case {unknown[0]!r} (known: {', '.join(c.name for c in CASES)})")
+    return args
+
+
+def chosen_cases(args: argparse.Namespace) -> list[Case]:
+    return [c for c in CASES if (not args.quick or c.name in QUICK) and (not args.case or c.name in args.case)]
+
+
+def build_line(info: dict) -> str:
+    """How one build of v3 was made, from Session.kernel_info."""
+    return (f"  build {info['build']}: {info['compiler'] or '?'}, {info['num_regs']} regs, "
+            f"local (spill) {info['local_size_bytes']} B, dynamic smem {info['max_dynamic_shared_size_bytes']} B, "
+            f"static {info['shared_size_bytes']} B, binary sm_{info['binary_version']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     t0 = time.time()
     import cupy as cp
 
-    from pa_bench.backends.cuda import CudaBackend
-
-    be = CudaBackend()
-    d = be.describe()
-    print(f"{d['gpu']} {d['arch']} {d['sm_count']} SMs, CuPy {d['cupy_version']}, NVRTC {d['nvrtc_version']}, "
-          f"driver {d['driver_version']}, runtime {d['runtime_version']}")
-    if be.cc != 90:
-        print(f"v3 runs on sm_90a only; this GPU is sm_{be.cc}")
-        return 2
-
-    cases = [c for c in CASES if (not args.quick or c.name in QUICK) and (not args.case or c.name in args.case)]
+    cases = chosen_cases(args)
     results = []
     built = set()
+    last = None   # every case on one backend: each build compiles once
     for c in cases:
         t = time.time()
         try:
-            ok, line, pb, prep = run_case(be, cp, c, args.dump)
-            b = be.build("v3", pb)
-            if b not in built:   # how this flavour was built, once
-                built.add(b)
-                fn = be.kernel(b)
-                at = fn.attributes
-                print(f"  build D={b.head_dim} paged={int(b.paged)} f16={int(b.out_f16)}: {be.compilers.get(b, '?')}, "
-                      f"{at.get('num_regs')} regs, local (spill) {at.get('local_size_bytes')} B, "
-                      f"dynamic smem {at.get('max_dynamic_shared_size_bytes')} B, static {at.get('shared_size_bytes')} B, "
-                      f"binary sm_{at.get('binary_version')}")
-            be.release(prep)
+            s = pa_bench.session(case_problem(c)) if last is None else last.another(case_problem(c))
+            if last is None:
+                d = s.describe()
+                print(f"{d['gpu']} {d['arch']} {d['sm_count']} SMs, CuPy {d['cupy_version']}, "
+                      f"NVRTC {d['nvrtc_version']}, driver {d['driver_version']}, runtime {d['runtime_version']}")
+                if d["arch"] not in ("sm_90", "sm_90a"):
+                    print(f"v3 runs on sm_90a only; this GPU is {d['arch']}")
+                    s.close()
+                    return 2
+            last = s
+            with s:
+                ok, line = run_case(s, c, args.dump)
+                info = s.kernel_info("v3", launch=case_pins(c))
+                if info["build"] not in built:   # how this flavour was built, once
+                    built.add(info["build"])
+                    print(build_line(info))
         except Exception as exc:
             ok, line = False, f"{c.name:<20} ERROR {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             traceback.print_exc(limit=3)
@@ -208,18 +217,13 @@ def main() -> int:
 
     if not args.quick and not args.no_time:
         try:
-            from pa_bench.problem.inputs import make_inputs
-            from pa_bench.problem.plan import Problem
-            from pa_bench.problem.shapes import parse_shape
-
-            pb = Problem(parse_shape("32Kx1024"), seed=0)
-            prep = be.prepare(make_inputs(pb))
-            for var in ("v3",) + (() if args.no_v2 else ("v2",)):
-                ms = time_ms(cp, be.launcher(prep, var))
-                geo = be.geometry(var, pb)
-                print(f"time {var} 32Kx1024 32/8 D128 paged 64: median {ms:.3f} ms, "
-                      f"{pb.flops / ms / 1e9:.1f} TFLOP/s (hot, 20 launches; grid {list(geo.grid)} x {geo.block})")
-            be.release(prep)
+            pb = pa_bench.make_problem("32Kx1024", seed=0)
+            with (pa_bench.session(pb) if last is None else last.another(pb)) as s:
+                for var in ("v3",) + (() if args.no_v2 else ("v2",)):
+                    ms = time_ms(cp, s.launcher(var))
+                    info = s.kernel_info(var)
+                    print(f"time {var} 32Kx1024 32/8 D128 paged 64: median {ms:.3f} ms, "
+                          f"{pb.flops / ms / 1e9:.1f} TFLOP/s (hot, 20 launches; grid {list(info['grid'])} x {info['block']})")
         except Exception as exc:
             print(f"timing ERROR {type(exc).__name__}: {exc}")
             traceback.print_exc(limit=3)

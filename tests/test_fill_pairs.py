@@ -1,4 +1,4 @@
-"""scripts/fill_pairs.py's launch syntax without a GPU: rows/segments, the rule, and :own / :share."""
+"""experiments/fill_pairs.py's launch syntax without a GPU: rows/segments, the rule, and :own / :share."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pa_bench.launch import fill
 from pa_bench.problem.plan import Problem
 from pa_bench.problem.shapes import parse_shape
 
-_spec = importlib.util.spec_from_file_location("fill_pairs", Path(__file__).parents[1] / "scripts" / "fill_pairs.py")
+_spec = importlib.util.spec_from_file_location("fill_pairs", Path(__file__).parents[1] / "experiments" / "fill_pairs.py")
 fill_pairs = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fill_pairs)
 

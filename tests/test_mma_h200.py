@@ -1,7 +1,7 @@
 """The MMA accumulation model (pa_bench.numerics.mma) against what an H200's tensor cores gave.
 
 tests/data/mma_h200.npz holds single mma.sync results recorded on the H200 by
-scripts/mma_dump.py: 384 m16n8k16 and 384 m16n8k8-pair MMAs, a third each of
+experiments/mma_dump.py: 384 m16n8k16 and 384 m16n8k8-pair MMAs, a third each of
 attention-like operands (signed C of any size, 20 % zero probabilities), C = 0, and B >= 0. The
 model is not bit-exact (docs/NUMERICS.md, "How close the emulation is"); these tests hold it to
 the bound stated there, so a change to the model that moves it away from the hardware fails.

@@ -75,36 +75,28 @@ def _fake_child(monkeypatch, names, only=None, reps=2, reps_map=None):
 
     rec = _Recorder()
 
-    class Timer:
-        def flush(self):
+    class Session:
+        """What the child asks of a pa_bench.Session."""
+
+        def flush_l2(self):
             assert not rec.profiling, "the child's own flush must not be profiled"
             rec.events.append("flush")
 
-    class Backend:
-        cp = types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(
-            deviceSynchronize=lambda: None)))
-
-        def timer(self):
-            return Timer()
-
-        def prepare(self, inputs):
-            return inputs
-
-        def callables(self, prep, wanted):
+        def launchers(self, wanted):
             def call(name):
                 return lambda: rec.events.append(("call", name, rec.profiling))
             return {n: call(n) for n in wanted}, {}
 
-        def release(self, prep):
+        def sync(self):
             pass
 
-    plan = types.SimpleNamespace(problems=["shape0"])
-    monkeypatch.setattr(ncu_check, "_setup", lambda *a: (None, plan, names, Backend()))
-    monkeypatch.setattr(ncu_check, "_profiler", lambda cp: (rec.start, rec.stop))
+        def close(self):
+            pass
+
+    monkeypatch.setattr(ncu_check, "_setup", lambda *a: (None, ["shape0"], names, lambda problem: Session()))
+    monkeypatch.setattr(ncu_check, "_profiler", lambda: (rec.start, rec.stop))
     marker = types.SimpleNamespace(get_function=lambda f: (lambda *a: rec.events.append(("mark", f))))
     monkeypatch.setattr(ncu_check, "_marker_module", lambda n, names: marker)
-    import pa_bench.problem.inputs as inputs_mod
-    monkeypatch.setattr(inputs_mod, "make_inputs", lambda problem: problem)
     args = types.SimpleNamespace(config="c", shapes=None, variants=None, only=only, reps=reps, l2_flush=None,
                                  reps_map=reps_map)
     ncu_check.child(args)
@@ -229,3 +221,15 @@ def test_rows_ncu_never_measured_are_named():
     rows = [{"shape": "1.5K", "variant": "v1"}]
     assert ncu_check.missing_rows(["1.5K", "2.1Kx256"], ["v1", "torch-sdpa"], ours, rows) == [
         "1.5K torch-sdpa", "2.1Kx256 v1"]
+
+
+def test_setup_reads_the_config_through_the_public_api():
+    config, problems, names, open_session = ncu_check._setup(
+        str(Path(__file__).resolve().parents[1] / "configs" / "pr2092.yaml"), "1.5K,2.1Kx256", "v1,v2", "discard")
+    assert config.timing.l2_flush == "discard"
+    assert [p.shape.label for p in problems] == ["1.5K", "2.1Kx256"]   # the config's label kept
+    assert [(p.context, p.queries, p.heads_q, p.heads_kv) for p in problems] == [(0, 1536, 32, 8), (2150, 256, 32, 8)]
+    assert names == ["v1", "v2"] and callable(open_session)
+    _, _, every, _ = ncu_check._setup(
+        str(Path(__file__).resolve().parents[1] / "configs" / "pr2092.yaml"), None, None, None)
+    assert every == list(config.variants)

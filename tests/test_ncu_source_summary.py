@@ -1,4 +1,4 @@
-"""scripts/ncu_source_summary.py on a small hand-made source page (no GPU, no ncu)."""
+"""experiments/ncu_source_summary.py on a small hand-made source page (no GPU, no ncu)."""
 
 import importlib.util
 import sys
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "ncu_source_summary.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "ncu_source_summary.py"
 spec = importlib.util.spec_from_file_location("ncu_source_summary", SCRIPT)
 nss = importlib.util.module_from_spec(spec)
 sys.modules["ncu_source_summary"] = nss   # its dataclasses look their module up

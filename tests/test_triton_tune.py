@@ -32,8 +32,9 @@ def test_arguments():
     with pytest.raises(SystemExit) as exc:
         T.parse_args(["--rows", "0"])
     assert exc.value.code == 2
-    settings = T.Settings(max_seconds=1.5)
-    assert (settings.hot, settings.min_seconds, settings.max_seconds) == (False, 0.2, 1.5)
+    settings = T.timing_settings(a.min_seconds, 1.5)
+    assert (settings["hot"], settings["min_seconds"], settings["max_seconds"]) == (False, 0.2, 1.5)
+    assert (settings["prime"], settings["round_samples"]) == (False, 1)   # each sample after another candidate's
 
 
 def test_candidates_of_the_pr_shapes(capsys):
@@ -157,46 +158,54 @@ class _FakeTimer:
     def synchronize(self, deadline_s=None): pass
 
 
-class _FakeBackend:
-    """The backend calls of the GPU path, answered on the CPU (the reference and the model by NumPy)."""
+class _FakeSession:
+    """The pa_bench.Session calls of the GPU path, answered on the CPU (the reference and the model
+    by NumPy, the kernel's arrays from the host)."""
 
-    cp = _FakeCp
+    made: list = []
 
-    class device:
-        id = 0
+    def __init__(self, problem):
+        from pa_bench.problem.inputs import make_inputs
 
-    def prepare(self, inputs):
-        from types import SimpleNamespace
+        self.problem, self.inputs = problem, make_inputs(problem)
+        self.model_tiles = []
+        _FakeSession.made.append(self)
 
+    def sample_rows(self, n, seed=0):
+        from pa_bench.numerics.reference import sample_rows
+
+        return sample_rows(self.problem.queries, n, seed)
+
+    def kernel_arrays(self):
         from pa_bench.backends.triton_runner import _host_arrays
 
-        a = _host_arrays(inputs)
-        return SimpleNamespace(q=a["q"], k=a["k"], v=a["v"], ks=a["ks"], vs=a["vs"], table=a["table"])
+        return _host_arrays(self.inputs)
 
-    def reference(self, inputs, rows):
+    def reference(self, rows):
         from pa_bench.numerics.reference import reference_attention
 
-        pb = inputs.problem
+        pb, inputs = self.problem, self.inputs
         return reference_attention(inputs.q, inputs.k_i8, inputs.v_i8, pb.context, pb.softmax_scale, rows=rows,
                                    k_scale=inputs.k_scale, v_scale=inputs.v_scale)
 
-    def __init__(self):
-        self.model_tiles = []
-
-    def model(self, inputs, tile, rows, segment_keys=None):
+    def model(self, variant, rows, tile_keys, split_keys, pv_chain_keys, max_slack):
         from pa_bench.numerics.model import model_attention
 
-        self.model_tiles.append(tile)
-        return model_attention(inputs, tile, rows, segment_keys=segment_keys)
+        assert (variant, split_keys, pv_chain_keys, max_slack) == ("triton", 0, 0, None)
+        self.model_tiles.append(tile_keys)
+        return model_attention(self.inputs, tile_keys, rows)
 
-    def release(self, prep):
+    def close(self):
         pass
 
-    def unsupported_timing(self, variant, problem):
+    def unsupported(self, variant, timing=False):
         return "no v2 on the CPU"
 
-    def timer(self):
-        return _FakeTimer()
+    def time_calls(self, calls, **settings):
+        from pa_bench.measure import timing
+        from pa_bench.problem.config import TimingSettings
+
+        return timing.time_interleaved(calls, TimingSettings(**settings), timer=_FakeTimer())
 
 
 def test_the_gpu_path_on_a_fake_backend(monkeypatch, capsys):
@@ -205,6 +214,7 @@ def test_the_gpu_path_on_a_fake_backend(monkeypatch, capsys):
     the fastest pick."""
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setattr(T.Shape, "device", "cpu")
+    monkeypatch.setattr(T, "cupy_module", lambda: _FakeCp)
     from pa_bench.problem.plan import Problem
     from pa_bench.problem.shapes import parse_shape
 
@@ -215,8 +225,9 @@ def test_the_gpu_path_on_a_fake_backend(monkeypatch, capsys):
                                           "m128-w8-s5-bits-tile-n128")]
     args = T.parse_args(["--rows", "8", "--max-seconds", "0.3", "--min-seconds", "0.01"])
     rows = []
-    backend = _FakeBackend()
-    T.run_shape(backend, pb, cfgs, args, time.perf_counter(), 132, rows)
+    _FakeSession.made.clear()
+    T.run_shape(_FakeSession, pb, cfgs, args, time.perf_counter(), 132, rows)
+    backend = _FakeSession.made[0]
     by = {r["candidate"]: r for r in rows}
     assert [r["candidate"] for r in rows] == [c.name for c in cfgs]
     for name in ("m64-w4-s3-cast-gather", "m64-w4-s3-bits-tile", "m64-w4-s5-bits-tma-kt"):
@@ -241,6 +252,7 @@ def test_the_gpu_path_on_a_fake_backend(monkeypatch, capsys):
 def test_run_all_writes_the_table_entry_and_files(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setattr(T.Shape, "device", "cpu")
+    monkeypatch.setattr(T, "cupy_module", lambda: _FakeCp)
     monkeypatch.setattr(triton_runner, "TUNED", {})
     from pa_bench.problem.plan import Problem
     from pa_bench.problem.shapes import parse_shape
@@ -248,7 +260,7 @@ def test_run_all_writes_the_table_entry_and_files(monkeypatch, tmp_path, capsys)
     pb = Problem(parse_shape("70x20"), heads_q=2, heads_kv=1, head_dim=64, layout="contiguous", seed=5)
     args = T.parse_args(["--rows", "4", "--max-seconds", "0.2", "--min-seconds", "0.01", "--out", str(tmp_path),
                          "--candidates", "m64-w4-s3-bits-gather,m64-w4-s3-bits-tma"])
-    assert T.run_all(_FakeBackend(), "Fake GPU", 132, [pb], args, time.perf_counter(), watch=False) == 0
+    assert T.run_all(_FakeSession, "Fake GPU", 132, [pb], args, time.perf_counter(), watch=False) == 0
     import csv
     import json
 

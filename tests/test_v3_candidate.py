@@ -43,8 +43,11 @@ def test_only_the_kernel_and_its_probe_are_renamed(candidate):
 
 
 def test_the_candidate_takes_v3s_launch_rule(candidate):
+    from dataclasses import replace
+
+    import pa_bench
+    from pa_bench import launch as model   # the launch policy's rules (rows, segments, steps)
     from pa_bench.backends import kernels as K
-    from pa_bench import launch
     from pa_bench.problem.plan import Problem
     from pa_bench.problem.shapes import parse_shape
 
@@ -55,9 +58,10 @@ def test_the_candidate_takes_v3s_launch_rule(candidate):
     for shape in ("32Kx1024", "0x1536", "2.1Kx256"):
         pb = Problem(parse_shape(shape))
         args = (pb.context, pb.queries, pb.heads_q, pb.heads_kv)
-        assert launch.step_keys("v3_cand", *args) == launch.step_keys("v3", *args)
-        assert launch.cta_rows("v3_cand", *args) == launch.cta_rows("v3", *args)
-        assert launch.segment_keys(pb.context, "v3_cand", *args[1:]) == launch.segment_keys(pb.context, "v3", *args[1:])
+        assert model.step_keys("v3_cand", *args) == model.step_keys("v3", *args)
+        assert model.cta_rows("v3_cand", *args) == model.cta_rows("v3", *args)
+        assert model.segment_keys(pb.context, "v3_cand", *args[1:]) == model.segment_keys(pb.context, "v3", *args[1:])
+        assert pa_bench.launch_for("v3_cand", pb) == replace(pa_bench.launch_for("v3", pb), variant="v3_cand")
         assert K.launch_geometry("v3_cand", pb.queries, pb.heads_q, pb.heads_kv, context=pb.context) == \
             K.launch_geometry("v3", pb.queries, pb.heads_q, pb.heads_kv, context=pb.context)
 

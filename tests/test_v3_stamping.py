@@ -10,6 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "experiments"))
 import v3_stamping as V  # noqa: E402
 
+from pa_bench.api import _open  # noqa: E402 - a session on a stand-in backend
 from pa_bench.backends.cuda import CudaBackend  # noqa: E402
 
 
@@ -37,6 +38,7 @@ def test_the_problem_is_the_pr_one():
     pb = V.problem("2.1Kx256")
     assert (pb.heads_q, pb.heads_kv, pb.head_dim, pb.layout, pb.page) == (32, 8, 128, "paged", 64)
     assert pb.shape.label == "2.1Kx256"
+    assert V.stamp_pins().rows == 128 and V.stamp_pins().share is None   # the stamps fit 128-row CTAs
 
 
 class _Module:
@@ -48,6 +50,7 @@ class _Backend:
     """Stands in for CudaBackend: its compile, probes and launcher are stubs; ``adopt`` is the real one."""
 
     adopt = CudaBackend.adopt
+    name = "cuda"
 
     def __init__(self, build=None):
         from pa_bench.backends.kernels import KernelBuild
@@ -59,7 +62,11 @@ class _Backend:
         self.calls.append("prepare")
         return "prep"
 
-    def build(self, variant, pb):
+    def launch(self, variant, pb):
+        return "the policy's launch"
+
+    def build(self, variant, pb, launch=None):
+        assert launch == "the policy's launch"
         self.calls.append(f"build {variant}")
         return self.b
 
@@ -85,8 +92,9 @@ def test_v3_runs_from_the_module_whose_stamps_are_read(monkeypatch):
 
     monkeypatch.setattr(inputs, "make_inputs", lambda pb: "inputs")
     be = _Backend()
-    prep, mod, launch = V.module_launch(be, V.problem("0x64"))
-    assert (prep, launch) == ("prep", "launch") and isinstance(mod, _Module)
+    session = _open(V.problem("0x64"), None, be)   # a pa_bench.Session on the stand-in
+    mod, launch = V.module_launch(session)
+    assert (session.prepared, launch) == ("prep", "launch") and isinstance(mod, _Module)
     assert be.calls == ["prepare", "build v3", "module", "launcher v3"] and be._smem == {be.b: 1234}
     assert be._image_bytes == {}
 
@@ -99,7 +107,7 @@ def test_a_shared_tile_build_gets_its_image_bytes_before_its_launcher(monkeypatc
 
     monkeypatch.setattr(inputs, "make_inputs", lambda pb: "inputs")
     be = _Backend(KernelBuild("v3", kv_shared=True, cta_rows=128, step_keys=128))
-    V.module_launch(be, V.problem("32Kx1024"))
+    V.module_launch(_open(V.problem("32Kx1024"), None, be))
     assert be.calls == ["prepare", "build v3", "module", "probe pa_v3_image_bytes", "launcher v3"]
     assert be._image_bytes == {be.b: 33280}
 

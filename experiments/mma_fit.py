@@ -1,6 +1,6 @@
-"""Fit the MMA accumulation model to recorded tensor-core results (scripts/mma_dump.py).
+"""Fit the MMA accumulation model to recorded tensor-core results (experiments/mma_dump.py).
 
-    python scripts/mma_fit.py [NPZ ...]     (default: tests/data/mma_h200.npz)
+    python experiments/mma_fit.py [NPZ ...]     (default: tests/data/mma_h200.npz)
 
 For each recorded shape (m16n8k16, m16n8k8 pairs) it tries block-FMA variants: terms per block
 (16, 8, 4), alignment bits below fp32's last place for the products and for C, and prints the
@@ -47,7 +47,7 @@ def recorded(path: Path):
     z = np.load(path)
     if "k16_a" in z:                       # tests/data/mma_h200.npz: both shapes in one file
         return {k: tuple(z[f"k{k}_{x}"] for x in "abcd") for k in (16, 8)}
-    k = 8 if path.stem.endswith("k8") else 16   # scripts/mma_dump.py: one file per shape
+    k = 8 if path.stem.endswith("k8") else 16   # experiments/mma_dump.py: one file per shape
     return {k: tuple(z[x] for x in "abcd")}
 
 

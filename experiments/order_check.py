@@ -1,6 +1,6 @@
 """Does what runs before a sample move it? One process, every cell interleaved round by round.
 
-    python scripts/order_check.py [--config configs/pr2092.yaml] [--shapes 0x1536,2.1Kx256]
+    python experiments/order_check.py [--config configs/pr2092.yaml] [--shapes 0x1536,2.1Kx256]
                                   [--variants v3,triton,torch-sdpa-cudnn] [--rounds 150] [--out F.json]
 
 For each shape and variant it takes samples, with pa-bench's own sampler (the hold, the L2 flush,
@@ -42,7 +42,7 @@ def parse_args(argv):
     return args
 
 
-def cells_of(backend, preps, names, timers, pools):
+def cells_of(sessions, names, timers, pools):
     """{cell name: (callable, timer)}, round order: for each placement and variant, a first sample
     after the previous variant's, then one after its own for every flush buffer and pool."""
     import torch
@@ -59,9 +59,9 @@ def cells_of(backend, preps, names, timers, pools):
         return run
 
     cells = {}
-    for i, prep in enumerate(preps):
+    for i, sess in enumerate(sessions):
         with torch_util.placement(i):
-            fns, why = backend.callables(prep, names)
+            fns, why = sess.launchers(names)
         for name, reason in why.items():
             print(f"  {name}: not timed ({reason})")
         for name, fn in fns.items():
@@ -76,22 +76,23 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import torch
 
-    from pa_bench.backends.cuda import CudaBackend
+    import pa_bench
     from pa_bench.measure import timing
-    from pa_bench.problem.config import load_config
-    from pa_bench.problem.inputs import make_inputs
-    from pa_bench.problem.plan import make_plan
 
-    cfg = load_config(args.config)
-    plan = make_plan(cfg, shapes=args.shapes)
-    backend = CudaBackend(cfg)
+    cfg = pa_bench.load_config(args.config, shapes=args.shapes)
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
-    timers = [backend.timer(), timing.CupyTimer(int(backend.props["l2CacheSize"]))]
     pools = [None, torch.cuda.MemPool()]
     out = {}
-    for pb in plan.problems:
-        preps = [backend.prepare(make_inputs(pb)) for _ in range(2)]
-        cells = cells_of(backend, preps, names, timers, pools)
+    last = None   # the previous shape's session: the next ones share its backend (and builds)
+    for shape in cfg.shapes:
+        pb = pa_bench.make_problem(shape, cfg)
+        first = pa_bench.session(pb, config=cfg) if last is None else last.another(pb)
+        sessions = [first, first.another(pb)]   # two placements of the same inputs
+        last = first
+        l2 = int(first.describe()["l2_bytes"])
+        # the run's timer (the config's flush) and a second one with its own flush buffer
+        timers = [timing.CupyTimer(l2, flush=cfg.timing.l2_flush), timing.CupyTimer(l2)]
+        cells = cells_of(sessions, names, timers, pools)
         for fn, _timer in cells.values():
             fn()
         torch.cuda.synchronize()
@@ -120,8 +121,8 @@ def main(argv=None) -> int:
                 parts[label] = level(other) - level([k for k in selfs if k not in other])
             print(f"  {name:20s} {base:.5f} ms  " + "  ".join(f"{k} {v:+.2%}" for k, v in parts.items()),
                   flush=True)
-        for prep in preps:
-            backend.release(prep)
+        for sess in sessions:
+            sess.close()
     if args.out:
         with open(args.out, "w") as fh:
             json.dump(out, fh, indent=1)

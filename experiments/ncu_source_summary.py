@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Where a kernel's warps wait, per stretch of machine code: a summary of Nsight Compute's source page.
 
-    ncu --set full --import-source yes -k regex:pa_v3$ -c 1 -o v3 python3 scripts/profile_target.py --variant v3
+    ncu --set full --import-source yes -k regex:pa_v3$ -c 1 -o v3 python3 scripts/launch_target.py --variant v3
     ncu --import v3.ncu-rep --page source --csv --print-source sass > v3_source.csv
-    python3 scripts/ncu_source_summary.py v3_source.csv [--top 12] [--min-share 0.5]
+    python3 experiments/ncu_source_summary.py v3_source.csv [--top 12] [--min-share 0.5]
 
 The source page gives, per SASS instruction, how often it executed and how many warp-state samples
 (and of which stall reason) landed on it. This prints:

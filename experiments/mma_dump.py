@@ -1,7 +1,7 @@
 """Run single mma.sync instructions on the GPU and save operands and results, to fit the
 accumulation model (pa_bench.numerics.mma) offline.
 
-    python scripts/mma_dump.py OUT_DIR [--n 1024]
+    python experiments/mma_dump.py OUT_DIR [--n 1024]
 
 Writes OUT_DIR/mma_k16.npz and OUT_DIR/mma_k8.npz, each with arrays a [N,16,16] f16, b [N,16,8]
 f16, c [N,16,8] f32 and d (the tensor cores' result) for three operand kinds stacked along N:
