@@ -106,7 +106,7 @@ def _sample_rows(_ctx, _param, value: str | None) -> int | None:
 
 def _plugins(_ctx, _param, value: tuple[str, ...]) -> tuple[str, ...]:
     """``--plugin`` is eager: its modules register their variants before --variant is checked."""
-    from pa_bench import plugins
+    from pa_bench.problem import plugins
 
     for name in value:
         plugins.load(name)
@@ -461,7 +461,9 @@ def kernels(archs, head_dim, force_turing, as_json, wide):
     if as_json:
         console.print_json(rows)
     elif wide:
-        click.echo(kernel_info.format_table(rows))
+        from pa_bench.present.kernel_rows import format_table
+
+        click.echo(format_table(rows))
     else:
         console.show_kernels(rows)
     if rows and not any(r.get("compiled") for r in rows):

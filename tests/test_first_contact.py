@@ -361,15 +361,16 @@ def test_env_without_a_driver_says_no_nvidia_gpu_found_as_run_does(monkeypatch):
 
 def test_kernels_show_v3s_dynamic_shared_memory():
     from pa_bench.backends import kernel_info as ki
+    from pa_bench.present.kernel_rows import smem_cell
 
     ptx = (".visible .entry pa_v3_smem_bytes(\n\t.param .u64 pa_v3_smem_bytes_param_0\n)\n{\n"
            "\tmov.u32 \t%r1, 219216;\n\tst.global.u32 \t[%rd2], %r1;\n\tret;\n\n}\n"
            ".visible .entry pa_v3(\n)\n{\n\tret;\n}\n")
     assert ki.dynamic_smem_bytes(ptx, "pa_v3") == 219216
     assert ki.dynamic_smem_bytes(ptx, "pa_v1") is None
-    assert ki.smem_cell({"smem_bytes": 0, "dynamic_smem_bytes": 219216}) == "219216 dynamic"
-    assert ki.smem_cell({"smem_bytes": 1024, "dynamic_smem_bytes": 2048}) == "1024 + 2048 dynamic"
-    assert ki.smem_cell({"smem_bytes": 16896}) == "16896"
+    assert smem_cell({"smem_bytes": 0, "dynamic_smem_bytes": 219216}) == "219216 dynamic"
+    assert smem_cell({"smem_bytes": 1024, "dynamic_smem_bytes": 2048}) == "1024 + 2048 dynamic"
+    assert smem_cell({"smem_bytes": 16896}) == "16896"
     if ki.nvcc_path() is None:
         pytest.skip("nvcc (the CUDA compiler) is not on PATH")
     v3, v1 = ki.compile_one("v3", "sm_90"), ki.compile_one("v1", "sm_90")

@@ -8,6 +8,7 @@ import pytest
 
 from pa_bench import variants as registry
 from pa_bench.backends import kernel_info as ki
+from pa_bench.present.kernel_rows import format_table
 from pa_bench.backends import kernels as K
 
 pytestmark = [
@@ -72,7 +73,7 @@ def test_the_copy_column_tells_ldgsts_from_bulk_copies():
     assert not any(ki._parse_ptx("ld.shared.v4.u32 {%r1, %r2, %r3, %r4}, [%r5];")[k] for k in ("cp_async", "bulk_copy"))
     row = {"variant": "v3", "arch": "sm_90", "compiled": True, "registers": 168, "spill_bytes": 0, "smem_bytes": 0,
            "cp_async": False, "bulk_copy": True, "mma": "wgmma.m64n64k16", "cta": "384 threads"}
-    assert "bulk" in ki.format_table([row]) and "cp.async" not in ki.format_table([row])
+    assert "bulk" in format_table([row]) and "cp.async" not in format_table([row])
 
 
 def test_mma_shape_per_arch(table):
@@ -129,7 +130,7 @@ def test_inline_ptx_only_where_cuda_has_no_intrinsic():
 
 
 def test_format_table_lists_every_row(table):
-    text = ki.format_table(table)
+    text = format_table(table)
     assert len(text.splitlines()) == 2 + len(table) + 1          # and the key-segment note
     assert "not built" in text and "pa_combine" in text.splitlines()[-1]
 
@@ -172,5 +173,5 @@ def test_the_table_shows_a_serialised_wgmma():
     row = {"variant": "v3", "arch": "sm_90", "compiled": True, "registers": 168, "spill_bytes": 0,
            "smem_bytes": 0, "cp_async": True, "mma": "wgmma.m64n64k16", "combine_registers": 40,
            "cta": "384 threads", "wgmma_serialized": "non wgmma instructions defining input registers"}
-    assert "WGMMA SERIALISED by ptxas: non wgmma instructions" in ki.format_table([row])
-    assert "SERIALISED" not in ki.format_table([dict(row, wgmma_serialized=None)])
+    assert "WGMMA SERIALISED by ptxas: non wgmma instructions" in format_table([row])
+    assert "SERIALISED" not in format_table([dict(row, wgmma_serialized=None)])

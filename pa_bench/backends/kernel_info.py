@@ -23,7 +23,6 @@ from pathlib import Path
 from pa_bench import variants as registry
 from pa_bench.backends import kernels as K
 from pa_bench.errors import PaBenchError
-from pa_bench import fmt
 
 
 def nvcc_path() -> str | None:
@@ -31,10 +30,7 @@ def nvcc_path() -> str | None:
 
 
 COMBINE_FUNCTION = "pa_combine"
-SEGMENTS_NOTE = ("key segments (contexts above 64K keys, and v3 on chunks of fewer than 128 CTAs: "
-                 "pa_bench.numerics.model.segment_keys): grid.z = ceil(keys / segment keys) CTAs per "
-                 "row block, each on one segment, then pa_combine "
-                 f"({32 * K.COMBINE_ROWS_PER_CTA} threads: a warp per row) merges them")
+
 
 
 def _parse_ptxas(log: str, function: str | None = None) -> dict:
@@ -75,15 +71,6 @@ def dynamic_smem_bytes(ptx: str, function: str) -> int | None:
     value = re.search(r"st\.global\.[us]32\s+\[[^\]]+\],\s*(\d+);", body) or \
         re.search(r"mov\.[us]32\s+%r\d+,\s*(\d+);", body)
     return int(value.group(1)) if value else None
-
-
-def smem_cell(row: dict) -> str:
-    """The "smem B" cell of a built row: static bytes, and the dynamic bytes a kernel launches
-    with where it has them (``219216 dynamic``; ``1024 + 219216 dynamic`` with both)."""
-    static, dynamic = row.get("smem_bytes"), row.get("dynamic_smem_bytes")
-    if dynamic is None:
-        return str(static)
-    return f"{dynamic} dynamic" if not static else f"{static} + {dynamic} dynamic"
 
 
 def _parse_ptx(ptx: str) -> dict:
@@ -151,27 +138,3 @@ def kernel_table(archs: list[str] | None = None, head_dim: int = 128, force_turi
     todo = [(v, a) for v in variants for a in archs]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         return list(pool.map(lambda va: compile_one(va[0], va[1], head_dim, force_turing), todo))
-
-
-def _copy_kind(row: dict) -> str:
-    """The table's "async copy" cell: cp.async (LDGSTS), bulk (cp.async.bulk, the TMA unit), or -."""
-    kinds = [name for key, name in (("cp_async", "cp.async"), ("bulk_copy", "bulk")) if row.get(key)]
-    return "+".join(kinds) or "-"
-
-
-def format_table(rows: list[dict]) -> str:
-    """A plain-text (rich) table of kernel_table's rows, and the key-segment note."""
-    head = ["variant", "arch", "built", "regs", "spills", "smem B", "async copy", "mma", "combine regs", "CTA / reason"]
-    lines = []
-    for r in rows:
-        if r["compiled"]:
-            comb = r.get("combine_registers")
-            lines.append([r["variant"], r["arch"], "yes", str(r["registers"]), str(r["spill_bytes"]),
-                          smem_cell(r), _copy_kind(r), r["mma"] or "-",
-                          "-" if comb is None else str(comb),
-                          r["cta"] + (f"; WGMMA SERIALISED by ptxas: {r['wgmma_serialized']}"
-                                      if r.get("wgmma_serialized") else "")])
-        else:
-            lines.append([r["variant"], r["arch"], "no", "-", "-", "-", "-", "-", "-", r["reason"]])
-    table = fmt.text_table(head, lines, right={3, 4, 5, 8})
-    return "\n".join([table, f"With {SEGMENTS_NOTE}."])

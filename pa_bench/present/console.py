@@ -420,14 +420,14 @@ def show_compare(df, wide: bool = False) -> None:
 
 def show_kernels(rows: list[dict]) -> None:
     """``pa-bench kernels``: the built rows' resources in a table; under it each variant's CTA,
-    the builds that were not made and why, and how key segments launch (kernel_info.format_table:
+    the builds that were not made and why, and how key segments launch (kernel_rows.format_table:
     the same in one row a build, every column)."""
-    from pa_bench.backends.kernel_info import SEGMENTS_NOTE, _copy_kind, smem_cell
+    from pa_bench.present.kernel_rows import SEGMENTS_NOTE, copy_kind, smem_cell
 
     console = stdout_console()
     built = [r for r in rows if r.get("compiled")]
     table = [[r["variant"], r["arch"], str(r["registers"]), str(r["spill_bytes"]),
-              smem_cell(r), _copy_kind(r), " ".join((r.get("mma") or "-").split(",")),
+              smem_cell(r), copy_kind(r), " ".join((r.get("mma") or "-").split(",")),
               "-" if r.get("combine_registers") is None else str(r["combine_registers"])]
              for r in built]
     print_table(console, None, ["variant", "arch", "regs", "spills", "smem B", "async copy", "mma",
