@@ -25,7 +25,7 @@ import numpy as np
 
 import pa_bench
 from pa_bench.launch import fill          # the schedule estimate these measurements are set beside
-from pa_bench.numerics.model import SEGMENT_KEYS
+from pa_bench.variants import SEGMENT_KEYS
 
 TIMING = dict(warmup=3, min_seconds=0.3, max_seconds=1.5, max_noise=0.01, min_samples=15)
 

@@ -151,7 +151,7 @@ def read_run(run_dir: str | Path):
 
 
 def _config(config: str | Path | Config | None, plugins: Sequence[str], overrides: dict) -> Config:
-    from pa_bench import plugins as plugin_loader
+    from pa_bench.problem import plugins as plugin_loader
 
     for name in plugins:  # before the config: its variants may be the plug-ins'
         plugin_loader.load(name)
@@ -449,7 +449,7 @@ def session(problem: Problem | str, *, backend: str = "cuda", config: Config | N
     ``config``: timing settings and the data's parameters (None: the PR's config).
     ``force_turing``: build the CUDA kernels for the Turing path on any GPU.
     """
-    from pa_bench import plugins as plugin_loader
+    from pa_bench.problem import plugins as plugin_loader
     from pa_bench.backends import make_backend
 
     for name in plugins:

@@ -63,7 +63,7 @@ def load_run_config(opts: RunOptions, notice: Callable[[str], None] | None = Non
     """The config file (or the resumed run's own) with the command line's overrides applied;
     ``notice`` gets the one line that says a capture (``--data FILE.npz``) replaced the config's
     shapes or heads."""
-    from pa_bench import plugins
+    from pa_bench.problem import plugins
     from pa_bench.problem.config import DEFAULT_CONFIG, load_config
     from pa_bench.problem.inputs import capture_overrides, check_config_data
     from pa_bench.problem.plan import make_plan

@@ -473,7 +473,7 @@ def regime_of(backend, variants, problem) -> tuple:
     """What the kernels do on a chunk beyond its size: per kernel variant, how many key segments
     its softmax runs in (long contexts; v3 also on chunks with few CTAs) and whether it splits the
     chunk's keys in two halves (time is affine in context only while this stays the same)."""
-    from pa_bench.numerics.model import context_segment_keys
+    from pa_bench.variants import context_segment_keys
 
     out = []
     for v in variants:

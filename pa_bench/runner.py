@@ -150,7 +150,7 @@ class _Job:
     prefetch: Any = None  # pa_bench.problem.prefetch.InputsPrefetch: the next shapes' inputs
     hung_before: set = field(default_factory=set)  # (shape, variant) of a resumed run that hung
     retry_failed: bool = False  # --retry-failed: run those rows again
-    ahead: Any = None  # pa_bench.compile_ahead.CompileAhead: the child building slow compiles ahead
+    ahead: Any = None  # pa_bench.backends.compile_ahead.CompileAhead: the child building slow compiles ahead
     rows_run: int = 0  # rows this walk ran a phase of (0 on resuming a finished run)
 
     @property
@@ -234,10 +234,10 @@ def _run(
 
     job.prefetch = InputsPrefetch([] if previous else plan.problems)
     if not previous:
-        from pa_bench import compile_ahead
+        from pa_bench.backends import compile_ahead
         from pa_bench.backends import announce_plan
 
-        # the slowest compiles, built ahead in a child process (pa_bench.compile_ahead); then what
+        # the slowest compiles, built ahead in a child process (pa_bench.backends.compile_ahead); then what
         # the run is about to do, and roughly how long it will take
         job.ahead = compile_ahead.start(config, backend.name, plan.variants)
         announce_plan(mode, plan, backend, lambda pb: _rows_for(job, pb.queries, pb.seed), progress.log)

@@ -4,7 +4,7 @@ facts the numerics model needs, and its place in every table.
 The config, the plan, the backends, the numerics model, the kernel table, the runner and the
 report all read this registry; none of them lists variant names. Adding a CUDA kernel variant
 is one entry here, its ``kernels/<name>.cu`` file and its launch geometry
-(``pa_bench.backends.kernels.GEOMETRY``); a plug-in (``pa_bench.plugins``) registers one without
+(``pa_bench.backends.kernels.GEOMETRY``); a plug-in (``pa_bench.problem.plugins``) registers one without
 editing pa-bench: an absolute ``source`` path and a ``geometry`` function, or a peer class
 (``pa_bench.peers``). See docs/PLUGINS.md.
 
@@ -27,6 +27,20 @@ KINDS = (CUDA_KERNEL, TRITON_KERNEL, PEER)
 BASELINE = "v1"
 #: Variants whose full outputs every other kernel is diffed against (``diff_vs_v1``, ``diff_vs_v2``).
 DIFF_PARTNERS = ("v1", "v2")
+
+
+# Key segments: on long contexts every kernel runs the online softmax separately on each block
+# of SEGMENT_KEYS keys, from a fresh state, and merges the segments per row in fp32, so no MMA
+# accumulator lives for more than SEGMENT_KEYS / 16 slices (mma.sync's fp32 accumulation drifts
+# with the length of the chain). Segment z covers keys [z*S, min((z+1)*S, visible keys)). A
+# launch (pa_bench.launch) may segment shorter chunks too; the numerics model runs the segments it is told.
+SEGMENT_KEYS = 65536
+
+
+def context_segment_keys(context: int) -> int:
+    """Keys per segment that a chunk after ``context`` keys takes at the least (0: one segment):
+    SEGMENT_KEYS on contexts longer than SEGMENT_KEYS. The numerics model's default where it is told none."""
+    return SEGMENT_KEYS if int(context) > SEGMENT_KEYS else 0
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ _sass_tools_on_path()
 
 @pytest.fixture(autouse=True)
 def _no_compile_ahead(monkeypatch):
-    """No run of a test starts pa_bench.compile_ahead's child (tests/test_compile_ahead.py turns it
+    """No run of a test starts pa_bench.backends.compile_ahead's child (tests/test_compile_ahead.py turns it
     on where it tests it): fake backends named "cuda" would otherwise start one."""
     monkeypatch.setenv("PA_BENCH_COMPILE_AHEAD", "0")  # three small shapes of v1, v2, v2t: fast on the CPU
 NUMPY = ("--backend", "numpy")

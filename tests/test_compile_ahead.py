@@ -1,4 +1,4 @@
-"""pa_bench.compile_ahead: which variants are built ahead, the child's walk, and the run's wait."""
+"""pa_bench.backends.compile_ahead: which variants are built ahead, the child's walk, and the run's wait."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from pa_bench import compile_ahead
+from pa_bench.backends import compile_ahead
 from pa_bench.problem.config import CONFIG_DIR, load_config
 
 
@@ -218,7 +218,7 @@ def test_the_child_dies_with_the_run_even_when_stopped(tmp_path):
     # a "run" that starts a child which asks to die with its parent, stops it, then is killed
     code = (
         "import subprocess, sys, time, signal\n"
-        "child = subprocess.Popen([sys.executable, '-c', 'from pa_bench import compile_ahead as c; "
+        "child = subprocess.Popen([sys.executable, '-c', 'from pa_bench.backends import compile_ahead as c; "
         "c._die_with_parent(); import time; time.sleep(60)'])\n"
         "time.sleep(1.0)\n"
         "child.send_signal(signal.SIGSTOP)\n"

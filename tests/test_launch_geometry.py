@@ -157,7 +157,7 @@ def test_segments_cover_every_key_once_and_combine_reads_only_written_state(vari
 
 def test_long_context_gets_n_seg_ctas_per_row_block():
     from pa_bench.launch import segment_keys
-    from pa_bench.numerics.model import SEGMENT_KEYS
+    from pa_bench.variants import SEGMENT_KEYS
 
     ctx, nq = 1 << 20, 64                                    # 1M x 64 with 8/8 heads
     seg = segment_keys(ctx)
@@ -241,7 +241,7 @@ def test_v3_fill_launch_follows_its_launch_geometry(ctx, queries, hq, hkv):
     and none with fewer segments (then more rows) is within FILL_PREFER of the fastest."""
     from pa_bench.launch import fill
     from pa_bench.launch import cta_rows, segment_keys
-    from pa_bench.numerics.model import SEGMENT_KEYS
+    from pa_bench.variants import SEGMENT_KEYS
 
     keys = ctx + queries
     rows = cta_rows("v3", ctx, queries, hq, hkv)
@@ -295,7 +295,7 @@ def test_the_fill_estimate_orders_the_measured_launches_as_the_h200_did(ctx, que
     come within 10 % of the measured ratio (32/8 heads, D 128). The pairs were timed with 64-key
     consumer steps at both CTA sizes (pairs=False)."""
     from pa_bench.launch import fill
-    from pa_bench.numerics.model import SEGMENT_KEYS
+    from pa_bench.variants import SEGMENT_KEYS
 
     keys = ctx + queries
 
@@ -390,7 +390,7 @@ def test_v3_long_context_of_few_rows_takes_more_segments_than_other_kernels():
     segments, 128 CTAs), and none longer than SEGMENT_KEYS anywhere."""
     from pa_bench.launch import fill
     from pa_bench.launch import segment_keys
-    from pa_bench.numerics.model import SEGMENT_KEYS
+    from pa_bench.variants import SEGMENT_KEYS
 
     assert segment_keys(262144, "v1", 64, 32, 8) == SEGMENT_KEYS
     seg = segment_keys(262144, "v3", 64, 32, 8)

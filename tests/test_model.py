@@ -9,7 +9,8 @@ from pa_bench import variants as registry
 from pa_bench.numerics import mma as mma_mod
 from pa_bench.numerics import model as model_mod
 from pa_bench.launch import segment_keys, split_keys, split_point
-from pa_bench.numerics.model import (SEGMENT_KEYS, exp2_ftz, key_parts, model_arrays, model_attention, round_fp16,
+from pa_bench.variants import SEGMENT_KEYS
+from pa_bench.numerics.model import (exp2_ftz, key_parts, model_arrays, model_attention, round_fp16,
                                      tile_keys)
 from pa_bench.problem.plan import Problem
 from pa_bench.numerics.reference import reference_attention, sample_rows
@@ -239,7 +240,7 @@ def test_segments_follow_the_shared_rule(monkeypatch):
     assert key_parts(200, split=96) == [(0, 96), (96, 200)] and key_parts(200) == [(0, 200)]
     inp = inputs_for("200x13", hq=2, hkv=1)
     plain = model_attention(inp, 16)
-    monkeypatch.setattr(model_mod, "SEGMENT_KEYS", 64)      # the default follows segment_keys()
+    monkeypatch.setattr(registry, "SEGMENT_KEYS", 64)       # the default follows segment_keys()
     np.testing.assert_array_equal(model_attention(inp, 16), model_attention(inp, 16, segment_keys=64))
     assert not np.array_equal(model_attention(inp, 16), plain)
     with pytest.raises(ValueError, match="exclude"):

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pa_bench import plugins, runner
+from pa_bench import runner
+from pa_bench.problem import plugins
 from pa_bench import variants as registry
 from pa_bench.backends.numpy import NumpyBackend
 from pa_bench.errors import ConfigError, PluginError

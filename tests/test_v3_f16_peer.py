@@ -73,7 +73,8 @@ def test_it_is_registered_only_as_a_plugin():
     """A fresh process: not in the registry after pa-bench and its default config load, in it once
     the plug-in is loaded; no shipped config names it."""
     code = (
-        "from pa_bench import plugins, variants as r\n"
+        "from pa_bench import variants as r\n"
+        "from pa_bench.problem import plugins\n"
         "import pa_bench.cli\n"
         "from pa_bench.problem.config import DEFAULT_CONFIG, load_config\n"
         "load_config(DEFAULT_CONFIG)\n"

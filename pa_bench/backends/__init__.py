@@ -96,7 +96,7 @@ def make_backend(name: str, config=None, *, notice: Callable[[str], None] | None
 
 def _numpy_backend(config, pins: Pins) -> Backend:
     from pa_bench.backends.numpy import NumpyBackend, refuse_if_nothing_fits
-    from pa_bench.numerics.mma import DEFAULT_MMA
+    from pa_bench.problem.config import DEFAULT_MMA
 
     if config is not None:
         refuse_if_nothing_fits(config)  # before any input is drawn

@@ -25,7 +25,7 @@ Once a child has built everything of a plan it leaves a mark in pa-bench's cache
 (``$XDG_CACHE_HOME/pa-bench/compile-ahead``, keyed on ``plan_key``): a later run of the same plan
 starts no child while Triton's and Inductor's caches are there.
 
-    python -m pa_bench.compile_ahead SPEC.json     (the child; the spec is written by ``start``)
+    python -m pa_bench.backends.compile_ahead SPEC.json     (the child; the spec is written by ``start``)
 """
 
 from __future__ import annotations
@@ -249,7 +249,7 @@ def start(config, backend_name: str, variants) -> CompileAhead | None:
     # no tuning in the child: a tune times candidates, and the run's own GPU work would disturb it
     env = {**os.environ, "PA_BENCH_TRITON_TUNE": "0", PARENT_ENV: str(os.getpid())}
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "pa_bench.compile_ahead", spec_path], stdout=out,
+        proc = subprocess.Popen([sys.executable, "-m", "pa_bench.backends.compile_ahead", spec_path], stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
     ahead = CompileAhead(names, proc, log)
     ahead.status = "running"

@@ -26,7 +26,7 @@ from pa_bench.errors import BackendUnavailable, PaBenchError
 from pa_bench.launch import NO_PINS, Device, Launch, Pins, choose
 from pa_bench.measure import deadline
 from pa_bench.peers import CannotRun
-from pa_bench.numerics.mma import DEFAULT_MMA
+from pa_bench.problem.config import DEFAULT_MMA
 
 GUARD_ELEMS = 4096                      # canary elements before and after every output
 CANARY_F32 = np.uint32(0xFFC0DEAD)      # a NaN with a payload no kernel produces
@@ -493,7 +493,7 @@ class CudaBackend:
 
     def build_ahead(self, prep: Prepared, variant: str) -> None:
         """Build a Triton kernel or a peer on this shape as ``compute`` would, and call it once
-        (pa_bench.compile_ahead's child: it fills the on-disk compile caches for the run)."""
+        (pa_bench.backends.compile_ahead's child: it fills the on-disk compile caches for the run)."""
         if registry.get(variant).kind == registry.TRITON_KERNEL:
             self._python_launcher(prep, variant, prep.out_a)()
         else:
@@ -738,7 +738,7 @@ def estimate_bytes(problem, peer: bool = False) -> int:
     ref = 2 * hkv * nk * d * 8 + 256 * nk * 8 * 4 + hq * nq * d * 8
     peer_bytes = (2 * hkv * nk * d * 2 + hq * nq * d * 2) * 2 if peer else 0
     from pa_bench.launch import shares_tiles
-    from pa_bench.numerics.model import context_segment_keys
+    from pa_bench.variants import context_segment_keys
 
     seg = context_segment_keys(problem.context)
     part = -(-nk // seg) * hq * nq * (d + 2) * 4 if seg else 0     # the key-segment workspace

@@ -17,7 +17,7 @@ from pa_bench import variants as registry
 from pa_bench.backends.base import KernelOutput
 from pa_bench.launch import NO_PINS, Launch, Pins, choose
 from pa_bench.numerics.model import max_slack, pv_chain_keys, tile_keys
-from pa_bench.numerics.mma import DEFAULT_MMA
+from pa_bench.problem.config import DEFAULT_MMA
 
 # The determinism check runs the model a second time; do it only while that is cheap:
 # at most this many (query head x row x visible key) score elements (about a second).

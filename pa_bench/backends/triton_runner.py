@@ -183,7 +183,7 @@ def problem_class(problem) -> str:
     """The class a tuned configuration is chosen for: head size, heads, layout and page, the
     query count and key count as powers of two, and what else changes the binary (fp16 output,
     key segments). E.g. ``d128-h32.8-paged64-q1024-k65536``."""
-    from pa_bench.numerics.model import context_segment_keys
+    from pa_bench.variants import context_segment_keys
 
     pb = problem
     seg = context_segment_keys(pb.context)
@@ -323,7 +323,7 @@ class TritonVariant:
                  config=None):
         import torch
 
-        from pa_bench.numerics.model import context_segment_keys
+        from pa_bench.variants import context_segment_keys
 
         self.torch = torch
         self.mod = kernel_module()

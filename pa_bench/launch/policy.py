@@ -29,7 +29,6 @@ from dataclasses import dataclass
 
 from pa_bench import variants as registry
 from pa_bench.launch import fill
-from pa_bench.numerics import model
 
 TILE_ROWS = 16          # query rows of one m16 MMA tile
 DEFAULT_TILES = 2       # warp_tiles variants: m16 tiles per warp where nothing says otherwise
@@ -169,7 +168,7 @@ def _fill(variant: str | None, context: int, queries: int, heads_q: int, heads_k
     if not options or queries <= 0:
         return (options[-1] if options else 0), 0
     ctx = int(context)
-    longest = model.SEGMENT_KEYS if ctx > model.SEGMENT_KEYS else 0
+    longest = registry.SEGMENT_KEYS if ctx > registry.SEGMENT_KEYS else 0
     return fill.fill_launch(options, ctx, int(queries), max(1, int(heads_q)), max(1, int(heads_kv)), longest)
 
 
@@ -200,10 +199,10 @@ def step_keys(variant: str | None, context: int, queries: int, heads_q: int = 1,
     over long CTAs (fill.pair_steps), else the registry's tile_keys (0: not a kernel)."""
     entry = registry.find(variant) if variant else None
     if entry is None or not entry.tile_sharing or queries <= 0:
-        return model.tile_keys(variant) if entry is not None and entry.is_kernel else 0
+        return registry.get(variant).tile_keys if entry is not None and entry.is_kernel else 0
     rows, seg = _fill(variant, context, queries, heads_q, heads_kv)
     return 128 if fill.pair_steps(rows, seg, int(context), int(queries), max(1, int(heads_q)), max(1, int(heads_kv))) \
-        else model.tile_keys(variant)
+        else registry.get(variant).tile_keys
 
 
 def segment_keys(context: int, variant: str | None = None, queries: int = 0, heads_q: int = 1,
@@ -212,10 +211,10 @@ def segment_keys(context: int, variant: str | None = None, queries: int = 0, hea
     segment, the whole key range). For a ``variant`` with ``fill_rows`` (v3), those of its fastest
     launch by pa_bench.launch.fill: whole 64-key tiles, and on contexts longer than SEGMENT_KEYS
     segments of at most SEGMENT_KEYS keys (fill.segment_candidates). For the other variants: the
-    numerics model's long-context rule (model.context_segment_keys)."""
+    kernels' long-context rule (pa_bench.variants.context_segment_keys)."""
     if _fill_options(variant) and queries > 0:
         return _fill(variant, int(context), queries, heads_q, heads_kv)[1]
-    return model.context_segment_keys(context)
+    return registry.context_segment_keys(context)
 
 
 def split_point(context: int) -> int:
@@ -279,7 +278,7 @@ def choose(variant: str, problem, device: Device | None = None, pins: Pins = NO_
         if pins.segments is False:
             return 0
         if pins.segments is True:
-            return model.SEGMENT_KEYS
+            return registry.SEGMENT_KEYS
         return int(pins.segments)
 
     def split_of(name: str) -> int:
@@ -324,7 +323,7 @@ def _tile_keys(entry: registry.Variant, problem, device: Device | None, step: in
         planned = getattr(entry.resolve_runner(), "planned_tile_keys", None)
         if planned is not None:
             return int(planned(problem, device.gpu, device.sm_count))
-    return model.tile_keys(entry.name)
+    return entry.tile_keys
 
 
 __all__ = ["Launch", "Pins", "NO_PINS", "Device", "choose", "cta_rows", "shares_tiles", "step_keys", "segment_keys",

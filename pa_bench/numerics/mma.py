@@ -26,11 +26,6 @@ from __future__ import annotations
 
 import numpy as np
 
-# How the numerics model accumulates P.V (the config's ``parity.mma``): ``emulated`` follows mma.sync's
-# measured accumulation (this module), ``rn`` rounds every add to nearest.
-MMA_MODES = ("emulated", "rn")
-DEFAULT_MMA = "emulated"
-
 EXTRA_BITS = 2     # alignment bits below fp32's last place (calibrated, see above)
 MMA_K = 16         # products per m16n8k16 MMA (per output element)
 

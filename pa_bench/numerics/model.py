@@ -46,7 +46,7 @@ from typing import Any, Callable
 import numpy as np
 
 from pa_bench import variants as registry
-from pa_bench.numerics.mma import DEFAULT_MMA, MMA_MODES
+from pa_bench.problem.config import DEFAULT_MMA, MMA_MODES
 from pa_bench.problem.inputs import Inputs
 
 
@@ -69,24 +69,14 @@ def pv_chain_keys(variant: str) -> int:
     return int(entry.pv_chain_keys or 0) if entry is not None else 0
 
 
-# Key segments: on long contexts every kernel runs the online softmax separately on each block
-# of SEGMENT_KEYS keys, from a fresh state, and merges the segments per row in fp32, so no MMA
-# accumulator lives for more than SEGMENT_KEYS / 16 slices (mma.sync's fp32 accumulation drifts
-# with the length of the chain). Segment z covers keys [z*S, min((z+1)*S, visible keys)). A
-# launch (pa_bench.launch) may segment shorter chunks too; the model runs the segments it is told.
-SEGMENT_KEYS = 65536
-
-
-def context_segment_keys(context: int) -> int:
-    """Keys per segment that a chunk after ``context`` keys takes at the least (0: one segment):
-    SEGMENT_KEYS on contexts longer than SEGMENT_KEYS. The model's default where it is told none."""
-    return SEGMENT_KEYS if int(context) > SEGMENT_KEYS else 0
+# Key segments (SEGMENT_KEYS, context_segment_keys): pa_bench.variants, the kernels' shared contract;
+# a launch (pa_bench.launch) may segment shorter chunks too; the model runs the segments it is told.
 
 
 # The model's P.V accumulation: "emulated" mirrors mma.sync's truncating block FMA
 # (pa_bench.numerics.mma, calibrated on the H200), "rn" is the ideal (each 16-key slice's exact
 # sum added with one round-to-nearest). See docs/NUMERICS.md for the evidence behind the default.
-# MMA_MODES and DEFAULT_MMA (pa_bench.numerics.mma): the config's ``parity.mma`` tells the model
+# MMA_MODES and DEFAULT_MMA (pa_bench.problem.config): the config's ``parity.mma`` tells the model
 # which one (the run's backend section of meta.json records which one judged the run).
 
 _FP16_MIN_NORMAL = 2.0**-14
@@ -186,7 +176,7 @@ def model_attention(inputs: Inputs | ModelArrays, tile_keys: int, rows=None, spl
 
     ``rows``: sorted query-row indices (None: all rows). ``split_keys``: 0, or the key (a multiple
     of ``tile_keys``, at most the context) at which the keys are split in two halves merged at the
-    end. ``segment_keys``: keys per segment (None: :func:`context_segment_keys`, the rule every
+    end. ``segment_keys``: keys per segment (None: :func:`pa_bench.variants.context_segment_keys`, the rule every
     variant follows on long contexts; a launch's own: Launch.segment_keys; 0: none).
     ``mma``: how P.V accumulates (MMA_MODES); ``mma_k``: products per MMA (16; 8 for the Turing
     path's m16n8k8 pairs). ``pv_chain_keys``: 0 (P.V accumulates straight into acc), or a
@@ -218,7 +208,7 @@ def model_attention(inputs: Inputs | ModelArrays, tile_keys: int, rows=None, spl
     split = int(split_keys)
     if split < 0 or split > ctx or split % tile:
         raise ValueError(f"split_keys must be a multiple of {tile} in [0, {ctx}], got {split_keys}")
-    seg = context_segment_keys(ctx) if segment_keys is None else int(segment_keys)
+    seg = registry.context_segment_keys(ctx) if segment_keys is None else int(segment_keys)
     if seg < 0 or seg % 64:
         raise ValueError(f"segment_keys must be a non-negative multiple of 64, got {segment_keys}")
     if seg and split:
@@ -453,4 +443,4 @@ def _lazy_tile(prod, m, slack: float, xp):
 
 
 __all__ = ["model_attention", "model_arrays", "ModelArrays", "key_parts", "tile_keys", "pv_chain_keys", "max_slack",
-           "SEGMENT_KEYS", "context_segment_keys", "MMA_MODES", "DEFAULT_MMA", "round_fp16", "exp2_ftz", "ENGINES"]
+           "MMA_MODES", "DEFAULT_MMA", "round_fp16", "exp2_ftz", "ENGINES"]

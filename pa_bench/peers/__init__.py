@@ -21,7 +21,7 @@ A peer is a class with these members (subclass :class:`Peer` for the defaults)::
         def impl(self):                        # optional: which kernel ran ("cudnn", "flash" ...)
             ...
 
-and is registered with :func:`register_peer` from a plug-in module (``pa_bench.plugins``). The
+and is registered with :func:`register_peer` from a plug-in module (``pa_bench.problem.plugins``). The
 inputs (``pa_bench.problem.inputs.Inputs``) hold Q (fp16 ``[Hq, Nq, D]``), the int8 K/V
 (``[Hkv, Nk, D]``) with fp32 per-token scales, and the problem (heads, causal offset
 ``context``, ``softmax_scale``): causal is bottom-right (query i sees keys j <= context + i),
@@ -50,7 +50,7 @@ class Peer:
     summary: ClassVar[str] = ""
     backends: ClassVar[tuple[str, ...]] = ("cuda",)
     #: True where constructing the peer compiles into an on-disk cache (torch.compile): a run
-    #: then builds it ahead in a child process (pa_bench.compile_ahead)
+    #: then builds it ahead in a child process (pa_bench.backends.compile_ahead)
     compiles_ahead: ClassVar[bool] = False
 
     @classmethod

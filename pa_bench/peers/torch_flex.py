@@ -41,7 +41,7 @@ class FlexPeer(Peer):
 
     name = "torch-flex"
     summary = "PyTorch flex_attention, compiled"
-    compiles_ahead = True          # torch.compile's caches on disk: built ahead (pa_bench.compile_ahead)
+    compiles_ahead = True          # torch.compile's caches on disk: built ahead (pa_bench.backends.compile_ahead)
 
     @classmethod
     def unavailable(cls, problem) -> str | None:

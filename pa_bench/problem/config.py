@@ -21,9 +21,13 @@ import yaml
 from pa_bench import resources
 from pa_bench import variants as registry
 from pa_bench.errors import ConfigError, ShapeError
-from pa_bench.numerics.mma import DEFAULT_MMA, MMA_MODES
 from pa_bench.measure.settings import L2_FLUSHES, MAX_PLACEMENTS, MAX_ROUND_SAMPLES, TimingSettings
 from pa_bench.problem.shapes import Shape, parse_shape, parse_shapes
+
+# How the numerics model accumulates P.V (``parity.mma``): ``emulated`` follows mma.sync's measured
+# accumulation (pa_bench.numerics.mma), ``rn`` rounds every add to nearest.
+MMA_MODES = ("emulated", "rn")
+DEFAULT_MMA = "emulated"
 
 CONFIG_DIR = resources.CONFIG_DIR  # configs/ of the checkout, or the wheel's copy
 DEFAULT_CONFIG = CONFIG_DIR / "pr2092.yaml"
@@ -144,7 +148,7 @@ class Config:
     softmax_scale: float | None = None
     force_turing: bool = False
     deadline: float | None = None   # seconds one GPU wait may take (None: scaled with its work)
-    plugins: tuple[str, ...] = ()   # modules (or .py files) that register variants: pa_bench.plugins
+    plugins: tuple[str, ...] = ()   # modules (or .py files) that register variants: pa_bench.problem.plugins
     variants: tuple[str, ...] = field(default_factory=registry.names)  # every registered variant
     timing: TimingSettings = field(default_factory=TimingSettings)
     parity: ParitySettings = field(default_factory=ParitySettings)
@@ -525,7 +529,7 @@ def _build(raw: Any, *, where: str, base_dir: Path, path: str | None,
 def _plugins(c: _Checker, value: Any, base_dir: Path) -> tuple[str, ...]:
     """Load the installed plug-ins and the config's (before its variants are checked: plug-ins
     register variants); the config keeps each one's canonical name (a file's absolute path)."""
-    from pa_bench import plugins
+    from pa_bench.problem import plugins
     from pa_bench.errors import PluginError
 
     try:

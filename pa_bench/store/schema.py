@@ -55,7 +55,7 @@ class RunMeta:
     wall_seconds: float | None = None
     phase_seconds: dict = field(default_factory=dict)
     kernel_seconds: dict = field(default_factory=dict)
-    compile_ahead: dict | None = None  # pa_bench.compile_ahead: what the child built, its seconds
+    compile_ahead: dict | None = None  # pa_bench.backends.compile_ahead: what the child built, its seconds
     resumes: list = field(default_factory=list)
     shard: dict | None = None  # a shard run's plan (pa_bench.shard)
     parts: list | None = None  # a merged run's parts (pa_bench.store.merge)
