@@ -116,3 +116,14 @@ def test_command_line_json_and_check(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("nodes 6  floors 5  arrows 6 (7 imports)  back up 0  circles 0")
     assert layers.main([str(clean), "--package", "pkg", "--check", "--max-floors", "4"]) == 1
+
+
+def test_the_package_keeps_its_layers():
+    """pa_bench with scripts/ and experiments/ as nodes: at most eight floors, no arrow running back
+    up and no circle (docs/DESIGN.md, "Layers"). A change that breaks this names the arrows."""
+    root = Path(__file__).resolve().parents[1]
+    graph = layers.collect(root)
+    assert graph.circles == [], graph.circles
+    assert graph.back_arrows == [], graph.back_arrows
+    assert graph.floor_count <= 8, layers.table(graph)
+    assert layers.problems(graph, 8) == []
