@@ -274,7 +274,7 @@ def test_v3_fill_launch_follows_its_launch_geometry(ctx, queries, hq, hkv):
             assert (count(s), -r) >= (n, -rows), (r, s, e, rows, seg, mine)
 
 
-# Launch pairs measured on one H200 in one process, each pair timed in turns (scripts/fill_pairs.py,
+# Launch pairs measured on one H200 in one process, each pair timed in turns (experiments/fill_pairs.py,
 # results/reference/h200/20261203-v3-fill-rule/fill_pairs.txt): (context, queries, (rows,
 # segments) of A, (rows, segments) of B, B's time / A's).
 MEASURED_PAIRS = [

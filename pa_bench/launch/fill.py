@@ -27,7 +27,7 @@ The constants are H200 measurements (results/reference/h200/20261203-v3-fill-rul
 a 192-row tile takes 1.40 the 128-row one's time (1.5 the rows, a little more efficient); a
 CTA's fixed work about two tiles; about 4,000 rows of partial O a segment (512 bytes a row at
 D = 128 in fp32, written and read back) a tile's time. On 17 pairs of launches timed in turns
-on one H200 (scripts/fill_pairs.py) the estimate ranks every pair as measured, within 2.8 % rms
+on one H200 (experiments/fill_pairs.py) the estimate ranks every pair as measured, within 2.8 % rms
 and 7 % at worst. FILL_SMS is the SM count of the sm_90a GPUs v3 is built for (H100 SXM, H200):
 a constant, so that the choice, and with it a row's bits, depends on the problem only, never on
 the GPU.
