@@ -751,6 +751,7 @@ def _fill_timing(rec: Record, res: TimingResult, problem, base_samples, stats) -
     st = stats.summarize(res.samples_ms)
     rec.ms_median, rec.ms_min, rec.ms_max = st.median, st.min, st.max
     rec.ms_ci_lo, rec.ms_ci_hi = stats.placed_interval(res.samples_ms, res.placements)
+    rec.ci_kind = "placements" if res.placements and len(set(res.placements)) > 1 else "samples"
     rec.ms_q1, rec.ms_q3 = st.q1, st.q3
     rec.ms_rel_spread = st.rel_stdev
     rec.samples = st.count
