@@ -186,3 +186,19 @@ def test_cli_processes_end_to_end_on_numpy(smoke_yaml, numpy_args, invoke, tmp_p
 def test_cli_processes_refusals(smoke_yaml, numpy_args, invoke, tmp_path, args, needle):
     res = invoke("run", smoke_yaml, *numpy_args, *args, "--results", tmp_path)
     assert res.exit_code == 2 and needle in res.output
+
+
+def test_the_slowdown_knob_parses_and_sizes_its_spin():
+    from pa_bench.measure import timing
+
+    assert timing.slow_spec("") == {}
+    assert timing.slow_spec("v3=0.02, triton=0.05") == {"v3": 0.02, "triton": 0.05}
+    for bad in ("v3", "v3=2", "=0.02", "v3=x"):
+        with pytest.raises(ValueError, match="PA_BENCH_SLOW"):
+            timing.slow_spec(bad)
+    # 2 % of a 2.8 ms call at 1,800 MHz, less what an empty spin's launch already adds (2 us)
+    assert timing.spin_cycles(2.8, 2.802, 1800.0, 0.02) == 97_200   # (0.056 - 0.002) ms x 1.8e6 cycles/ms
+    assert timing.spin_cycles(0.05, 0.052, 1800.0, 0.02) == 0      # the launch alone is 4 %
+    assert timing.spin_cycles(2.8, 2.8, None, 0.02) == 0
+    fns = {"v1": lambda: None}
+    assert timing.slowed_on_purpose(fns, timer=None, spec={"v3": 0.02}) is fns  # not in this shape
