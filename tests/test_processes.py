@@ -202,3 +202,15 @@ def test_the_slowdown_knob_parses_and_sizes_its_spin():
     assert timing.spin_cycles(2.8, 2.8, None, 0.02) == 0
     fns = {"v1": lambda: None}
     assert timing.slowed_on_purpose(fns, timer=None, spec={"v3": 0.02}) is fns  # not in this shape
+
+
+def test_api_bench_processes_runs_the_workers_and_returns_the_merged_run(smoke_yaml, tmp_path):
+    import pa_bench
+
+    frame = pa_bench.bench(smoke_yaml, shapes="0x96", variants="v1", backend="numpy",
+                           parity=True, sample_rows=4, results=tmp_path, processes=2)
+    meta = open_run(frame.attrs["run_dir"]).read_meta()
+    assert meta["processes"]["count"] == 2 and list(frame["variant"]) == ["v1"]
+    assert bool(frame["parity_pass"].iloc[0]) is True
+    with pytest.raises(pa_bench.PaBenchError, match="processes=0"):
+        pa_bench.bench(smoke_yaml, backend="numpy", results=tmp_path, processes=0)
