@@ -115,6 +115,7 @@ def bench(
     sample_rows: int | None = None,
     results: str | Path | None = None,
     plugins: Sequence[str] = (),
+    processes: int | None = None,
     **overrides: Any,
 ):
     """Time per chunk of every shape x variant (``pa-bench time``; with ``parity=True`` also
@@ -128,6 +129,11 @@ def bench(
         backend: ``"auto"`` or ``"cuda"`` time on the GPU; on ``"numpy"`` every timing row is
             skipped with its reason (there is nothing to time on the CPU).
         parity: check each variant's output before timing it.
+        processes: ``N`` fresh worker processes, one after another on the GPU, each a whole
+            timing of the shapes, merged into one run (``pa-bench time --processes N``): each
+            row pools their samples and carries each process's median (``ms_proc_medians``) and
+            the interval across processes (``ms_xproc_lo``/``ms_xproc_hi``, also in
+            ``ms_ci_lo``/``ms_ci_hi`` with ``ci_kind`` "processes"). None or 1: this process.
 
     Returns:
         A pandas DataFrame with the columns of ``records.csv`` (``ms_median``, ``ms_ci_lo``,
@@ -135,7 +141,8 @@ def bench(
         per shape x variant; ``attrs["run_dir"]`` is the run directory.
     """
     mode = "run" if parity else "time"
-    return _walk(mode, config, shapes, variants, backend, sample_rows, results, plugins, overrides)
+    return _walk(mode, config, shapes, variants, backend, sample_rows, results, plugins, overrides,
+                 processes=processes)
 
 
 def read_run(run_dir: str | Path):
@@ -169,7 +176,7 @@ def _warn(message: str) -> None:
 
 
 def _walk(mode: str, config, shapes, variants, backend: str, sample_rows, results, plugins,
-          overrides: dict):
+          overrides: dict, processes: int | None = None):
     from pa_bench import runner
     from pa_bench.backends import make_backend
     from pa_bench.problem.inputs import check_config_data
@@ -180,11 +187,46 @@ def _walk(mode: str, config, shapes, variants, backend: str, sample_rows, result
         cfg = make_plan(cfg, shapes=shapes, variants=variants).config
     check_config_data(cfg)
     root = Path(tempfile.mkdtemp(prefix="pa-bench-")) if results is None else Path(results)
+    if processes is not None and (isinstance(processes, bool) or not isinstance(processes, int)
+                                  or processes < 1):
+        raise PaBenchError(f"processes={processes!r}: give a whole number of worker processes, at least 1")
+    if processes is not None and processes > 1:
+        return read_run(_in_processes(mode, cfg, backend, sample_rows, root, processes))
     walk = {"parity": runner.run_parity, "time": runner.run_timing, "run": runner.run_all}[mode]
     chosen = make_backend(backend, cfg, notice=_warn)  # "auto" without a GPU: a warning says numpy
     path = walk(cfg, chosen, results_root=root, sample_rows=sample_rows,
                 command=["pa_bench.api", mode])
     return read_run(path)
+
+
+def _in_processes(mode: str, cfg: Config, backend: str, sample_rows, root: Path, n: int) -> Path:
+    """``pa-bench run|time --processes n`` on ``cfg`` (a child that runs the workers one after
+    another and merges them, pa_bench.devices.run_processes); the merged run's directory."""
+    import json
+    import subprocess
+    import sys
+
+    import yaml
+
+    from pa_bench.problem.config import ALL_ROWS
+
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=root, delete=False) as fh:
+        yaml.safe_dump(cfg.to_dict(), fh, sort_keys=False)
+    argv = [sys.executable, "-m", "pa_bench", mode, "--config", fh.name, "--backend", backend,
+            "--results", str(root), "--processes", str(n), "--json"]
+    if mode == "run" and sample_rows is not None:
+        argv += ["--sample-rows", "all" if sample_rows == ALL_ROWS else str(sample_rows)]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    finally:
+        Path(fh.name).unlink(missing_ok=True)
+    try:
+        return Path(json.loads(done.stdout)["run"])
+    except (ValueError, KeyError, TypeError):
+        lines = [ln for ln in (done.stderr or done.stdout).splitlines() if ln.strip()]
+        raise PaBenchError(lines[-1] if lines else f"pa-bench {mode} --processes {n} failed "
+                           f"(exit {done.returncode})") from None
 
 
 def parity_verdict(out, reference, model, canary_ok: bool = True):

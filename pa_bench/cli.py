@@ -172,6 +172,11 @@ OPTIONS: dict[str, Callable] = {
     "retry_failed": click.option(
         "--retry-failed", is_flag=True,
         help="With --resume: run again the rows whose kernel hung (they are kept otherwise)."),
+    "processes": click.option(
+        "--processes", type=click.IntRange(min=1), metavar="N",
+        help="N fresh worker processes, one after another on this GPU, each a whole timing of "
+             "the shapes; one merged run whose rows carry each process's median and the "
+             "interval across processes (docs/TIMING.md)."),
     "profile": click.option(
         "--profile", is_flag=True, expose_value=False, callback=_profile_flag,
         help="Write a cProfile of the run to <run dir>/profile.pstats and print the wall and "
@@ -295,18 +300,45 @@ def parity(opts: RunOptions, save_outputs):
     _finish("parity", path, config, opts)
 
 
+def _in_processes(mode: str, config, opts: RunOptions) -> Path:
+    """``--processes N``: N worker processes one after another, merged (pa_bench.devices)."""
+    from pa_bench import devices as devices_mod
+
+    progress = console.RichProgress()
+    try:
+        return devices_mod.run_processes(config, opts.processes, mode=mode, backend=opts.backend,
+                                         results_root=opts.results_root,
+                                         sample_rows=opts.sample_rows if mode == "run" else None,
+                                         progress=progress, command=_command_line())
+    finally:
+        progress.stop()
+
+
+def _no_processes_with(opts: RunOptions, **others) -> None:
+    given = [name for name, value in others.items() if value is not None]
+    if opts.resume is not None:
+        given.insert(0, "--resume")
+    if opts.processes is not None and given:
+        raise click.UsageError(f"--processes runs whole runs in fresh workers: give it without {given[0]}")
+
+
 @cli.command("time")
-@with_options(*SWEEP, "hot", "max_seconds")
+@with_options(*SWEEP, "hot", "max_seconds", "processes")
 def time_cmd(opts: RunOptions):
     """Time per chunk (CUDA events, L2 flushed before each launch; variants interleaved)."""
+    _no_processes_with(opts)
     config = load_run_config(opts, console.note)
-    path = _run_command("time", config, build_backend(opts.backend, config, console.note, needs_timing=True), opts)
+    if opts.processes is not None and opts.processes > 1:
+        build_backend(opts.backend, config, console.note, needs_timing=True)  # fails here, not N times
+        path = _in_processes("time", config, opts)
+    else:
+        path = _run_command("time", config, build_backend(opts.backend, config, console.note, needs_timing=True), opts)
     _finish("time", path, config, opts)
 
 
 @cli.command()
 @click.argument("config_arg", metavar="[CONFIG]", required=False, type=click.Path(dir_okay=False))
-@with_options(*SWEEP, "sample_rows", "hot", "max_seconds")
+@with_options(*SWEEP, "sample_rows", "hot", "max_seconds", "processes")
 @click.option("--shard", metavar="I/N",
               help="Run only shard I of N (I is 0-based, 0..N-1: "
                    "--shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT under --array=0-(N-1)); "
@@ -326,8 +358,11 @@ def run(opts: RunOptions, shard, devices):
     if devices is not None and (shard is not None or opts.resume is not None):
         raise click.UsageError("--devices runs every shard itself: give it without "
                                f"{'--shard' if shard is not None else '--resume'}")
+    _no_processes_with(opts, **{"--shard": shard, "--devices": devices})
     config = load_run_config(opts, console.note)
-    if devices is not None:
+    if opts.processes is not None and opts.processes > 1:
+        path = _in_processes("run", config, opts)
+    elif devices is not None:
         from pa_bench import devices as devices_mod
 
         chosen, progress = devices_mod.resolve(devices), console.RichProgress()

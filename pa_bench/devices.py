@@ -13,6 +13,15 @@ The parent only watches: it polls the workers' records.csv for one progress disp
 they are done merges their runs (pa_bench.store.merge) into one run directory; each row gets
 its device's NVML index and UUID (``device_index``, ``device_uuid``). The workers' own runs stay
 under ``<run>/parts/gpu<k>/`` with their logs (``gpu<k>.log``).
+
+``pa-bench run|time --processes N`` (:func:`run_processes`) uses the same workers another way:
+N fresh processes on the one GPU, one after another (never two at once: each times alone), each
+a whole run of the plan with its own allocation of the inputs, flush buffer and memory pools.
+The first worker runs the command (``run``: parity and timing); the others only time
+(``time``), since parity does not depend on the process. Their runs stay under
+``<run>/parts/proc<k>/`` with their logs, and are merged by
+:func:`pa_bench.store.merge.merge_processes`: every row pools the workers' samples and gets each
+worker's median and the interval across processes (pa_bench.measure.xproc).
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ from pa_bench.errors import PaBenchError
 from pa_bench.problem.config import ALL_ROWS
 from pa_bench.shard import Shard
 from pa_bench.store import results as R
-from pa_bench.store.merge import merge_runs
+from pa_bench.store.merge import merge_processes, merge_runs
 
 PARTS_DIR = "parts"
 POLL_S = 0.5
@@ -146,9 +155,43 @@ def worker_env(device: Device, n_workers: int, base: dict | None = None) -> dict
     return env
 
 
+class ProcessesError(PaBenchError):
+    """A bad ``--processes`` value."""
+
+
+def check_processes(n: int | None) -> int | None:
+    """``--processes``: None (one process, in this one) or a whole number of at least 1."""
+    if n is None:
+        return None
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ProcessesError(f"--processes {n!r}: give a whole number of worker processes, at least 1")
+    return n
+
+
+def process_argv(config_file: Path, worker: int, *, mode: str, backend: str, results_root: Path,
+                 sample_rows: int | None) -> list[str]:
+    """The command ``--processes`` worker ``worker`` runs: the first runs ``mode``, the others
+    ``time`` (parity is the same in every process)."""
+    own = mode if worker == 0 else "time"
+    argv = [sys.executable, "-m", "pa_bench", own, "--config", str(config_file),
+            "--backend", backend, "--results", str(results_root), "--json"]
+    if own == "run" and sample_rows is not None:
+        argv += ["--sample-rows", "all" if sample_rows == ALL_ROWS else str(sample_rows)]
+    return argv
+
+
+def process_env(worker: int, base: dict | None = None) -> dict[str, str]:
+    """A ``--processes`` worker's environment: the parent's, with the worker's index in
+    ``PA_BENCH_WORKER`` (for the worker's log and a plug-in that wants it; the measurement does
+    not read it). The workers run one at a time, so each gets the host's CPU threads."""
+    env = dict(os.environ if base is None else base)
+    env["PA_BENCH_WORKER"] = str(worker)
+    return env
+
+
 @dataclass
 class _Worker:
-    device: Device
+    device: Device | None
     shard: Shard
     root: Path
     log: Path
@@ -253,7 +296,87 @@ def run_on_devices(config, devices: Sequence[Device], *, backend: str = "auto",
     return run.path
 
 
-def _watch(workers: Sequence[_Worker], progress) -> None:
+def run_processes(config, n: int, *, mode: str = "run", backend: str = "auto",
+                  results_root: str | Path = "results", sample_rows: int | None = None,
+                  progress=None, command: list[str] | None = None,
+                  argv_for: Callable[..., list[str]] = process_argv,
+                  write_report: bool = True) -> Path:
+    """Run ``config`` ``n`` times, one fresh worker process after another, and merge the runs
+    into one (pa_bench.store.merge.merge_processes); returns the merged run directory.
+
+    ``argv_for(config_file, worker, mode=, backend=, results_root=, sample_rows=)`` builds a
+    worker's command (tests swap it)."""
+    import yaml
+
+    from pa_bench.problem.plan import make_plan
+    from pa_bench.runner import NullProgress, RunInterrupted
+
+    n = check_processes(n)
+    progress = progress or NullProgress()
+    command = list(sys.argv if command is None else command)
+    plan = make_plan(config)
+    started = time.time()
+    run = R.new_run_dir(results_root, config.name, backend if backend != "auto" else "cuda")
+    run.write_meta({"mode": mode, "status": "running", "created": R.now_utc_iso(),
+                    "command": command, "config": config.to_dict(), "config_path": config.path,
+                    "seed": config.seed, "sample_rows": sample_rows,
+                    "processes": {"count": n}})
+    parts = run.path / PARTS_DIR
+    parts.mkdir()
+    config_file = parts / "config.yaml"
+    config_file.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False), encoding="utf-8")
+
+    workers = [_Worker(None, Shard(0, 1), parts / f"proc{k}", parts / f"proc{k}.log")
+               for k in range(n)]
+    progress.start(len(plan) * n, f"run {config.name} in {n} process{'es' if n > 1 else ''}")
+    interrupted = False
+    try:
+        for k, w in enumerate(workers):
+            w.root.mkdir()
+            argv = argv_for(config_file, k, mode=mode, backend=backend, results_root=w.root,
+                            sample_rows=sample_rows)
+            with open(w.log, "wb") as log:
+                w.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, env=process_env(k))
+            _watch([w], progress, f"process {k + 1} of {n}")
+    except KeyboardInterrupt:
+        interrupted = True
+        _stop(workers)
+    progress.stop()
+
+    made = []
+    for k, w in enumerate(workers):
+        part = w.run_dir()
+        if part is None or not part.records_path.exists():
+            if w.proc is not None:
+                progress.log(f"process {k}: no run ({w.last_log_line()}); log: {w.log}")
+            continue
+        if w.proc is not None and w.proc.returncode not in (0, 1):
+            progress.log(f"process {k}: worker exited with {w.proc.returncode} "
+                         f"({w.last_log_line()}); log: {w.log}")
+        made.append(part)
+    if not made:
+        raise PaBenchError(f"no worker wrote a run: process 0: {workers[0].last_log_line()} "
+                           f"(logs under {parts})")
+    merge_processes(made, run, command=command,
+                    extra_meta={"config_path": config.path,
+                                "wall_seconds": round(time.time() - started, 3)})
+    meta = run.read_meta()
+    meta["processes"]["requested"] = n
+    run.update_meta(processes=meta["processes"])
+    if interrupted:
+        run.update_meta(status="interrupted", finished=R.now_utc_iso())
+        raise RunInterrupted(run.path)
+    if len(made) < n:
+        run.update_meta(status="incomplete")
+    if write_report:
+        from pa_bench.present.report import write_report_or_note
+
+        write_report_or_note(run.path, progress.log)
+    return run.path
+
+
+def _watch(workers: Sequence[_Worker], progress, what: str | None = None) -> None:
     """Poll until every worker has exited; one progress display for all of them."""
     while True:
         alive = [w for w in workers if w.proc is not None and w.proc.poll() is None]
@@ -264,7 +387,7 @@ def _watch(workers: Sequence[_Worker], progress) -> None:
                 w.counted = rows
         if not alive:
             return
-        progress.update(f"{len(alive)} of {len(workers)} GPU workers running")
+        progress.update(what or f"{len(alive)} of {len(workers)} GPU workers running")
         time.sleep(POLL_S)
 
 
@@ -300,4 +423,5 @@ def stamp_device(run: R.RunDir, device: Device) -> None:
 
 
 __all__ = ["Device", "DeviceError", "discover", "select", "resolve", "worker_argv", "worker_env",
-           "run_on_devices", "stamp_device"]
+           "run_on_devices", "stamp_device", "ProcessesError", "check_processes", "process_argv",
+           "process_env", "run_processes"]

@@ -40,6 +40,7 @@ class RunOptions:
     deadline: float | None = None  # seconds one GPU wait may take (None: the config's, or scaled)
     retry_failed: bool = False     # --resume: run again the rows whose kernel hung
     plugins: tuple[str, ...] = ()  # --plugin: modules or .py files that register variants
+    processes: int | None = None   # --processes: fresh worker processes, one after another (None: this one)
 
     @property
     def capture(self) -> str | None:

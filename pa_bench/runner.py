@@ -240,6 +240,8 @@ def _run(
         # the slowest compiles, built ahead in a child process (pa_bench.backends.compile_ahead); then what
         # the run is about to do, and roughly how long it will take
         job.ahead = compile_ahead.start(config, backend.name, plan.variants)
+        if backend.name == "cuda":   # every kernel build of the run, compiled side by side
+            compile_ahead.start_pool(backend, plan.problems, plan.variants)
         announce_plan(mode, plan, backend, lambda pb: _rows_for(job, pb.queries, pb.seed), progress.log)
     progress.start(len(plan), f"{mode} {config.name} on {backend.name}",
                    work=sum(p.flops for p in plan.problems) * len(plan.variants))
@@ -266,6 +268,8 @@ def _run(
         job.prefetch.close()   # drop inputs drawn ahead, whatever ended the walk
         if job.ahead is not None:
             job.ahead.close()
+        if getattr(backend, "compile_pool", None) is not None:
+            backend.compile_pool.close()
     if resume_run is not None and job.rows_run == 0:
         progress.log(f"nothing to resume: {run.path.name} has no row left to run"
                      + (" (--retry-failed runs the rows whose kernel hung)" if hung_before and not retry_failed else ""))
@@ -751,6 +755,7 @@ def _fill_timing(rec: Record, res: TimingResult, problem, base_samples, stats) -
     st = stats.summarize(res.samples_ms)
     rec.ms_median, rec.ms_min, rec.ms_max = st.median, st.min, st.max
     rec.ms_ci_lo, rec.ms_ci_hi = stats.placed_interval(res.samples_ms, res.placements)
+    rec.ci_kind = "placements" if res.placements and len(set(res.placements)) > 1 else "samples"
     rec.ms_q1, rec.ms_q3 = st.q1, st.q3
     rec.ms_rel_spread = st.rel_stdev
     rec.samples = st.count

@@ -8,7 +8,18 @@ reference and the model of its first shape, a child process walks the plan's sha
 variants that compile into such a cache (the Triton kernels and the peers that say
 ``compiles_ahead``), and when the run reaches them their compiles are cache hits. Before those the
 child compiles the CUDA variants too (CuPy's kernel cache), last first: the run builds the first
-ones itself.
+ones itself; where the run's compile pool is on (the default, below) the pool builds them instead.
+
+The compile pool (:func:`start_pool`, :class:`CompilePool`): when a run on the GPU starts, every
+build of pa-bench's own CUDA kernels it will need (each variant on each shape) is compiled in a
+process pool, one worker per core, exactly as the run compiles it (CuPy's RawModule: NVRTC into
+CuPy's on-disk kernel cache; nvcc for an arch-specific build NVRTC cannot take). When the run
+reaches a build it waits for that build's worker and then compiles it itself, a cache hit; a
+build the worker could not make fails on the run's own compile, on its row, as it would without
+the pool. The workers end before the run's first timing phase (each holds a CUDA context).
+``PA_BENCH_COMPILE_POOL=0`` turns it off, ``=N`` caps the workers; meta.json's
+``backend_meta.compile_pool`` says how many workers built how many builds in how long, and each
+build's entry in ``backend_meta.builds`` its worker's ``pool_seconds``.
 
 The child never tunes the Triton kernel (a tune times candidates, and the run's own GPU work would
 disturb it): a problem class that the tuned table lacks gets its default configuration built
@@ -136,6 +147,149 @@ def ahead_variants(variants) -> list[str]:
     return out
 
 
+# --------------------------------------------------------------------------- the compile pool
+
+POOL_ENV = "PA_BENCH_COMPILE_POOL"     # 0: no pool; N: at most N workers (default: the cores)
+
+
+def pool_enabled() -> bool:
+    return os.environ.get(POOL_ENV, "1").strip().lower() not in ("0", "off", "no", "false")
+
+
+def pool_size(n_builds: int) -> int:
+    """Workers for ``n_builds`` builds: one per core (``PA_BENCH_COMPILE_POOL=N`` caps it), never
+    more than the builds; 0 for fewer than two builds (nothing to do side by side)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    raw = os.environ.get(POOL_ENV, "").strip()
+    cap = int(raw) if raw.isdigit() and int(raw) > 1 else cores
+    n = min(cores, cap, n_builds)
+    return n if n >= 2 else 0
+
+
+def needed_builds(backend, problems, variants) -> list:
+    """Every kernel build of pa-bench's own CUDA kernels the run will compile (each variant on each
+    shape it supports, ``backend.build``), each once, in the order the run reaches them."""
+    from pa_bench import variants as registry
+
+    out: dict = {}
+    for problem in problems:
+        for v in variants:
+            try:
+                entry = registry.get(v)
+                if entry.kind != registry.CUDA_KERNEL or entry.geometry is not None:
+                    continue
+                if backend.unsupported(v, problem) is not None:
+                    continue
+                out.setdefault(backend.build(v, problem), None)
+            except Exception:     # the run meets it and reports it on the row
+                continue
+    return list(out)
+
+
+def compile_build(build, cc: int, include_options: tuple) -> dict:
+    """A pool worker's job: ``build`` compiled exactly as the run's CudaBackend._module compiles it
+    (CuPy's RawModule on the same source and options: NVRTC, into CuPy's on-disk kernel cache;
+    for an arch-specific build NVRTC cannot take, nvcc to the cubin pa_bench.backends.kernels
+    names), so the run's own compile of it is a cache hit. Returns its compiler, seconds and
+    error (None when it built)."""
+    import shutil
+
+    from pa_bench import fmt
+    from pa_bench import variants as registry
+    from pa_bench.backends import kernels as K
+
+    t0 = time.perf_counter()
+    arch = K.arch_options(build.variant, cc)
+    try:
+        import cupy as cp
+
+        mod = cp.RawModule(code=K.kernel_source(build.variant),
+                           options=build.options() + tuple(include_options) + arch)
+        mod.get_function(build.function)
+        compiler, error = "nvrtc", None
+    except Exception as exc:
+        compiler, error = None, fmt.error_line(exc)
+        if arch and shutil.which("nvcc") is not None:
+            try:
+                K.nvcc_cubin(build, registry.get(build.variant).nvcc_arch(cc))
+                compiler, error = "nvcc", None
+            except Exception as exc2:
+                error = fmt.error_line(exc2)
+    return {"compiler": compiler, "seconds": round(time.perf_counter() - t0, 3), "error": error}
+
+
+class CompilePool:
+    """The run's kernel builds compiled side by side in worker processes (one per core), started
+    when the run starts. ``wait_for(build)`` blocks until that build's worker is done (the run
+    then compiles it itself: a cache hit when the worker built it; the same error, on the same
+    row, as without the pool when it did not); ``close()`` waits for the rest and ends the
+    workers, which the run does before its first timing (a worker holds a CUDA context).
+    ``compile_fn(build, *args)`` is the job (tests swap it)."""
+
+    def __init__(self, builds, workers: int, args: tuple = (), compile_fn=compile_build):
+        import concurrent.futures as cf
+        import multiprocessing as mp
+
+        self.started = time.monotonic()
+        self.workers = workers
+        self.outcomes: dict = {}
+        self.seconds: float | None = None
+        self._pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
+        self._futures = {b: self._pool.submit(compile_fn, b, *args) for b in builds}
+
+    def wait_for(self, build) -> dict | None:
+        """The outcome of ``build``'s compile (None: not the pool's, or its worker died)."""
+        fut = self._futures.get(build)
+        if fut is None:
+            return None
+        if build not in self.outcomes:
+            try:
+                self.outcomes[build] = fut.result()
+            except Exception as exc:
+                self.outcomes[build] = {"compiler": None, "seconds": None,
+                                        "error": f"{type(exc).__name__}: {exc}"[:200]}
+        return self.outcomes[build]
+
+    def close(self) -> None:
+        """Wait for every build, then end the workers (once)."""
+        if self.seconds is not None:
+            return
+        for build in self._futures:
+            self.wait_for(build)
+        self._pool.shutdown(wait=True)
+        self.seconds = round(time.monotonic() - self.started, 3)
+
+    def meta(self) -> dict:
+        """meta.json's ``backend_meta.compile_pool``: workers, builds, seconds until all were done
+        (None while running), and each failed build's error."""
+        failed = [{"variant": getattr(b, "variant", None), "build": getattr(b, "function", str(b)),
+                   "error": o["error"]}
+                  for b, o in self.outcomes.items() if o.get("error")]
+        return {"workers": self.workers, "builds": len(self._futures),
+                "done": len(self.outcomes), "seconds": self.seconds, "failed": failed}
+
+
+def start_pool(backend, problems, variants, compile_fn=compile_build) -> CompilePool | None:
+    """A :class:`CompilePool` for the run's builds (None where turned off, where CuPy keeps no disk
+    cache for the run to hit, or for fewer than two builds); ``backend.compile_pool`` is set to it,
+    so that the backend's ``kernel()`` waits for a build's worker before compiling it."""
+    from pa_bench.backends import kernels as K
+
+    if not pool_enabled() or K.kernel_cache_dir() is None:
+        return None
+    builds = needed_builds(backend, problems, variants)
+    n = pool_size(len(builds))
+    if not n:
+        return None
+    args = (backend.cc, tuple(backend._include_options())) if compile_fn is compile_build else ()
+    pool = CompilePool(builds, n, args, compile_fn)
+    backend.compile_pool = pool
+    return pool
+
+
+# --------------------------------------------------------------------------- the child
+
+
 @dataclass
 class CompileAhead:
     """The child process of one run (or none), and what became of it."""
@@ -235,6 +389,8 @@ def start(config, backend_name: str, variants) -> CompileAhead | None:
         return None
     builds = cuda_builds(variants)
     key = plan_key(config, names + builds)
+    if pool_enabled():
+        builds = []      # the run's compile pool builds them, side by side (start_pool)
     if built_before(key):
         ahead = CompileAhead(names)
         ahead.status = "skipped: built before and the caches are there"

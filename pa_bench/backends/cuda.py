@@ -63,6 +63,64 @@ class Prepared:
     shared: dict = field(default_factory=dict)   # (build, segments) -> v3's shared-tile workspace and launch count
 
 
+def process_age_s() -> float | None:
+    """Seconds since this process started (Linux: /proc), None where unknown: the interpreter's
+    start-up and imports before the backend, which no phase of the run covers."""
+    try:
+        with open("/proc/self/stat", "rb") as fh:
+            start_ticks = int(fh.read().rsplit(b")", 1)[1].split()[19])
+        with open("/proc/uptime", "rb") as fh:
+            uptime = float(fh.read().split()[0])
+        return round(uptime - start_ticks / os.sysconf("SC_CLK_TCK"), 3)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class TorchImport:
+    """``import torch`` on a daemon thread, started with the backend, so that the peers and the
+    Triton kernel find it imported (its seconds: ``backend_meta.torch_import``). An import the
+    run needs first simply waits on Python's import lock for the thread's."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.started = time.perf_counter()
+        self.seconds: float | None = None
+        self.error: str | None = None
+        self._thread = threading.Thread(target=self._run, name="pa-bench-torch-import", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            import torch  # noqa: F401
+        except Exception as exc:   # the peer that needs it says why, on its row
+            self.error = fmt.error_line(exc)
+        self.seconds = round(time.perf_counter() - self.started, 3)
+
+    def meta(self) -> dict:
+        return {"seconds": self.seconds, "error": self.error}
+
+
+def start_torch_import(config) -> TorchImport | None:
+    """A :class:`TorchImport` where ``config`` holds a variant that runs through torch (a peer, a
+    Triton kernel) and torch is not imported yet; ``PA_BENCH_TORCH_EARLY=0`` turns it off."""
+    import sys
+
+    if config is None or "torch" in sys.modules:
+        return None
+    if os.environ.get("PA_BENCH_TORCH_EARLY", "1").strip().lower() in ("0", "off", "no", "false"):
+        return None
+    kinds = set()
+    for name in getattr(config, "variants", ()) or ():
+        try:
+            kinds.add(registry.get(name).kind)
+        except Exception:
+            continue
+    if not kinds & {registry.PEER, registry.TRITON_KERNEL}:
+        return None
+    return TorchImport()
+
+
 class CudaBackend:
     """See docs/DESIGN.md, 'Backend interface'."""
 
@@ -78,6 +136,7 @@ class CudaBackend:
         super().__setattr__(name, value)
 
     def __init__(self, config=None, force_turing: bool = False, pins: Pins = NO_PINS):
+        init_started, process_age = time.perf_counter(), process_age_s()
         cp = _cupy()
         try:
             if cp.cuda.runtime.getDeviceCount() < 1:
@@ -108,6 +167,11 @@ class CudaBackend:
         self._image_bytes: dict[K.KernelBuild, int] = {}   # a shared-tile build's bytes per tile image
         self._timer = None
         self._model_inputs = None      # (inputs, their arrays on the GPU) of the model's last shape
+        self.compile_pool = None       # pa_bench.backends.compile_ahead.CompilePool: builds side by side
+        self.torch_import = start_torch_import(config)   # the peers' torch, imported on a thread
+        # where a first run's time goes before its first phase: meta.json backend_meta.startup
+        self.startup = {"process_seconds": process_age,
+                        "backend_init_seconds": round(time.perf_counter() - init_started, 3)}
 
     # ------------------------------------------------------------------ description
     def describe(self) -> dict:
@@ -147,6 +211,9 @@ class CudaBackend:
                 for b in self._kernels
             ],
             "kernel_cache": str(K.kernel_cache_dir() or "off (CUPY_CACHE_IN_MEMORY)"),
+            "startup": self.startup,
+            **({"compile_pool": self.compile_pool.meta()} if self.compile_pool is not None else {}),
+            **({"torch_import": self.torch_import.meta()} if self.torch_import is not None else {}),
             "launches": list(self._launches.values()),
             **{v.name: v.resolve_runner().meta() for v in registry.all_variants()
                if v.kind == registry.TRITON_KERNEL},
@@ -281,6 +348,7 @@ class CudaBackend:
     def kernel(self, build: K.KernelBuild):
         fn = self._kernels.get(build)
         if fn is None:
+            pooled = self.compile_pool.wait_for(build) if self.compile_pool is not None else None
             try:
                 cache = K.kernel_cache_dir()
                 before, started = K.cache_entries(cache), time.perf_counter()
@@ -288,6 +356,8 @@ class CudaBackend:
                 self.compiles[build] = {"compile_seconds": round(time.perf_counter() - started, 3),
                                         "cache": K.cache_outcome(cache, before)
                                         if self.compilers.get(build) == "nvrtc" else None}
+                if pooled is not None:     # built by a pool worker first: its own seconds
+                    self.compiles[build]["pool_seconds"] = pooled.get("seconds")
                 self.adopt(build, mod, fn)
             except Exception as exc:
                 raise PaBenchError(f"compiling {build.variant} failed: {fmt.error_line(exc)}") from exc
@@ -662,6 +732,8 @@ class CudaBackend:
         from pa_bench.measure import timing
         from pa_bench.peers import torch_util
 
+        if self.compile_pool is not None:   # its workers hold CUDA contexts: gone before a sample
+            self.compile_pool.close()
         pb = prep.inputs.problem
         want = max(settings.placements, 1)
         preps = [prep]

@@ -327,6 +327,7 @@ def time_interleaved(
         except KernelHung as exc:
             raise exc.at(name, name) from None
     batch = {name: _hot_batch(fns[name], timer, limit_s[name]) if hot else 1 for name in names}
+    fns = slowed_on_purpose(fns, timer, slow_spec())
 
     samples: dict[str, list[float]] = {n: [] for n in names}
     clocks: dict[str, list[float | None]] = {n: [] for n in names}
@@ -394,6 +395,87 @@ def time_interleaved(
         )
         for name in names
     }
+
+
+#: ``PA_BENCH_SLOW="VARIANT=FRACTION[,...]"``: a test instrument, never a measurement. Each named
+#: variant's every call is followed, inside the timed interval, by a one-thread kernel that spins
+#: for FRACTION of the variant's own time, so the variant really runs about that much slower on
+#: the GPU (``compare`` must call it slower). Off unless set; a run with it says so on stderr.
+SLOW_ENV = "PA_BENCH_SLOW"
+_SPIN_SOURCE = r"""
+extern "C" __global__ void pa_spin(long long cycles) {
+    long long t0 = clock64();
+    while (clock64() - t0 < cycles) { }
+}
+"""
+
+
+def slow_spec(text: str | None = None) -> dict[str, float]:
+    """``PA_BENCH_SLOW``'s {variant: fraction} ({} when unset); a bad entry is one line
+    (ValueError naming it)."""
+    import os
+
+    raw = os.environ.get(SLOW_ENV, "") if text is None else text
+    out: dict[str, float] = {}
+    for item in (t.strip() for t in raw.split(",") if t.strip()):
+        name, sep, frac = item.partition("=")
+        try:
+            value = float(frac)
+        except ValueError:
+            value = math.nan
+        if not sep or not name.strip() or not 0 < value < 1:
+            raise ValueError(f"{SLOW_ENV}: {item!r} is not VARIANT=FRACTION with 0 < FRACTION < 1 "
+                             "(e.g. v3=0.02)")
+        out[name.strip()] = value
+    return out
+
+
+def spin_cycles(plain_ms: float, padded_ms: float, mhz: float | None, fraction: float) -> int:
+    """Cycles the spin kernel must add so that a call of ``plain_ms`` takes ``fraction`` longer,
+    given that a call followed by a spin of 0 cycles took ``padded_ms`` (the spin's launch is not
+    free) and the SM runs at ``mhz``; 0 where that launch alone adds the fraction or more."""
+    if mhz is None or not mhz > 0:
+        return 0
+    want_ms = fraction * plain_ms - max(padded_ms - plain_ms, 0.0)
+    return max(int(round(want_ms * mhz * 1e3)), 0)
+
+
+def slowed_on_purpose(fns: dict[str, Callable[[], None]], timer: Timer,
+                      spec: dict[str, float]) -> dict[str, Callable[[], None]]:
+    """``fns`` with each variant of ``spec`` followed by a spin of its fraction of the variant's
+    time (:data:`SLOW_ENV`); calibrated on five cold samples without and with an empty spin."""
+    todo = [n for n in fns if n in spec]
+    if not todo:
+        return fns
+    import sys
+
+    import cupy as cp
+
+    spin = cp.RawKernel(_SPIN_SOURCE, "pa_spin")
+    stamps = _stamps(timer)
+    out = dict(fns)
+    def padded_call(fn: Callable[[], None], cycles: list[int]) -> Callable[[], None]:
+        def padded() -> None:
+            fn()
+            spin((1,), (1,), (cp.int64(cycles[0]),))
+        return padded
+
+    for name in todo:
+        fn, cycles = fns[name], [0]
+        padded = padded_call(fn, cycles)
+
+        def median_of(call) -> tuple[float, float | None]:
+            got = [_one_sample(call, timer, None, stamps, hot=False, batch=1) for _ in range(5)]
+            mhz = [g[2] for g in got if g[2] is not None]
+            return stats.summarize([g[0] for g in got]).median, (sorted(mhz)[len(mhz) // 2] if mhz else None)
+
+        plain, mhz = median_of(fn)
+        empty, _ = median_of(padded)
+        cycles[0] = spin_cycles(plain, empty, mhz or timer.nominal_mhz(), spec[name])
+        sys.stderr.write(f"timing: {name} slowed on purpose by {100 * spec[name]:g} % "
+                         f"({SLOW_ENV}; a spin of {cycles[0]} cycles after each call)\n")
+        out[name] = padded
+    return out
 
 
 def _stamps(timer: Timer) -> Callable[[], float | None] | None:

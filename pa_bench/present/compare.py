@@ -7,7 +7,11 @@ whole interval lies beyond +-min_change, else 'same'. Comparing B with A gives t
 of comparing A with B, row for row. Where a run has no raw samples for a row, the interval
 comes from the records' quartiles (`stats.verdict`), as symmetric. Parity changes (pass -> fail
 and back) are reported beside it. Rows found in only one run are kept and marked; two runs with
-no row in common are an error. Differences between the runs' GPUs or parameters are listed in
+no row in common are an error. Where both runs ran ``--processes`` (a row's ``ci_kind`` is
+'processes'), the row is judged on the two across-process intervals instead
+(`xproc.xproc_verdict`: a change only where they do not overlap, with no `min_change` guard,
+since those intervals already hold what moves a median between processes); ``cycles`` keeps
+the samples' rule. Differences between the runs' GPUs or parameters are listed in
 `df.attrs['warnings']`, since they make a comparison of times meaningless; so are SM clocks that
 differ by more than CLOCK_TOLERANCE between the runs on a row both measured (``sm-cycles``).
 
@@ -26,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from pa_bench.errors import PaBenchError
-from pa_bench.measure import stats
+from pa_bench.measure import stats, xproc
 from pa_bench import fmt
 from pa_bench.store.records import STATUS_OK, Record
 from pa_bench.store.results import RunDir, open_run
@@ -109,6 +113,24 @@ def _judge(a: Record, b: Record, samples_a: list | None, samples_b: list | None,
                 change_hi=(1 + change) * (1 + noise) - 1, basis="quartiles")
 
 
+def _across_processes(r: Record | None) -> bool:
+    """The row carries an interval across worker processes (``--processes``, measure.xproc)."""
+    return (r is not None and r.ci_kind == xproc.KIND_PROCESSES
+            and r.ms_xproc_lo is not None and r.ms_xproc_hi is not None)
+
+
+def _judge_processes(a: Record, b: Record) -> dict | None:
+    """B against A from the two rows' across-process intervals: 'slower' / 'faster' only where
+    they do not overlap (measure.xproc.xproc_verdict); no --min-change guard."""
+    try:
+        c = xproc.xproc_verdict(a.ms_median, a.ms_xproc_lo, a.ms_xproc_hi,
+                                b.ms_median, b.ms_xproc_lo, b.ms_xproc_hi)
+    except ValueError:
+        return None
+    return dict(verdict=c.verdict, change=c.change, change_lo=c.lo, change_hi=c.hi,
+                basis="processes")
+
+
 def _row(shape: str, variant: str, a: Record | None, b: Record | None, min_change: float,
          samples_a: dict, samples_b: dict, clocks_a: dict | None = None, clocks_b: dict | None = None,
          cycles: bool = False) -> dict:
@@ -138,7 +160,8 @@ def _row(shape: str, variant: str, a: Record | None, b: Record | None, min_chang
                               _kcycles(samples_a.get(key), (clocks_a or {}).get(key)),
                               _kcycles(samples_b.get(key), (clocks_b or {}).get(key)), min_change))
     elif _timed(a) and _timed(b):
-        row.update(_judge(a, b, samples_a.get(key), samples_b.get(key), min_change))
+        judged = _judge_processes(a, b) if _across_processes(a) and _across_processes(b) else None
+        row.update(judged or _judge(a, b, samples_a.get(key), samples_b.get(key), min_change))
     else:
         row["verdict"] = "n/a"  # not timed (ok) on both sides
     row["parity_change"] = _parity_change(row["parity_a"], row["parity_b"])
@@ -190,7 +213,8 @@ def compare_runs(run_a: str | Path | RunDir, run_b: str | Path | RunDir, min_cha
     time, or with ``cycles`` of the SM cycles (`kcyc`: ms x the stamped MHz; verdict 'no clock'
     where a side has no stamped clock); `mhz_*`, `kcyc_*` where the clock was stamped,
     `change_lo`/`change_hi` its 95 % interval, `basis` 'samples' (bootstrap of the raw samples)
-    or 'quartiles' (no raw samples stored), `verdict` in {'faster', 'slower', 'same', 'n/a',
+    or 'quartiles' (no raw samples stored) or 'processes' (both rows carry an interval across
+    worker processes: the verdict is that the intervals do not overlap, whatever min_change), `verdict` in {'faster', 'slower', 'same', 'n/a',
     'only in A', 'only in B', 'no clock'}, `parity_change` in {'', 'regressed', 'fixed'}.
     attrs: run_a, run_b (run ids), warnings (list of str), measure ('time' or 'cycles').
     Raises NothingToCompare when the runs share no (shape, variant) row.
@@ -279,6 +303,8 @@ def table_cells(df) -> list[dict[str, str]]:
             f"[{fmt.pct(row['change_lo'], '+.1f')}, {fmt.pct(row['change_hi'], '+.1f')}]"
         if row["basis"] == "quartiles":
             interval += " q"
+        elif row["basis"] == "processes":
+            interval += " p"
         out.append({
             "shape": str(row["shape"]), "variant": str(row["variant"]),
             "ms_a": fmt.ms(row["ms_a"], "-"), "ms_b": fmt.ms(row["ms_b"], "-"),
@@ -300,6 +326,10 @@ def summary_lines(df) -> list[str]:
     lines = ["", summary]
     if len(df) and (df["basis"] == "quartiles").any():
         lines.append("q: no raw samples stored for the row; interval from the quartiles")
+    if len(df) and (df["basis"] == "processes").any():
+        lines.append("p: both runs ran --processes; the change's interval is every ratio their "
+                     "across-process intervals allow, and a change is called only where they do "
+                     "not overlap (no --min-change)")
     return lines
 
 

@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 from pa_bench import fmt
 from pa_bench import notes as N
+from pa_bench.measure import xproc
 
 DEFAULT_WIDTH = 100  # columns of a table off a terminal without COLUMNS (a log, a pipe)
 GAP = 2              # columns between two table columns: one of padding, one of the box's gap
@@ -354,6 +355,9 @@ def show_run(records, backend_desc: dict, config, *, parity: bool, timing: bool,
         if shown and (shown_rows or not records):
             header, rows, right = table(shown_rows, wide, common)
             print_table(console, title, header, rows, right=right, wide=wide)
+    interval = xproc.interval_text(records) if timing else None
+    if interval and "across" in interval:   # a --processes run's table says which interval it shows
+        print_lines(console, [interval])
     if not wide:
         own = [(r, _reason(r, common)) for r in shown_rows]
         print_lines(console, impl_lines(records) + grouped_lines

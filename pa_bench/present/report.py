@@ -31,6 +31,7 @@ from pa_bench import variants as registry
 from pa_bench.errors import DamagedRun, EmptyRun, PaBenchError
 from pa_bench import fmt
 from pa_bench.fmt import DASH
+from pa_bench.measure import xproc
 from pa_bench.present.prompt_report import prompt_section
 from pa_bench.store.records import STATUS_OK, Record
 from pa_bench.store.results import REPORT_FILE, RunDir, is_reference_run, open_run
@@ -230,6 +231,7 @@ def _parameters(records: list[Record], meta: RunMeta) -> list[str]:
         ["CuPy / nvcc / torch",
          f"{_env(meta, 'cupy') or DASH} / {_env(meta, 'nvcc') or DASH} / {_env(meta, 'torch') or DASH}"],
         ["timing", timing_text],
+        ["interval", xproc.interval_text(records) or DASH],
         ["pa-bench / git commit", f"{_env(meta, 'pa_bench') or DASH} / {meta.git_commit or DASH}"],
         ["created", meta.created or DASH],
     ]

@@ -16,12 +16,15 @@ no part held).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from pa_bench.errors import PaBenchError
-from pa_bench.store.records import COLUMNS, Record, format_cell
+from pa_bench.store.records import COLUMNS, STATUS_OK, Record, format_cell
 from pa_bench.store.results import RunDir, _atomic_write_text, _dump_series, now_utc_iso
 
 #: meta.json keys that belong to one part, not to the merged run (kept under ``parts``).
@@ -62,9 +65,13 @@ def _backend(meta: Mapping[str, Any]) -> str | None:
     return b.get("backend") if isinstance(b, Mapping) else b
 
 
-def check_compatible(runs: Sequence[RunDir], metas: Sequence[Mapping[str, Any]]) -> None:
-    """Refuse runs that did not measure the same thing, naming the first difference."""
+def check_compatible(runs: Sequence[RunDir], metas: Sequence[Mapping[str, Any]],
+                     ignore: Collection[str] = ()) -> None:
+    """Refuse runs that did not measure the same thing, naming the first difference
+    (``ignore``: ``mode``, ``sample_rows``, where a part may differ there by design)."""
     first, m0 = runs[0], metas[0]
+    if ignore:
+        metas = [m0] + [{**m, **{k: m0.get(k) for k in ignore}} for m in metas[1:]]
     for run, m in zip(runs[1:], metas[1:]):
         def refuse(what: str, a: Any, b: Any) -> MergeConflict:
             return MergeConflict(f"cannot merge {run.path} with {first.path}: {what} is {b} there "
@@ -153,28 +160,10 @@ def _part(run: RunDir, meta: Mapping[str, Any], records: list[Record]) -> dict[s
             "backend_meta": meta.get("backend_meta")}
 
 
-def merge_runs(runs: Sequence[RunDir], out: RunDir, *, command: list[str] | None = None,
-               extra_meta: Mapping[str, Any] | None = None) -> RunDir:
-    """Merge ``runs`` into the (new, empty) run directory ``out``; returns it.
-
-    Writes records.csv, samples.json / clocks.json (where the parts have them) and meta.json.
-    Raises :class:`MergeConflict` (one line) when the parts cannot be one run."""
-    if not runs:
-        raise MergeConflict("merge needs at least one run")
-    paths = [r.path.resolve() for r in runs]
-    if len(set(paths)) != len(paths):
-        dup = next(p for p in paths if paths.count(p) > 1)
-        raise MergeConflict(f"cannot merge: {dup} is named twice")
-    metas = [r.read_meta() for r in runs]
-    for run, meta in zip(runs, metas):
-        if not meta:
-            raise MergeConflict(f"cannot merge {run.path}: it has no meta.json")
-    check_compatible(runs, metas)
-    config = metas[0].get("config") or {}
-    records = merge_records(runs, config)
-    samples = _merge_series(runs, RunDir.samples)
-    clocks = _merge_series(runs, RunDir.clocks)
-
+def _merged_meta(runs: Sequence[RunDir], metas: Sequence[Mapping[str, Any]],
+                 command: list[str] | None) -> dict[str, Any]:
+    """The merged meta.json: the parts' common settings, ``parts``, the span of their times and
+    their phase seconds summed."""
     parts = [_part(r, m, r.records()) for r, m in zip(runs, metas)]
     meta = {k: v for k, v in metas[0].items() if k not in PART_KEYS}
     for key in ("environment", "backend"):  # what every part shares (e.g. one GPU model)
@@ -201,6 +190,158 @@ def merge_runs(runs: Sequence[RunDir], out: RunDir, *, command: list[str] | None
         status="complete" if all_complete else "incomplete",
         phase_seconds=phase_seconds,  # summed over the parts (device-seconds of work)
     )
+    return meta
+
+
+def merge_runs(runs: Sequence[RunDir], out: RunDir, *, command: list[str] | None = None,
+               extra_meta: Mapping[str, Any] | None = None) -> RunDir:
+    """Merge ``runs`` into the (new, empty) run directory ``out``; returns it.
+
+    Writes records.csv, samples.json / clocks.json (where the parts have them) and meta.json.
+    Raises :class:`MergeConflict` (one line) when the parts cannot be one run."""
+    if not runs:
+        raise MergeConflict("merge needs at least one run")
+    paths = [r.path.resolve() for r in runs]
+    if len(set(paths)) != len(paths):
+        dup = next(p for p in paths if paths.count(p) > 1)
+        raise MergeConflict(f"cannot merge: {dup} is named twice")
+    metas = [r.read_meta() for r in runs]
+    for run, meta in zip(runs, metas):
+        if not meta:
+            raise MergeConflict(f"cannot merge {run.path}: it has no meta.json")
+    check_compatible(runs, metas)
+    config = metas[0].get("config") or {}
+    records = merge_records(runs, config)
+    samples = _merge_series(runs, RunDir.samples)
+    clocks = _merge_series(runs, RunDir.clocks)
+
+    meta = _merged_meta(runs, metas, command)
+    meta.update(extra_meta or {})
+    out.path.mkdir(parents=True, exist_ok=True)
+    out.write_records(records)
+    if samples:
+        _atomic_write_text(out.samples_path, _dump_series(samples))
+    if clocks:
+        _atomic_write_text(out.clocks_path, _dump_series(clocks))
+    out.write_meta(meta)
+    return out
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def _pooled_record(base: Record, timed: Sequence[tuple[Record, list, list | None]],
+                   base_samples: Sequence[list] | None) -> Record:
+    """``base`` (the first process's row) with its timing columns made from every process's
+    samples: the pooled median and spread, each process's median and the across-process
+    interval (which ``ms_ci_lo``/``ms_ci_hi`` then hold, ``ci_kind`` naming it)."""
+    from pa_bench.measure import stats, xproc
+
+    rec = Record.from_dict(base.to_dict())
+    per_process = [s for _r, s, _c in timed]
+    pooled = [x for s in per_process for x in s]
+    st = stats.summarize(pooled)
+    iv = xproc.process_interval(per_process)
+    first = timed[0][0]
+    rec.ms_median, rec.ms_min, rec.ms_max = st.median, st.min, st.max
+    rec.ms_q1, rec.ms_q3, rec.ms_rel_spread, rec.samples = st.q1, st.q3, st.rel_stdev, st.count
+    rec.ms_ci_lo, rec.ms_ci_hi, rec.ci_kind = iv.lo, iv.hi, iv.kind
+    rec.processes = iv.processes
+    rec.ms_proc_medians = xproc.format_medians(iv.medians)
+    rec.ms_xproc_lo, rec.ms_xproc_hi = (iv.lo, iv.hi) if iv.kind == xproc.KIND_PROCESSES else (None, None)
+    scale = first.ms_median / st.median if first.ms_median else None
+    rec.tflops = first.tflops * scale if first.tflops is not None and scale else None
+    rec.kv_gbps = first.kv_gbps * scale if first.kv_gbps is not None and scale else None
+    clocks = [float(c) for _r, _s, cs in timed for c in (cs or [])
+              if c is not None and math.isfinite(float(c))]
+    rec.sm_clock_mhz = float(np.median(clocks)) if clocks else first.sm_clock_mhz
+    rec.throttled = sum(int(r.throttled or 0) for r, _s, _c in timed)
+    reasons = [r.stop_reason for r, _s, _c in timed if r.stop_reason]
+    rec.stop_reason = max(dict.fromkeys(reasons), key=reasons.count) if reasons else None
+    rec.host_bound = any(bool(r.host_bound) for r, _s, _c in timed) or first.host_bound
+    rec.clock_source = first.clock_source
+    if base_samples is not None:
+        ratios = np.concatenate([_round_ratios(b, s) for b, s in zip(base_samples, per_process)])
+        if ratios.size:
+            lo, hi = stats.median_interval(ratios)
+            rec.speedup_vs_v1, rec.speedup_lo, rec.speedup_hi = float(np.median(ratios)), lo, hi
+    return rec
+
+
+def _round_ratios(base: Sequence[float], other: Sequence[float]) -> np.ndarray:
+    """base_k / other_k over the rounds both have (pa_bench.measure.stats.paired_speedup's)."""
+    n = min(len(base), len(other))
+    b = np.asarray(list(base[:n]), dtype=np.float64)
+    o = np.asarray(list(other[:n]), dtype=np.float64)
+    ok = np.isfinite(b) & np.isfinite(o) & (b > 0) & (o > 0)
+    return b[ok] / o[ok]
+
+
+def merge_processes(runs: Sequence[RunDir], out: RunDir, *, command: list[str] | None = None,
+                    extra_meta: Mapping[str, Any] | None = None) -> RunDir:
+    """Merge the runs of ``--processes`` workers (each a whole run of the same plan, one after
+    another on one GPU) into the new run directory ``out``.
+
+    Every row is the first worker's (its parity, status, the shape's columns) with the timing
+    columns made from the samples of every worker that timed it (:func:`_pooled_record`).
+    samples.json / clocks.json hold each row's samples pooled in worker order, as any run's do;
+    ``meta.json`` ``processes`` says how many workers there were, what each ran, and
+    ``samples``: per row key, how many samples each worker made, in that order
+    (:meth:`pa_bench.store.results.RunDir.process_samples` splits the pooled list by them).
+    The first worker may be a ``run`` (parity and timing) and the others ``time``: the command
+    and ``--sample-rows`` are not compared; everything else must match (:func:`check_compatible`)."""
+    from pa_bench.variants import BASELINE
+
+    if not runs:
+        raise MergeConflict("merge needs at least one run")
+    metas = [r.read_meta() for r in runs]
+    for run, meta in zip(runs, metas):
+        if not meta:
+            raise MergeConflict(f"cannot merge {run.path}: it has no meta.json")
+    check_compatible(runs, metas, ignore=("mode", "sample_rows"))
+    config = metas[0].get("config") or {}
+    per_run = [({r.key(): r for r in run.records()}, run.samples(), run.clocks()) for run in runs]
+    keys = list(dict.fromkeys(k for recs, _s, _c in per_run for k in recs))
+    records, samples, clocks, counts = [], {}, {}, {}
+    for shape, variant in keys:
+        skey = f"{shape}|{variant}"
+        base = next(recs[(shape, variant)] for recs, _s, _c in per_run if (shape, variant) in recs)
+        timed, made = [], []
+        for recs, smp, clk in per_run:
+            rec = recs.get((shape, variant))
+            ok = (rec is not None and rec.status == STATUS_OK and rec.ms_median is not None
+                  and smp.get(skey))
+            made.append(len(smp[skey]) if ok else 0)
+            if ok:
+                cs = clk.get(skey)
+                timed.append((rec, list(smp[skey]), cs if cs and len(cs) == len(smp[skey]) else None))
+        if not timed:
+            records.append(base)
+            continue
+        if base.status != STATUS_OK or base.ms_median is None:
+            base = timed[0][0]          # the first worker did not time the row: the first that did
+        bkey = f"{shape}|{BASELINE}"
+        base_samples = None
+        if variant != BASELINE:
+            got = [smp.get(bkey) for (recs, smp, _c), n in zip(per_run, made) if n]
+            base_samples = got if all(got) else None
+        records.append(_pooled_record(base, timed, base_samples))
+        samples[skey] = [x for _r, s, _c in timed for x in s]
+        if all(cs is not None for _r, _s, cs in timed):
+            clocks[skey] = [c for _r, _s, cs in timed for c in cs]
+        counts[skey] = made
+    shapes, variants = _planned_order(config)
+    records.sort(key=lambda r: (shapes.get(r.shape, len(shapes)), variants.get(r.variant, len(variants))))
+
+    meta = _merged_meta(runs, metas, command)
+    meta["mode"] = metas[0].get("mode")
+    meta["sample_rows"] = metas[0].get("sample_rows")
+    meta["processes"] = {
+        "count": len(runs),
+        "workers": [{"worker": k, "mode": m.get("mode"), "run": str(r.path), "status": m.get("status"),
+                     "wall_seconds": m.get("wall_seconds")} for k, (r, m) in enumerate(zip(runs, metas))],
+        "samples": counts,
+    }
     meta.update(extra_meta or {})
     out.path.mkdir(parents=True, exist_ok=True)
     out.write_records(records)
@@ -223,4 +364,5 @@ def prepare_output(path: str | Path) -> RunDir:
 
 
 __all__ = ["MergeConflict", "PART_KEYS", "check_compatible", "merge_records", "merge_runs",
+           "merge_processes",
            "prepare_output"]

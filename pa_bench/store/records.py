@@ -81,6 +81,11 @@ class Record:
     ms_q3: float | None = None
     ms_ci_lo: float | None = None  # the median's 95 % confidence interval (measure.stats.median_interval)
     ms_ci_hi: float | None = None
+    ci_kind: str | None = None  # what ms_ci_lo/hi is: samples, placements or processes (measure.xproc)
+    processes: int | None = None  # worker processes whose samples the row pools (--processes)
+    ms_proc_medians: str | None = None  # each process's median, ';'-separated
+    ms_xproc_lo: float | None = None  # the median's 95 % interval across processes (measure.xproc)
+    ms_xproc_hi: float | None = None
     speedup_vs_v1: float | None = None  # median of paired per-round ratios v1 / this
     speedup_lo: float | None = None  # q1 of those ratios
     speedup_hi: float | None = None  # q3 of those ratios

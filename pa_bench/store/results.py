@@ -5,6 +5,8 @@ Layout of a run directory:
 - `records.csv`  one row per shape x variant (`pa_bench.store.records`), rewritten atomically after
   every finished row, so an interrupted run keeps what it finished;
 - `samples.json` `{"<shape>|<variant>": [ms, ...], ...}` raw per-launch times, one key per line;
+  a ``--processes`` run pools each row's workers' samples in worker order, and ``meta.json``
+  ``processes.samples`` holds how many each made (``RunDir.process_samples`` splits them);
 - `clocks.json`  same keys, the SM clock (MHz, or null) read around each sample, when known;
 - `meta.json`    environment, config, command line ... (sorted keys, indent 2; the keys are
   `pa_bench.store.schema.RunMeta`'s, with `schema_version`; an older run migrates on read);
@@ -337,6 +339,23 @@ class RunDir:
 
     def samples_for(self, shape: str, variant: str) -> list[float] | None:
         return self.samples().get(_sample_key(shape, variant))
+
+    def process_samples(self, shape: str, variant: str) -> list[list[float]] | None:
+        """A ``--processes`` run's samples of one row, one list per worker that timed it (the
+        pooled list split by ``meta.json`` ``processes.samples``); None for a run of one
+        process, or a row without samples."""
+        pooled = self.samples_for(shape, variant)
+        procs = self.read_meta().get("processes")
+        counts = (procs.get("samples") or {}).get(_sample_key(shape, variant)) \
+            if isinstance(procs, dict) else None
+        if pooled is None or not counts or sum(counts) != len(pooled):
+            return None
+        out, at = [], 0
+        for n in counts:
+            if n:
+                out.append(pooled[at:at + n])
+            at += n
+        return out
 
     @staticmethod
     def _read_series(path: Path) -> dict[str, list]:

@@ -60,6 +60,7 @@ class RunMeta:
     shard: dict | None = None  # a shard run's plan (pa_bench.shard)
     parts: list | None = None  # a merged run's parts (pa_bench.store.merge)
     devices: list | None = None  # run --devices: the GPUs
+    processes: dict | None = None  # run/time --processes: the workers and whose samples are whose (pa_bench.devices)
     prompt: dict | None = None  # pa-bench prompt's summary
     hung: list | None = None  # rows whose GPU wait passed its deadline: [{shape, variant, what, seconds}]
     extra: dict = field(default_factory=dict)  # keys pa-bench does not write (kept, never read)
