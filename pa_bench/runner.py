@@ -240,8 +240,7 @@ def _run(
         # the slowest compiles, built ahead in a child process (pa_bench.backends.compile_ahead); then what
         # the run is about to do, and roughly how long it will take
         job.ahead = compile_ahead.start(config, backend.name, plan.variants)
-        if backend.name == "cuda":   # every kernel build of the run, compiled side by side
-            compile_ahead.start_pool(backend, plan.problems, plan.variants)
+        backend.build_ahead(plan.problems, plan.variants)   # every kernel build, side by side
         announce_plan(mode, plan, backend, lambda pb: _rows_for(job, pb.queries, pb.seed), progress.log)
     progress.start(len(plan), f"{mode} {config.name} on {backend.name}",
                    work=sum(p.flops for p in plan.problems) * len(plan.variants))
@@ -268,8 +267,7 @@ def _run(
         job.prefetch.close()   # drop inputs drawn ahead, whatever ended the walk
         if job.ahead is not None:
             job.ahead.close()
-        if getattr(backend, "compile_pool", None) is not None:
-            backend.compile_pool.close()
+        backend.close()
     if resume_run is not None and job.rows_run == 0:
         progress.log(f"nothing to resume: {run.path.name} has no row left to run"
                      + (" (--retry-failed runs the rows whose kernel hung)" if hung_before and not retry_failed else ""))

@@ -262,7 +262,10 @@ class CompilePool:
     def meta(self) -> dict:
         """meta.json's ``backend_meta.compile_pool``: workers, builds, seconds until all were done
         (None while running), and each failed build's error."""
-        failed = [{"variant": getattr(b, "variant", None), "build": getattr(b, "function", str(b)),
+        from pa_bench.backends import kernels as K
+
+        failed = [{"variant": b.variant if isinstance(b, K.KernelBuild) else None,
+                   "build": b.function if isinstance(b, K.KernelBuild) else str(b),
                    "error": o["error"]}
                   for b, o in self.outcomes.items() if o.get("error")]
         return {"workers": self.workers, "builds": len(self._futures),

@@ -111,7 +111,7 @@ def start_torch_import(config) -> TorchImport | None:
     if os.environ.get("PA_BENCH_TORCH_EARLY", "1").strip().lower() in ("0", "off", "no", "false"):
         return None
     kinds = set()
-    for name in getattr(config, "variants", ()) or ():
+    for name in config.variants:
         try:
             kinds.add(registry.get(name).kind)
         except Exception:
@@ -299,6 +299,18 @@ class CudaBackend:
         odt = cp.float16 if pb.out_dtype == "float16" else cp.float32
         return Prepared(inputs, q, k, v, ks, vs, table, page_shift, pb.out_dtype,
                         cp.empty(n_out, dtype=odt), cp.empty(n_out, dtype=odt))
+
+    def build_ahead(self, problems, variants: list[str]) -> None:
+        """Every kernel build of the run compiled side by side in a process pool
+        (pa_bench.backends.compile_ahead.start_pool); ``kernel()`` waits for a build's worker."""
+        from pa_bench.backends import compile_ahead
+
+        compile_ahead.start_pool(self, problems, variants)
+
+    def close(self) -> None:
+        """The compile pool's workers ended (they hold CUDA contexts)."""
+        if self.compile_pool is not None:
+            self.compile_pool.close()
 
     def release(self, prepared: Prepared) -> None:
         from pa_bench.peers import torch_util

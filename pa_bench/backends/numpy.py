@@ -295,6 +295,12 @@ class NumpyBackend:
         reason = self.unsupported_timing("", None)
         return {variant: reason for variant in variants}
 
+    def build_ahead(self, problems, variants: list[str]) -> None:
+        """Nothing is compiled here: the model is NumPy."""
+
+    def close(self) -> None:
+        """Nothing was started."""
+
     def release(self, prepared) -> None:
         self._impl.clear()
         self._cache.clear()

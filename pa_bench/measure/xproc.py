@@ -138,14 +138,12 @@ def xproc_verdict(a_median: float, a_lo: float, a_hi: float,
 def interval_text(rows) -> str | None:
     """What the 95 % interval of a table's medians is, for rows with ``ci_kind`` and
     ``processes`` (records); None where no row has an interval."""
-    kinds = {getattr(r, "ci_kind", None) or KIND_SAMPLES for r in rows
-             if getattr(r, "ms_ci_lo", None) is not None}
+    kinds = {r.ci_kind or KIND_SAMPLES for r in rows if r.ms_ci_lo is not None}
     if not kinds:
         return None
     parts = []
     if KIND_PROCESSES in kinds:
-        counts = sorted({int(getattr(r, "processes", 0) or 0) for r in rows
-                         if getattr(r, "ci_kind", None) == KIND_PROCESSES})
+        counts = sorted({int(r.processes or 0) for r in rows if r.ci_kind == KIND_PROCESSES})
         n = "/".join(str(c) for c in counts)
         parts.append(f"across {n} worker processes (a bootstrap of the processes, then of the "
                      "samples within each)")
