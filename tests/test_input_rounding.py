@@ -291,3 +291,48 @@ def test_without_float_kv_the_budget_is_not_judged_and_parity_alone_stands(tmp_p
     assert mine.quant_max_abs_err is None and mine.input_round_err > 0
     assert mine.budget_pass is None and mine.parity_pass is True
     assert "accuracy budget not judged" in mine.reason
+
+
+# --------------------------------------------------------------------------- where the columns show
+
+
+def test_the_parity_table_shows_the_rounding_columns_only_when_a_row_has_them():
+    from pa_bench.present.console import _parity_table
+
+    plain = Record(shape="256x64", variant="v1", max_abs_err=1e-3, model_max_abs_err=1e-3, err_ratio=1.0,
+                   parity_pass=True, quant_max_abs_err=0.3)
+    rounded = Record(shape="256x64", variant="mine-q8", max_abs_err=0.4, model_max_abs_err=0.4, err_ratio=1.0,
+                     parity_pass=False, quant_max_abs_err=0.3, input_round_err=0.39, budget_pass=False)
+    for wide in (False, True):
+        header, rows, right = _parity_table([plain], wide, ())
+        assert "input round err" not in header and "budget" not in header
+        header2, rows2, right2 = _parity_table([plain, rounded], wide, ())
+        at = header2.index("quant err") + 1
+        assert header2[at] == "input round err" and ("budget" in header2) is wide
+        assert rows2[0][at] == "-" and rows2[1][at] != "-"
+        assert len(header2) == len(rows2[1]) and at in right2
+        if wide:
+            assert rows2[1][header2.index("budget")] == "FAIL" and rows2[0][header2.index("budget")] == "-"
+        # every other column is what the table without them shows
+        assert [c for i, c in enumerate(header2) if header2[i] not in ("input round err", "budget")] == header
+
+
+def test_the_report_and_compare_carry_the_rounding(tmp_path, rounding_plugin):
+    from pa_bench.present.compare import compare_runs
+    from pa_bench.present.report import render_report, rounding_notes
+
+    assert rounding_notes([Record(shape="s", variant="v1", max_abs_err=1e-3)]) == []
+    (line,) = rounding_notes([Record(shape="s", variant="mine-q8", max_abs_err=0.4, quant_max_abs_err=0.3,
+                                     input_round_err=0.39, budget_pass=False)])
+    assert line.startswith("mine-q8 rounds its input further than the cache: the rounding alone costs max abs")
+    assert "accuracy budget **FAIL**: max err" in line and "> quantisation error" in line
+
+    config = load_config(SMOKE).with_overrides(variants=f"v1,{rounding_plugin}", shapes="256x64")
+    path = runner.run_parity(config, NumpyBackend(), results_root=tmp_path)
+    (mine,) = [r for r in open_run(path).records() if r.variant == rounding_plugin]
+    text = render_report(path, plots=False).text
+    assert f"{rounding_plugin} rounds its input further than the cache" in text
+    assert "accuracy budget pass: max err" in text
+    df = compare_runs(path, path)
+    got = dict(zip(df["variant"], df["round_err_b"]))
+    assert got[rounding_plugin] == mine.input_round_err and math.isnan(got["v1"])
