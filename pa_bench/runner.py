@@ -544,8 +544,9 @@ def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
                 out = kernel_out  # the kernel's output is the model's
             else:
                 with job.phases.phase("model"):
+                    rounding = {} if key[5] is None else {"input_rounding": key[5]}  # only where declared
                     out = backend.model(inputs, key[0], model_rows, split_keys=key[1], pv_chain_keys=key[2],
-                                        segment_keys=key[3], max_slack=key[4], input_rounding=key[5])
+                                        segment_keys=key[3], max_slack=key[4], **rounding)
             model_errs[key] = float(metrics.error_metrics(out, ref_model)["max_abs_err"])
         return model_errs[key]
 

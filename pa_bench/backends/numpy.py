@@ -116,7 +116,8 @@ def arithmetics(backend, problem, variants) -> list[tuple]:
 def estimate(plan, rows_of, backend, determinism: bool = True) -> tuple[float, int]:
     """(seconds, score elements) a parity run of ``plan`` takes on the numpy backend, where
     ``rows_of(problem)`` gives the compared rows (None: all): the numerics model once per
-    arithmetic (twice where the determinism check is cheap), the FP64 references and the inputs."""
+    arithmetic (twice where the determinism check is cheap), the FP64 references (one more per input
+    rounding) and the inputs."""
     seconds, elements = 0.0, 0
     for pb in plan.problems:
         runs = len(arithmetics(backend, pb, plan.variants))
@@ -126,7 +127,8 @@ def estimate(plan, rows_of, backend, determinism: bool = True) -> tuple[float, i
         repeat = 2 if determinism and work <= DETERMINISM_MAX_WORK else 1
         elements += runs * work
         seconds += runs * repeat * work * MODEL_SECONDS_PER_ELEMENT * pb.head_dim / 128
-        seconds += 2 * work * REFERENCE_SECONDS_PER_ELEMENT * pb.head_dim / 128
+        references = 2 + len({input_rounding(v) for v in plan.variants} - {None})  # + one per rounding
+        seconds += references * work * REFERENCE_SECONDS_PER_ELEMENT * pb.head_dim / 128
         seconds += 2 * pb.heads_kv * pb.keys * pb.head_dim * INPUT_SECONDS_PER_VALUE
     return seconds, elements
 
