@@ -336,3 +336,31 @@ def test_the_report_and_compare_carry_the_rounding(tmp_path, rounding_plugin):
     df = compare_runs(path, path)
     got = dict(zip(df["variant"], df["round_err_b"]))
     assert got[rounding_plugin] == mine.input_round_err and math.isnan(got["v1"])
+
+
+def test_pa_bench_parity_with_a_plugin_that_rounds_q(tmp_path):
+    """As a user runs it: a plug-in file declaring the rounding, `pa-bench parity` on the numpy
+    backend (a process of its own, so the registration stays there); the terminal table shows
+    the rounding's column and the records carry both verdicts."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    plugin = tmp_path / "q8plug.py"
+    plugin.write_text("from pa_bench import variants\n"
+                      "variants.register(variants.Variant('mine-q8', variants.CUDA_KERNEL, 'rounds Q to int8',\n"
+                      "    source='/nonexistent/mine_q8.cu', tile_keys=64, input_rounding='q-int8-row'))\n")
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "-m", "pa_bench", "parity", "--config", "smoke", "--backend", "numpy",
+                           "--plugin", str(plugin), "--variant", "v1,mine-q8", "--shapes", "256x64",
+                           "--results", str(tmp_path / "runs")], capture_output=True, text=True, cwd=root,
+                          timeout=300, env={**os.environ, "COLUMNS": "160"})
+    assert proc.returncode == 0, proc.stderr
+    header = next(line for line in proc.stdout.splitlines() if line.startswith("shape"))
+    assert header.split()[-3:] == ["input", "round", "err"]
+    rows = {r.variant: r for r in open_run(next((tmp_path / "runs").iterdir())).records()}
+    mine = rows["mine-q8"]
+    assert rows["v1"].input_round_err is None and rows["v1"].budget_pass is None
+    assert mine.input_round_err > 0 and mine.quant_max_abs_err > mine.max_abs_err
+    assert mine.budget_pass is True and mine.parity_pass is True and mine.err_ratio == 1.0
