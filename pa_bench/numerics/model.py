@@ -167,12 +167,15 @@ def model_arrays(inputs: Inputs, xp=np, input_rounding: str | None = None) -> Mo
 
 
 def with_input_rounding(a: ModelArrays, input_rounding: str | None) -> ModelArrays:
-    """``a`` with Q as a kernel with ``input_rounding`` sees it (None: ``a`` unchanged)."""
+    """``a`` with Q as a kernel with ``input_rounding`` sees it (None: ``a`` unchanged). The
+    rounding is done on the host, as the multipliers are, so every array module starts from the
+    same bits."""
     if check_rounding(input_rounding) is None:
         return a
     from dataclasses import replace
 
-    return replace(a, q_round=rounded_q(a.q, input_rounding, a.xp))
+    q = a.q.get() if hasattr(a.q, "get") and not isinstance(a.q, np.ndarray) else np.asarray(a.q)
+    return replace(a, q_round=a.xp.asarray(rounded_q(q, input_rounding)))
 
 
 def key_parts(n_visit: int, split: int = 0, segment: int = 0) -> list[tuple[int, int]]:
