@@ -39,7 +39,7 @@ from pa_bench import notes as N
 from pa_bench.measure.outcome import TimingOutcome
 from pa_bench.measure.timing import TimingResult
 from pa_bench.problem.config import ALL_ROWS
-from pa_bench.numerics.judge import judge, twin_note
+from pa_bench.numerics.judge import judge, twin_note, with_budget
 from pa_bench.phases import PhaseClock
 from pa_bench.resume import check_resume, shape_work
 from pa_bench.shard import Shard, resume_shard, shard_meta, shard_problems
@@ -503,7 +503,7 @@ def _model_positions(job: _Job, problem, compared: np.ndarray, seed: int) -> np.
 def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
                   todo: list[str], variants: list[str]) -> None:
     from pa_bench.numerics import metrics
-    from pa_bench.numerics.model import max_slack, pv_chain_keys
+    from pa_bench.numerics.model import input_rounding, max_slack, pv_chain_keys
 
     backend, cfg = job.backend, job.config
     sel = _rows_for(job, problem.queries, problem.seed)
@@ -522,21 +522,33 @@ def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
     model_pos = _model_positions(job, problem, all_rows, problem.seed)
     model_rows = all_rows if model_pos is None else all_rows[model_pos]
     ref_model = ref if model_pos is None else ref[:, model_pos]
-    model_errs: dict[tuple[int, int], float] = {}
+    model_errs: dict[tuple, float] = {}
+    round_errs: dict[str, float] = {}
+
+    def round_err(kind: str) -> float:
+        # what the rounding alone costs: FP64 with the rounded input against FP64 without (ref),
+        # on the same int8 K/V and rows; once per shape and rounding
+        if kind not in round_errs:
+            with job.phases.phase("reference"):
+                rounded = backend.reference(_rounded_inputs(inputs, kind), sel, quantised=True)
+            round_errs[kind] = float(np.max(np.abs(np.asarray(rounded, dtype=np.float64) - ref), initial=0.0))
+        return round_errs[kind]
 
     def model_err(variant: str, kernel_out: np.ndarray | None) -> float:
         # the arithmetic the backend's kernel does: its launch's tile size (a Triton kernel's: its
         # configuration's on this shape), where it splits the keys and its key segments; how long
         # one P.V accumulator chain runs and its running maximum (the variant's)
         launch = backend.launch(variant, problem)
-        key = (launch.tile_keys, launch.split_keys, pv_chain_keys(variant), launch.segment_keys, max_slack(variant))
+        key = (launch.tile_keys, launch.split_keys, pv_chain_keys(variant), launch.segment_keys, max_slack(variant),
+               input_rounding(variant))
         if key not in model_errs:
             if backend.kernels_are_model and kernel_out is not None:
                 out = kernel_out  # the kernel's output is the model's
             else:
                 with job.phases.phase("model"):
+                    rounding = {} if key[5] is None else {"input_rounding": key[5]}  # only where declared
                     out = backend.model(inputs, key[0], model_rows, split_keys=key[1], pv_chain_keys=key[2],
-                                        segment_keys=key[3], max_slack=key[4])
+                                        segment_keys=key[3], max_slack=key[4], **rounding)
             model_errs[key] = float(metrics.error_metrics(out, ref_model)["max_abs_err"])
         return model_errs[key]
 
@@ -565,11 +577,14 @@ def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
                 _save(job, row, MODE_PARITY)
                 continue
             verdict = judge(out, ref, model_err(v, out), bool(ko.canary_ok), model_pos)
+            if (rounding := input_rounding(v)) is not None:   # also held to the accuracy budget
+                verdict = with_budget(verdict, quant_err)
+                record.input_round_err, record.budget_pass = round_err(rounding), verdict.budget_pass
             pm = verdict.metrics
             record.max_abs_err, record.rel_l2_err, record.nmse = pm.max_abs_err, pm.rel_l2_err, pm.nmse
             record.cosine, record.nan_inf, record.canary_ok = pm.cosine, pm.nan_inf, bool(ko.canary_ok)
             record.model_max_abs_err, record.err_ratio = pm.model_max_abs_err, pm.err_ratio
-            record.parity_pass = pm.parity_pass
+            record.parity_pass = verdict.passed
             record.sampled_rows = None if sel is None else len(sel)
             record.quant_max_abs_err = quant_err
             record.deterministic = ko.deterministic
@@ -595,6 +610,16 @@ def _parity_phase(job: _Job, problem, inputs, prepared, rows: dict[str, _Row],
         _refresh_partner_diffs(job, prepared, rows, outputs, v, todo)
     if job.save_outputs is not None:
         _save_outputs(job, problem, sel, ref, outputs)
+
+
+def _rounded_inputs(inputs, kind: str):
+    """``inputs`` with Q as a kernel with input rounding ``kind`` sees it (float64, exact), for
+    the FP64 reference of what the rounding costs."""
+    from dataclasses import replace
+
+    from pa_bench.numerics.rounding import rounded_q
+
+    return replace(inputs, q=rounded_q(inputs.q, kind))
 
 
 def _fill_peer_errors(record: Record, out: np.ndarray, ref: np.ndarray, ko, sel) -> None:
@@ -742,7 +767,8 @@ def _impl(job: _Job, prepared, variant: str) -> str | None:
 def _copy_parity(prev: Record, rec: Record, row: _Row) -> None:
     for name in ("max_abs_err", "rel_l2_err", "nmse", "cosine", "nan_inf", "canary_ok",
                  "model_max_abs_err", "err_ratio", "parity_pass", "sampled_rows",
-                 "quant_max_abs_err", "deterministic", "diff_vs_v1", "diff_vs_v2"):
+                 "quant_max_abs_err", "deterministic", "diff_vs_v1", "diff_vs_v2", "input_round_err",
+                 "budget_pass"):
         setattr(rec, name, prev.value(name))
     if prev.parity_pass is not None:
         row.ran = True

@@ -36,6 +36,10 @@ DIFF_PARTNERS = ("v1", "v2")
 # launch (pa_bench.launch) may segment shorter chunks too; the numerics model runs the segments it is told.
 SEGMENT_KEYS = 65536
 
+#: Input roundings a kernel may declare (``Variant.input_rounding``): "q-int8-row" rounds Q to int8
+#: with one fp32 scale per query row and head (pa_bench.numerics.rounding, docs/NUMERICS.md).
+INPUT_ROUNDINGS = ("q-int8-row",)
+
 
 def context_segment_keys(context: int) -> int:
     """Keys per segment that a chunk after ``context`` keys takes at the least (0: one segment):
@@ -76,6 +80,10 @@ class Variant:
     max_slack: float | None = None  # the online softmax's lazy running maximum (the numerics model):
                                     # a row keeps its reference while its scaled scores stay within
                                     # 2^max_slack of it (v3: 8); None = the exact running maximum
+    input_rounding: str | None = None  # an input rounded beyond the cache's format (INPUT_ROUNDINGS;
+                                    # "q-int8-row": Q to int8 with one fp32 scale per row and head):
+                                    # the numerics model follows it, and the row is also held to the
+                                    # accuracy budget (docs/NUMERICS.md, "Input rounding"); None: none
     runner: Any = None              # what runs a peer (a class, or "module:Class") or a Python
                                     # kernel (its host module, "pa_bench.backends.triton_runner")
     geometry: Callable[..., Any] | None = None  # a CUDA kernel outside kernels/: its launch
@@ -89,6 +97,9 @@ class Variant:
         if self.max_slack is not None and not 0 <= self.max_slack <= 14:
             raise ValueError(f"variant {self.name!r}: max_slack must be in [0, 14] (p <= 2^max_slack is "
                              f"rounded to fp16), not {self.max_slack!r}")
+        if self.input_rounding is not None and self.input_rounding not in INPUT_ROUNDINGS:
+            raise ValueError(f"variant {self.name!r}: input_rounding must be one of {INPUT_ROUNDINGS} or None, "
+                             f"not {self.input_rounding!r}")
         if self.kind == CUDA_KERNEL and not self.source:
             raise ValueError(f"variant {self.name!r}: a CUDA kernel needs its source file")
         if self.kind != CUDA_KERNEL and self.runner is None:
@@ -250,4 +261,4 @@ register(Variant(
 
 __all__ = ["Variant", "register", "unregister", "get", "find", "names", "all_variants", "cuda_kernels", "is_kernel",
            "is_peer", "order_key", "in_order", "CUDA_KERNEL", "TRITON_KERNEL", "PEER", "BASELINE",
-           "DIFF_PARTNERS"]
+           "DIFF_PARTNERS", "INPUT_ROUNDINGS"]

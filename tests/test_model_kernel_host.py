@@ -113,6 +113,20 @@ def test_host_kernel_gives_the_numpy_models_bits(lib, case, mma, mma_k):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("case", ["t64-d128", "lazy8-t64", "lazy8-seg-t128"])
+def test_host_kernel_with_q_rounded_to_int8_gives_the_numpy_models_bits(lib, case):
+    """Q rounded to int8 per row ("q-int8-row"): the kernel takes the rounded Q's exact float64
+    value as it takes any Q, and gives the array-module steps' bits."""
+    shape, hq, hkv, d, rows, tile, split, seg, chain, slack = CASES[case]
+    inp = inputs_for(shape, hq=hq, hkv=hkv, d=d)
+    kw = dict(split_keys=split, segment_keys=seg, mma="emulated", pv_chain_keys=64, max_slack=slack,
+              input_rounding="q-int8-row")
+    want = model_attention(inp, tile, np.array(rows), **kw)
+    got = model_attention(inp, tile, np.array(rows), engine=host_engine(lib), **kw)
+    np.testing.assert_array_equal(got, want)
+    assert not np.array_equal(want, model_attention(inp, tile, np.array(rows), **{**kw, "input_rounding": None}))
+
+
 @pytest.mark.parametrize("data", ["normal", "realistic"])
 def test_host_kernel_on_every_row_with_fp16_output(lib, data):
     inp = inputs_for("80x21", data=data, hq=4, hkv=2, out_dtype="float16")

@@ -20,7 +20,8 @@ from spec_columns import SPEC_COLUMNS
 
 EXTRAS = (
     "ms_q1 ms_q3 ms_ci_lo ms_ci_hi ci_kind processes ms_proc_medians ms_xproc_lo ms_xproc_hi speedup_vs_v1 speedup_lo speedup_hi cosine nan_inf canary_ok diff_vs_v1 "
-    "diff_vs_v2 out_dtype softmax_scale seed mma force_turing label device_index device_uuid impl schema_version"
+    "diff_vs_v2 out_dtype softmax_scale seed mma force_turing label device_index device_uuid impl input_round_err budget_pass "
+    "schema_version"
 ).split()
 
 

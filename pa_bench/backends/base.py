@@ -67,7 +67,7 @@ class Backend(Protocol):
 
     def model(self, inputs, tile_keys: int, rows: np.ndarray | None = None, split_keys: int = 0,
               pv_chain_keys: int = 0, segment_keys: int | None = None,
-              max_slack: float | None = None) -> np.ndarray:
+              max_slack: float | None = None, input_rounding: str | None = None) -> np.ndarray:
         """The numerics model (pa_bench.numerics.model.model_attention) of the arithmetic given,
         float32 [Hq, R, D], on this backend's hardware (the same bits everywhere)."""
 

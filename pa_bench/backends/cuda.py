@@ -692,13 +692,14 @@ class CudaBackend:
         return out
 
     def model(self, inputs, tile_keys: int, rows=None, split_keys: int = 0, pv_chain_keys: int = 0,
-              segment_keys: int | None = None, max_slack: float | None = None) -> np.ndarray:
+              segment_keys: int | None = None, max_slack: float | None = None,
+              input_rounding: str | None = None) -> np.ndarray:
         """The numerics model on the GPU: pa_bench.numerics.model on CuPy arrays (the inputs'
         logical K/V uploaded once per shape), its key parts computed by the fused kernel
         kernels/pa_model.cu (engine "kernel"; PA_BENCH_MODEL_ENGINE=xp for CuPy's array steps),
         the same bits as on the CPU (tests/gpu). ``pv_chain_keys``: numerics.model.pv_chain_keys;
         ``segment_keys``: the launch's (Launch.segment_keys; None: the context's rule);
-        ``max_slack``: numerics.model.max_slack."""
+        ``max_slack``: numerics.model.max_slack; ``input_rounding``: numerics.model.input_rounding."""
         from pa_bench.numerics.model import model_arrays, model_attention
 
         cached = self._model_inputs
@@ -707,7 +708,7 @@ class CudaBackend:
         mma_k = 8 if K.mma_shape(self.cc, self.force_turing) == "m16n8k8" else 16
         out = model_attention(cached[1], tile_keys, rows, split_keys=split_keys, mma_k=mma_k,
                               pv_chain_keys=pv_chain_keys, segment_keys=segment_keys, max_slack=max_slack,
-                              engine=_model_engine(), mma=self.mma)
+                              engine=_model_engine(), mma=self.mma, input_rounding=input_rounding)
         pb = inputs.problem   # the model emulates each MMA in scalar code: a wider margin
         self._wait(f"the numerics model at {pb.shape.label}", _rows_flops(pb, rows), launches=20)
         return self.cp.asnumpy(out)

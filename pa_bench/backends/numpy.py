@@ -16,7 +16,7 @@ import numpy as np
 from pa_bench import variants as registry
 from pa_bench.backends.base import KernelOutput
 from pa_bench.launch import NO_PINS, Launch, Pins, choose
-from pa_bench.numerics.model import max_slack, pv_chain_keys, tile_keys
+from pa_bench.numerics.model import input_rounding, max_slack, pv_chain_keys, tile_keys
 from pa_bench.problem.config import DEFAULT_MMA
 
 # The determinism check runs the model a second time; do it only while that is cheap:
@@ -103,18 +103,21 @@ REFERENCE_SECONDS_PER_ELEMENT = 20e-9
 
 
 def arithmetics(backend, problem, variants) -> list[tuple]:
-    """The distinct arithmetics (tile, split, P.V chain, segments, running maximum) of ``variants``'
-    kernels on ``problem``: the model runs once per arithmetic (the others reuse its output)."""
+    """The distinct arithmetics (tile, split, P.V chain, segments, running maximum, input rounding)
+    of ``variants``' kernels on ``problem``: the model runs once per arithmetic (the others reuse
+    its output)."""
 
     launches = [(backend.launch(v, problem), v) for v in variants if registry.is_kernel(v)]
-    keys = [(la.tile_keys, la.split_keys, pv_chain_keys(v), la.segment_keys, max_slack(v)) for la, v in launches]
+    keys = [(la.tile_keys, la.split_keys, pv_chain_keys(v), la.segment_keys, max_slack(v), input_rounding(v))
+            for la, v in launches]
     return list(dict.fromkeys(keys))
 
 
 def estimate(plan, rows_of, backend, determinism: bool = True) -> tuple[float, int]:
     """(seconds, score elements) a parity run of ``plan`` takes on the numpy backend, where
     ``rows_of(problem)`` gives the compared rows (None: all): the numerics model once per
-    arithmetic (twice where the determinism check is cheap), the FP64 references and the inputs."""
+    arithmetic (twice where the determinism check is cheap), the FP64 references (one more per input
+    rounding) and the inputs."""
     seconds, elements = 0.0, 0
     for pb in plan.problems:
         runs = len(arithmetics(backend, pb, plan.variants))
@@ -124,7 +127,8 @@ def estimate(plan, rows_of, backend, determinism: bool = True) -> tuple[float, i
         repeat = 2 if determinism and work <= DETERMINISM_MAX_WORK else 1
         elements += runs * work
         seconds += runs * repeat * work * MODEL_SECONDS_PER_ELEMENT * pb.head_dim / 128
-        seconds += 2 * work * REFERENCE_SECONDS_PER_ELEMENT * pb.head_dim / 128
+        references = 2 + len({input_rounding(v) for v in plan.variants} - {None})  # + one per rounding
+        seconds += references * work * REFERENCE_SECONDS_PER_ELEMENT * pb.head_dim / 128
         seconds += 2 * pb.heads_kv * pb.keys * pb.head_dim * INPUT_SECONDS_PER_VALUE
     return seconds, elements
 
@@ -211,12 +215,13 @@ class NumpyBackend:
         return self.launch(variant, problem).segment_keys
 
     def model(self, inputs, tile_keys: int, rows=None, split_keys: int = 0, pv_chain_keys: int = 0,
-              segment_keys: int | None = None, max_slack: float | None = None) -> np.ndarray:
+              segment_keys: int | None = None, max_slack: float | None = None,
+              input_rounding: str | None = None) -> np.ndarray:
         """The numerics model on the CPU (pa_bench.numerics.model.model_attention)."""
         from pa_bench.numerics.model import model_attention
 
         return model_attention(inputs, tile_keys, rows, split_keys=split_keys, pv_chain_keys=pv_chain_keys,
-                               segment_keys=segment_keys, max_slack=max_slack)
+                               segment_keys=segment_keys, max_slack=max_slack, input_rounding=input_rounding)
 
     def compute(self, prepared, variant: str, rows: np.ndarray | None,
                 check_determinism: bool | None = None) -> KernelOutput:
@@ -232,15 +237,17 @@ class NumpyBackend:
         tile, split, seg = launch.tile_keys, launch.split_keys, launch.segment_keys
         chain = pv_chain_keys(variant)
         slack = max_slack(variant)
+        rounding = input_rounding(variant)
         check = self.check_determinism if check_determinism is None else check_determinism
         if self._cache_owner is not prepared:  # one shape's outputs at a time
             self._cache, self._cache_owner = {}, prepared
-        key = (id(prepared), tile, split, chain, seg, slack, None if rows is None else np.asarray(rows).tobytes(),
+        key = (id(prepared), tile, split, chain, seg, slack, rounding, None if rows is None else np.asarray(rows).tobytes(),
                check)
         hit = self._cache.get(key)
         if hit is not None:
             return KernelOutput(out=hit.out.copy(), canary_ok=True, deterministic=hit.deterministic)
-        kw = dict(split_keys=split, pv_chain_keys=chain, segment_keys=seg, max_slack=slack, mma=self.mma)
+        kw = dict(split_keys=split, pv_chain_keys=chain, segment_keys=seg, max_slack=slack, mma=self.mma,
+                  input_rounding=rounding)
         out = np.asarray(model_attention(prepared, tile, rows, **kw), dtype=np.float32)
         deterministic = None
         if check and _model_work(prepared, rows) <= DETERMINISM_MAX_WORK:

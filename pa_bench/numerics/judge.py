@@ -3,7 +3,9 @@
 ``judge`` applies docs/DESIGN.md's parity rule through :func:`pa_bench.numerics.metrics.evaluate_parity`:
 the error columns cover every compared row; the verdict is taken on the rows the numerics
 model ran on (all of them, or a seeded sample of them on very long shapes), and a NaN/Inf
-anywhere fails it. ``twin_note`` is the bitwise check of a variant against its twin (v2t vs v2).
+anywhere fails it. A kernel that rounds an input beyond the cache's format
+(``Variant.input_rounding``) is also held to the accuracy budget (:func:`with_budget`,
+:func:`pa_bench.numerics.metrics.judge_budget`): the row passes only if both rules hold. ``twin_note`` is the bitwise check of a variant against its twin (v2t vs v2).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from pa_bench.numerics.metrics import ParityMetrics, evaluate_parity
+from pa_bench.numerics.metrics import ParityMetrics, evaluate_parity, judge_budget
 
 
 @dataclass(frozen=True)
@@ -21,10 +23,12 @@ class Judgement:
 
     metrics: ParityMetrics
     notes: tuple[str, ...] = ()
+    budget_pass: bool | None = None   # the accuracy budget's verdict (None: not judged)
 
     @property
     def passed(self) -> bool:
-        return self.metrics.parity_pass
+        """The row's verdict: parity holds, and the budget where it was judged."""
+        return self.metrics.parity_pass and self.budget_pass is not False
 
 
 def judge(out: np.ndarray, ref: np.ndarray, model_err: float, canary_ok: bool | None = True,
@@ -47,6 +51,15 @@ def judge(out: np.ndarray, ref: np.ndarray, model_err: float, canary_ok: bool | 
     return Judgement(full, tuple(notes))
 
 
+def with_budget(judgement: Judgement, quant_err: float | None) -> Judgement:
+    """``judgement`` also held to the accuracy budget: max_abs_err (every compared row) at most
+    the KV quantisation error ``quant_err`` of the same rows. A failed budget, or one that cannot
+    be judged (no quantisation error: the parity verdict alone stands), says so in a note."""
+    ok, reason = judge_budget(judgement.metrics.max_abs_err, quant_err)
+    note = () if ok else (reason if ok is None else f"accuracy budget: {reason}",)
+    return replace(judgement, budget_pass=ok, notes=judgement.notes + note)
+
+
 def twin_note(variant: str, twin: str, same_bits: bool, max_diff: float | None) -> str | None:
     """The parity note of a variant that is not bitwise identical to its twin (None: it is)."""
     if same_bits:
@@ -55,4 +68,4 @@ def twin_note(variant: str, twin: str, same_bits: bool, max_diff: float | None) 
     return f"parity: {variant} is not bitwise identical to {twin} on the same MMA path (max difference {diff})"
 
 
-__all__ = ["Judgement", "judge", "twin_note"]
+__all__ = ["Judgement", "judge", "with_budget", "twin_note"]

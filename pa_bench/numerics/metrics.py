@@ -105,6 +105,23 @@ def judge_parity(kernel_err: float, model_err: float | None, floor: float, nan_i
                    f"(= {bound:.3g})")
 
 
+def judge_budget(kernel_err: float | None, quant_err: float | None) -> tuple[bool | None, str]:
+    """Accuracy-budget verdict of a kernel that rounds an input beyond the cache's format
+    (``Variant.input_rounding``) and its reason: its error against FP64 may be at most the KV
+    quantisation error of the same rows, ``kernel_err <= quant_err``. None (not judged) where
+    no finite quantisation error exists (data without the unquantised K/V)."""
+    if quant_err is None or not math.isfinite(quant_err):
+        return None, (f"accuracy budget not judged: no KV quantisation error on this data "
+                      f"(quant_max_abs_err {quant_err}; it needs the unquantised K/V)")
+    if kernel_err is None or not math.isfinite(kernel_err):
+        return False, f"kernel error is {kernel_err}, over the KV quantisation error {quant_err:.3g}"
+    if kernel_err <= quant_err:
+        return True, f"max err {kernel_err:.3g} <= KV quantisation error {quant_err:.3g}"
+    over = f"{kernel_err / quant_err:.3g}x" if quant_err > 0 else "inf x"
+    return False, (f"max err {kernel_err:.3g} > KV quantisation error {quant_err:.3g} "
+                   f"(over by {kernel_err - quant_err:.3g}, {over})")
+
+
 def err_ratio(kernel_err: float, model_err: float | None) -> float | None:
     """kernel_err / model_err; 1.0 when both are zero, inf when only the model's is zero."""
     if model_err is None or kernel_err is None:
@@ -129,5 +146,5 @@ def evaluate_parity(out, ref, model_out=None, canary_ok: bool | None = True,
                          floor=floor, parity_pass=ok, reason=reason)
 
 
-__all__ = ["ParityMetrics", "error_metrics", "parity_floor", "judge_parity", "err_ratio",
+__all__ = ["ParityMetrics", "error_metrics", "parity_floor", "judge_parity", "judge_budget", "err_ratio",
            "evaluate_parity"]

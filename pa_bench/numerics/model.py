@@ -19,6 +19,12 @@ docs/NUMERICS.md section 3 to the last rounding::
                acc   = acc*alpha, then per 16-key slice acc = MMA(acc, P . V)
     out[i,:] = acc * (1/l) * (1/p_scale)  -> out_dtype
 
+A variant that rounds Q further (``input_rounding``, "q-int8-row": int8 with one fp32 scale per
+row and head, pa_bench.numerics.rounding) is modelled with that Q: its exact float64 value
+``q_i8 * q_scale`` takes q's place, so ``s_raw`` is the exact ``q_scale * S_i32`` rounded once
+to fp32, which is the kernels' ``float32(float32(S_i32) * q_scale)`` (S_i32 < 2^21 is exact in
+fp32); every later step is unchanged. The model is told the rounding; it chooses none.
+
 The MMA's accumulation is emulated (``mma="emulated"``, pa_bench.numerics.mma: it truncates, and
 a long chain drifts toward zero) or ideal (``mma="rn"``). Key parts run the steps separately, each
 from a fresh state, and merge per row in fp32 in part order::
@@ -47,6 +53,7 @@ import numpy as np
 
 from pa_bench import variants as registry
 from pa_bench.problem.config import DEFAULT_MMA, MMA_MODES
+from pa_bench.numerics.rounding import check_rounding, rounded_q
 from pa_bench.problem.inputs import Inputs
 
 
@@ -60,6 +67,12 @@ def max_slack(variant: str | None) -> float | None:
     reference while its scaled scores stay within 2^max_slack of it), or None: the exact one."""
     entry = registry.find(variant) if variant else None
     return None if entry is None or entry.max_slack is None else float(entry.max_slack)
+
+
+def input_rounding(variant: str | None) -> str | None:
+    """The input rounding ``variant`` declares (pa_bench.variants ``input_rounding``), or None."""
+    entry = registry.find(variant) if variant else None
+    return None if entry is None else entry.input_rounding
 
 
 def pv_chain_keys(variant: str) -> int:
@@ -133,21 +146,36 @@ class ModelArrays:
     v_mult: Any     # float32 [Hkv, Nk]: v_scale * float32(p_scale)
     p_scale: float
     out_dtype: str
+    q_round: Any = None  # float64 [Hq, Nq, D]: Q as a kernel with input rounding sees it (exact,
+                         # pa_bench.numerics.rounding.rounded_q); None: q itself
 
     @property
     def context(self) -> int:
         return int(self.k_i8.shape[1] - self.q.shape[1])
 
 
-def model_arrays(inputs: Inputs, xp=np) -> ModelArrays:
+def model_arrays(inputs: Inputs, xp=np, input_rounding: str | None = None) -> ModelArrays:
     """``inputs``' arrays for the model on ``xp`` (the multipliers are formed on the host, so
-    every array module starts from the same bits)."""
+    every array module starts from the same bits), with Q rounded as ``input_rounding`` says."""
     f32 = np.float32
     k_mult = (inputs.k_scale * f32(inputs.qk_scale_log2)).astype(f32)
     v_mult = (inputs.v_scale * f32(inputs.p_scale)).astype(f32)
     up = xp.asarray
-    return ModelArrays(xp, up(inputs.q), up(inputs.k_i8), up(inputs.v_i8), up(k_mult), up(v_mult),
-                       float(inputs.p_scale), inputs.problem.out_dtype)
+    a = ModelArrays(xp, up(inputs.q), up(inputs.k_i8), up(inputs.v_i8), up(k_mult), up(v_mult),
+                    float(inputs.p_scale), inputs.problem.out_dtype)
+    return with_input_rounding(a, input_rounding)
+
+
+def with_input_rounding(a: ModelArrays, input_rounding: str | None) -> ModelArrays:
+    """``a`` with Q as a kernel with ``input_rounding`` sees it (None: ``a`` unchanged). The
+    rounding is done on the host, as the multipliers are, so every array module starts from the
+    same bits."""
+    if check_rounding(input_rounding) is None:
+        return a
+    from dataclasses import replace
+
+    q = a.q.get() if hasattr(a.q, "get") and not isinstance(a.q, np.ndarray) else np.asarray(a.q)
+    return replace(a, q_round=a.xp.asarray(rounded_q(q, input_rounding)))
 
 
 def key_parts(n_visit: int, split: int = 0, segment: int = 0) -> list[tuple[int, int]]:
@@ -170,7 +198,8 @@ ENGINES = ("xp", "kernel")
 
 def model_attention(inputs: Inputs | ModelArrays, tile_keys: int, rows=None, split_keys: int = 0, *,
                     segment_keys: int | None = None, mma: str = DEFAULT_MMA, mma_k: int = _SLICE,
-                    pv_chain_keys: int = 0, max_slack: float | None = None, engine: str | Callable = "xp"):
+                    pv_chain_keys: int = 0, max_slack: float | None = None, engine: str | Callable = "xp",
+                    input_rounding: str | None = None):
     """The kernels' arithmetic with ``tile_keys`` keys per tile: float32 [Hq, R, D] on the
     inputs' array module (numpy for :class:`Inputs`; give :func:`model_arrays` for cupy).
 
@@ -183,9 +212,12 @@ def model_attention(inputs: Inputs | ModelArrays, tile_keys: int, rows=None, spl
     multiple of 16 dividing ``tile_keys``: per tile, each group of that many keys runs its slices'
     MMA chain from a fresh fp32 accumulator, added to acc with one fp32 add. ``max_slack``: None
     (the exact running maximum) or a variant's lazy one (:func:`max_slack`). ``engine``: who
-    computes the key parts (ENGINES). With ``out_dtype: float16`` the result is rounded through fp16.
+    computes the key parts (ENGINES). ``input_rounding``: None, or the variant's rounding of Q
+    (:func:`input_rounding`; pa_bench.numerics.rounding). With ``out_dtype: float16`` the result is
+    rounded through fp16.
     """
     a = inputs if isinstance(inputs, ModelArrays) else model_arrays(inputs)
+    a = with_input_rounding(a, input_rounding)
     xp = a.xp
     tile = int(tile_keys)
     if tile < _SLICE or tile % _SLICE:
@@ -276,7 +308,8 @@ def _kv_heads(a: ModelArrays, g0: int, g1: int) -> ModelArrays:
     """``a`` for KV heads [g0, g1) and their query heads (views, no copy)."""
     group = a.q.shape[0] // a.k_i8.shape[0]
     return ModelArrays(a.xp, a.q[g0 * group:g1 * group], a.k_i8[g0:g1], a.v_i8[g0:g1], a.k_mult[g0:g1],
-                       a.v_mult[g0:g1], a.p_scale, a.out_dtype)
+                       a.v_mult[g0:g1], a.p_scale, a.out_dtype,
+                       None if a.q_round is None else a.q_round[g0 * group:g1 * group])
 
 
 def _engine(engine, xp) -> Callable:
@@ -309,7 +342,8 @@ def _model_rows(a: ModelArrays, tile: int, rows: np.ndarray, split: int, seg: in
     hkv = a.k_i8.shape[0]
     group, n_rows, ctx = hq // hkv, len(rows), a.context
     # Rows of one KV head's query heads stacked: index gi*R + r for query head g*group + gi.
-    qf = a.q[:, xp.asarray(rows), :].astype(xp.float64).reshape(hkv, group * n_rows, d)
+    q = a.q if a.q_round is None else a.q_round   # the rounded Q: q_i8 * q_scale, exact in float64
+    qf = q[:, xp.asarray(rows), :].astype(xp.float64).reshape(hkv, group * n_rows, d)
     limit = xp.asarray(np.tile(ctx + rows, group))  # last visible key of each stacked row
     n_visit = int(ctx + rows.max() + 1)
     parts = (parts_fn or _online_softmax_parts)(a, qf, limit, tile, key_parts(n_visit, split, seg),
@@ -367,8 +401,9 @@ def _online_softmax(a: ModelArrays, qf, limit, tile: int, k0: int, k1: int, mma:
         b1 = min(b0 + block, k1)
         nb = b1 - b0
         nt = -(-nb // tile)
-        # S = Q.K^T: exact in float64 (|q| < 2^15 on a 2^-24 grid times int8, D <= 256), so its
-        # one rounding to fp32 does not depend on the summation order.
+        # S = Q.K^T: exact in float64 (|q| < 2^15 on a 2^-24 grid times int8, D <= 256; a rounded
+        # Q's: q_scale times an integer below 2^21), so its one rounding to fp32 does not depend
+        # on the summation order.
         kb = a.k_i8[:, b0:b1, :].astype(f64)
         s = xp.matmul(qf, kb.transpose(0, 2, 1)).astype(f32)
         if slack is None:
@@ -443,4 +478,5 @@ def _lazy_tile(prod, m, slack: float, xp):
 
 
 __all__ = ["model_attention", "model_arrays", "ModelArrays", "key_parts", "tile_keys", "pv_chain_keys", "max_slack",
+           "input_rounding", "with_input_rounding",
            "MMA_MODES", "DEFAULT_MMA", "round_fp16", "exp2_ftz", "ENGINES"]

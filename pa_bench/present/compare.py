@@ -38,7 +38,7 @@ from pa_bench.store.results import RunDir, open_run
 COMPARE_COLUMNS = (
     "shape", "variant", "presence", "status_a", "status_b", "ms_a", "ms_b", "change",
     "change_lo", "change_hi", "basis", "verdict", "parity_a", "parity_b", "parity_change",
-    "err_a", "err_b", "mhz_a", "mhz_b", "kcyc_a", "kcyc_b",
+    "err_a", "err_b", "round_err_a", "round_err_b", "mhz_a", "mhz_b", "kcyc_a", "kcyc_b",
 )
 
 #: The clock source whose figure is the clock a sample ran at (pa_bench.measure.timing's stamps).
@@ -143,6 +143,7 @@ def _row(shape: str, variant: str, a: Record | None, b: Record | None, min_chang
         "parity_a": a.parity_pass if a else None, "parity_b": b.parity_pass if b else None,
         "err_a": a.max_abs_err if a else None, "err_b": b.max_abs_err if b else None,
     }
+    row.update(_round_errs(a, b))
     for side, r in (("a", a), ("b", b)):
         stamped = _stamped(r) and _timed(r)
         row[f"mhz_{side}"] = r.sm_clock_mhz if stamped else None
@@ -166,6 +167,13 @@ def _row(shape: str, variant: str, a: Record | None, b: Record | None, min_chang
         row["verdict"] = "n/a"  # not timed (ok) on both sides
     row["parity_change"] = _parity_change(row["parity_a"], row["parity_b"])
     return row
+
+
+def _round_errs(a: Record | None, b: Record | None) -> dict:
+    """``round_err_a``/``round_err_b``: what a kernel's input rounding alone costs against FP64
+    on each side (``input_round_err``; empty for a kernel that rounds nothing further)."""
+    return {"round_err_a": a.input_round_err if a else None,
+            "round_err_b": b.input_round_err if b else None}
 
 
 def _clock_warning(ra: list[Record], rb: list[Record], cycles: bool) -> str | None:
@@ -214,7 +222,9 @@ def compare_runs(run_a: str | Path | RunDir, run_b: str | Path | RunDir, min_cha
     where a side has no stamped clock); `mhz_*`, `kcyc_*` where the clock was stamped,
     `change_lo`/`change_hi` its 95 % interval, `basis` 'samples' (bootstrap of the raw samples)
     or 'quartiles' (no raw samples stored) or 'processes' (both rows carry an interval across
-    worker processes: the verdict is that the intervals do not overlap, whatever min_change), `verdict` in {'faster', 'slower', 'same', 'n/a',
+    worker processes: the verdict is that the intervals do not overlap, whatever min_change),
+    `err_*` the max abs errors against FP64 and `round_err_*` what an input rounding alone costs
+    (``input_round_err``; NaN for other kernels), `verdict` in {'faster', 'slower', 'same', 'n/a',
     'only in A', 'only in B', 'no clock'}, `parity_change` in {'', 'regressed', 'fixed'}.
     attrs: run_a, run_b (run ids), warnings (list of str), measure ('time' or 'cycles').
     Raises NothingToCompare when the runs share no (shape, variant) row.
@@ -236,7 +246,7 @@ def compare_runs(run_a: str | Path | RunDir, run_b: str | Path | RunDir, min_cha
                  min_change, samples_a, samples_b, clocks_a, clocks_b, cycles)
             for shape, variant in keys]
     df = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
-    for col in ("ms_a", "ms_b", "change", "change_lo", "change_hi", "err_a", "err_b",
+    for col in ("ms_a", "ms_b", "change", "change_lo", "change_hi", "err_a", "err_b", "round_err_a", "round_err_b",
                 "mhz_a", "mhz_b", "kcyc_a", "kcyc_b"):
         df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
     df.attrs["run_a"] = a.run_id

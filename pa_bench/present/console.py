@@ -250,10 +250,11 @@ TIME_WIDE = ["shape", "variant", "impl", "status", "ms median", "ms 95% CI", "ms
 
 def _parity_table(records, wide: bool, common) -> tuple[list[str], list[list[str]], list[int]]:
     if not wide:
-        return PARITY_COLUMNS, [[
+        short = PARITY_COLUMNS, [[
             shape_cell(r), r.variant, _parity_verdict(r), _cell(r.max_abs_err, "err"),
             _cell(r.model_max_abs_err, "err"), _cell(r.err_ratio, "x"),
             _cell(r.quant_max_abs_err, "err")] for r in records], [3, 4, 5, 6]
+        return with_rounding_columns(records, wide, *short)
     rows = [[
         shape_cell(r), r.variant, r.status, _cell(r.max_abs_err, "err"),
         _cell(r.model_max_abs_err, "err"), _cell(r.err_ratio, "x"),
@@ -262,7 +263,34 @@ def _parity_table(records, wide: bool, common) -> tuple[list[str], list[list[str
         _cell(r.deterministic), "all" if r.sampled_rows is None and r.max_abs_err is not None
         else _cell(r.sampled_rows), _cell(r.ref_err, "err"), _reason(r, common),
     ] for r in records]
-    return PARITY_WIDE, rows, [3, 4, 5, 7, 8, 9, 11, 12]
+    return with_rounding_columns(records, wide, PARITY_WIDE, rows, [3, 4, 5, 7, 8, 9, 11, 12])
+
+
+ROUND_ERR = "input round err"
+BUDGET = "budget"
+
+
+def with_rounding_columns(records, wide: bool, header: list[str], rows: list[list[str]],
+                          right: list[int]) -> tuple[list[str], list[list[str]], list[int]]:
+    """The parity table with the input-rounding columns after "quant err", where some row has
+    them (a kernel that rounds an input beyond the cache's format): what the rounding alone
+    costs against FP64 (``input_round_err``), and in the wide table the accuracy budget's verdict
+    (``budget_pass``: max err <= quant err). Without such a row the table is unchanged."""
+    if not any(r.input_round_err is not None or r.budget_pass is not None for r in records):
+        return header, rows, right
+    at = header.index("quant err") + 1
+    extra = [ROUND_ERR, BUDGET] if wide else [ROUND_ERR]
+
+    def cells(r) -> list[str]:
+        out = [_cell(r.input_round_err, "err")]
+        if wide:
+            out.append("-" if r.budget_pass is None else ("pass" if r.budget_pass else "FAIL"))
+        return out
+
+    header = header[:at] + extra + header[at:]
+    rows = [row[:at] + cells(r) + row[at:] for r, row in zip(records, rows)]
+    right = [i + len(extra) if i >= at else i for i in right] + [at]
+    return header, rows, sorted(right)
 
 
 def _time_verdict(r) -> str:

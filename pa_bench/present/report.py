@@ -323,6 +323,8 @@ def _shape_section(shape: str, recs: list[Record], gpu_column: bool = False) -> 
                 notes.append("guard overwritten")
             if r.deterministic is False:
                 notes.append("not deterministic")
+            if r.budget_pass is False:
+                notes.append("over the accuracy budget")
             if notes:
                 parity += " (" + ", ".join(notes) + ")"
         status = r.status if r.status == STATUS_OK or not r.reason else f"{r.status}: {r.reason}"
@@ -340,6 +342,7 @@ def _shape_section(shape: str, recs: list[Record], gpu_column: bool = False) -> 
     quant = _unique(recs, "quant_max_abs_err")
     if quant:
         notes.append(f"Quantisation error for context (FP64 on float K/V vs on int8 K/V): max abs {fmt.err(max(quant))}.")
+    notes += rounding_notes(recs)
     for r in recs:
         diffs = []
         if r.diff_vs_v1 is not None and r.variant != "v1":
@@ -351,6 +354,25 @@ def _shape_section(shape: str, recs: list[Record], gpu_column: bool = False) -> 
             notes.append(f"{r.variant} output max difference " + "; ".join(diffs) + ".")
     if notes:
         out += [""] + notes
+    return out
+
+
+def rounding_notes(recs: list[Record]) -> list[str]:
+    """A line per row of a kernel that rounds an input beyond the cache's format: what the
+    rounding alone costs against FP64 (``input_round_err``) and the accuracy budget's verdict
+    (max err at most the KV quantisation error; docs/NUMERICS.md, "Input rounding")."""
+    out = []
+    for r in recs:
+        if r.input_round_err is None and r.budget_pass is None:
+            continue
+        if r.budget_pass is None:
+            budget = "not judged (no KV quantisation error on this data)"
+        else:
+            sign = "<=" if r.budget_pass else ">"
+            budget = (f"{'pass' if r.budget_pass else '**FAIL**'}: max err {fmt.err(r.max_abs_err)} {sign} "
+                      f"quantisation error {fmt.err(r.quant_max_abs_err)}")
+        out.append(f"{r.variant} rounds its input further than the cache: the rounding alone costs max abs "
+                   f"{fmt.err(r.input_round_err)} against FP64; accuracy budget {budget}.")
     return out
 
 

@@ -104,6 +104,9 @@ class Record:
     device_index: int | None = None
     device_uuid: str | None = None
     impl: str | None = None  # what a peer ran: the library's kernel or backend (torch's choice: cudnn, flash ...)
+    # a kernel that rounds an input beyond the cache's format (Variant.input_rounding; empty otherwise):
+    input_round_err: float | None = None  # max |FP64 with the rounded input - FP64 without| on the compared rows
+    budget_pass: bool | None = None  # max_abs_err <= quant_max_abs_err (None: not judged); parity_pass needs it
     # the result schema (pa_bench.store.schema); a version-1 file has no such column
     schema_version: int = SCHEMA_VERSION
 

@@ -110,3 +110,19 @@ def test_gpu_reference_agrees_with_numpy(data):
                               rows=rows, xp=cp, k_scale=cp.asarray(inp.k_scale),
                               v_scale=cp.asarray(inp.v_scale))
     np.testing.assert_allclose(cp.asnumpy(gpu), cpu, rtol=0, atol=1e-12 * np.abs(cpu).max())
+
+
+@pytest.mark.parametrize("engine", ["xp", "kernel"])
+def test_the_gpu_model_with_q_rounded_to_int8_gives_the_cpu_models_bits(engine):
+    """"q-int8-row" (v4's Q): the rounded Q is formed on the host and both GPU engines give the
+    CPU model's bits, through the cuda backend's model too."""
+    from pa_bench.backends.cuda import CudaBackend
+
+    inp = inputs("4Kx96", "realistic")
+    rows = sample_rows(96, 12, 0)
+    kw = dict(pv_chain_keys=64, max_slack=8.0, input_rounding="q-int8-row")
+    cpu = model_attention(inp, 64, rows, **kw)
+    gpu = model_attention(model_arrays(inp, cp), 64, rows, engine=engine, **kw)
+    np.testing.assert_array_equal(cp.asnumpy(gpu), cpu)
+    if engine == "kernel":
+        np.testing.assert_array_equal(CudaBackend().model(inp, 64, rows, **kw), cpu)
