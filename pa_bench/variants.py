@@ -43,6 +43,11 @@ def context_segment_keys(context: int) -> int:
     return SEGMENT_KEYS if int(context) > SEGMENT_KEYS else 0
 
 
+#: The input roundings a variant may declare (Variant.input_rounding): "q-int8-row" rounds Q to int8
+#: with one fp32 scale per query row and head (kernels/v4_qk.cuh, quantise_q).
+INPUT_ROUNDINGS = ("q-int8-row",)
+
+
 @dataclass(frozen=True)
 class Variant:
     """One registry entry. Kernels (``kind`` a kernel kind) are checked for parity and timed;
@@ -76,6 +81,9 @@ class Variant:
     max_slack: float | None = None  # the online softmax's lazy running maximum (the numerics model):
                                     # a row keeps its reference while its scaled scores stay within
                                     # 2^max_slack of it (v3: 8); None = the exact running maximum
+    input_rounding: str | None = None  # an input rounded beyond the cache's format, by a rule the numerics
+                                    # model follows (INPUT_ROUNDINGS; v4: "q-int8-row", Q to int8 with one
+                                    # fp32 scale per query row and head); None: the inputs as given
     runner: Any = None              # what runs a peer (a class, or "module:Class") or a Python
                                     # kernel (its host module, "pa_bench.backends.triton_runner")
     geometry: Callable[..., Any] | None = None  # a CUDA kernel outside kernels/: its launch
@@ -89,6 +97,9 @@ class Variant:
         if self.max_slack is not None and not 0 <= self.max_slack <= 14:
             raise ValueError(f"variant {self.name!r}: max_slack must be in [0, 14] (p <= 2^max_slack is "
                              f"rounded to fp16), not {self.max_slack!r}")
+        if self.input_rounding is not None and self.input_rounding not in INPUT_ROUNDINGS:
+            raise ValueError(f"variant {self.name!r}: input_rounding must be None or one of {INPUT_ROUNDINGS}, "
+                             f"not {self.input_rounding!r}")
         if self.kind == CUDA_KERNEL and not self.source:
             raise ValueError(f"variant {self.name!r}: a CUDA kernel needs its source file")
         if self.kind != CUDA_KERNEL and self.runner is None:
@@ -225,6 +236,15 @@ register(Variant(
     "by pa_bench.launch.fill's estimate); 214 KB of dynamic shared memory at D=128, 110 KB at D=64",
     turing_path=False, fill_rows=(128, 192), tile_sharing=True, max_slack=8.0))
 register(Variant(
+    "v4", CUDA_KERNEL, "Hopper: v3 with S = Q.K^T on the int8 tensor cores: Q rounded to int8 per row and head "
+    "in the prologue, K copied from the cache unconverted, V converted to fp16 as in v3",
+    source="v4.cu", min_arch=90, max_arch=90, arch_suffix="a", arch_needs="wgmma, setmaxnreg", tile_keys=64,
+    threads=512, cta="512 threads: a producer warpgroup + 3 consumer warpgroups x 64 rows (the query heads of "
+    "one KV group packed into the rows; 384 threads and 2 warpgroups where those fill the GPU faster, "
+    "by pa_bench.launch.fill's estimate); 159 KB of dynamic shared memory at D=128 (167 KB at 128 rows), 83 KB at "
+    "D=64 (87 KB)",
+    turing_path=False, fill_rows=(128, 192), max_slack=8.0, input_rounding="q-int8-row"))
+register(Variant(
     "triton", TRITON_KERNEL, "the same problem in Triton: int8 K/V gathered and converted in the kernel, "
     "the query heads of a KV group packed into a program's rows",
     source="triton_pa.py", min_arch=80, arch_needs="Triton's supported GPUs", tile_keys=64,
@@ -248,6 +268,6 @@ register(Variant(
     "(bottom-right causal block mask, enable_gqa)", runner="pa_bench.peers.torch_flex:FlexPeer"))
 
 
-__all__ = ["Variant", "register", "unregister", "get", "find", "names", "all_variants", "cuda_kernels", "is_kernel",
+__all__ = ["Variant", "INPUT_ROUNDINGS", "register", "unregister", "get", "find", "names", "all_variants", "cuda_kernels", "is_kernel",
            "is_peer", "order_key", "in_order", "CUDA_KERNEL", "TRITON_KERNEL", "PEER", "BASELINE",
            "DIFF_PARTNERS"]
