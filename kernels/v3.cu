@@ -1163,15 +1163,7 @@ __device__ __forceinline__ void control_producer(const pa::Args& a, const Cta& c
 }  // namespace v3
 
 // Dynamic shared memory: v3::SMEM_ALLOC bytes (the backend raises the limit; pa_v3_smem_bytes says how many).
-// kernels/v4.cu's build names its entries pa_v4 and pa_v4_smem_bytes.
-#if PA_V4
-#define PA_V3_ENTRY pa_v4
-#define PA_V3_SMEM_ENTRY pa_v4_smem_bytes
-#else
-#define PA_V3_ENTRY pa_v3
-#define PA_V3_SMEM_ENTRY pa_v3_smem_bytes
-#endif
-extern "C" __global__ void __launch_bounds__(v3::THREADS, 1) PA_V3_ENTRY(PA_KERNEL_PARAMS) {
+extern "C" __global__ void __launch_bounds__(v3::THREADS, 1) pa_v3(PA_KERNEL_PARAMS) {
     using namespace v3;
     PA_MAKE_ARGS(a);
     extern __shared__ __align__(16) unsigned char smem_raw[];   // aligned below, not assumed
@@ -1221,7 +1213,7 @@ extern "C" __global__ void __launch_bounds__(v3::THREADS, 1) PA_V3_ENTRY(PA_KERN
 }
 
 // The dynamic shared memory pa_v3 needs (a kernel the backend may query; launched with one thread).
-extern "C" __global__ void PA_V3_SMEM_ENTRY(int* out) { *out = v3::SMEM_ALLOC; }
+extern "C" __global__ void pa_v3_smem_bytes(int* out) { *out = v3::SMEM_ALLOC; }
 
 #if PA_V3_IMAGES
 extern "C" __global__ void pa_v3_image_bytes(int* out) { *out = v3::IMG_BYTES; }   // the bytes of one tile's image

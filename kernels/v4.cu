@@ -39,4 +39,6 @@
 //   at 128), the mbarriers, Q's scales: 159 KB at D = 128 and 192 rows, 167 KB at 128 rows (v3:
 //   214 KB at either).
 #define PA_V4 1
+#define pa_v3 pa_v4                         // the entries: pa_v4, and pa_v4_smem_bytes (its dynamic shared memory)
+#define pa_v3_smem_bytes pa_v4_smem_bytes
 #include "v3.cu"
