@@ -76,7 +76,7 @@ def test_v4_key_segments(tmp_path):
         ref = s.reference()
         verdict = pa_bench.parity_verdict(ko.out, ref, s.model("v4", launch=pins), ko.canary_ok)
         assert s.launch_of("v4", launch=pins).segment_keys == 512
-        assert ko.deterministic and ko.canary_ok and verdict["parity_pass"], verdict["reason"]
+        assert ko.deterministic and ko.canary_ok and verdict.parity_pass, verdict.reason
 
 
 @pytest.mark.parametrize("head_dim", [128, 64])
