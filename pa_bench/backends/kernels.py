@@ -298,6 +298,7 @@ GEOMETRY: dict[str, Callable[..., LaunchGeometry]] = {
     "v2": _warp_tiles,
     "v2t": _warp_tiles,
     "v3": _kv_group_rows,
+    "v4": _kv_group_rows,
 }
 
 
