@@ -379,7 +379,7 @@ class CudaBackend:
         """Make ``fn`` of module ``mod`` the kernel that launches of ``build`` run: its dynamic shared
         memory, a shared-tile build's image bytes (which size its workspace), the kernel and the
         module's pa_combine. ``kernel()`` adopts what it compiles; a script that launches its own
-        copy of a kernel (scripts/v3_stamping.py) adopts that module instead."""
+        copy of a kernel (pa_bench.Session.module_launcher, experiments/v3_stamping.py) adopts that module instead."""
         smem = self._dynamic_smem(mod, fn, build)
         image_bytes = self._probe_int(mod, "pa_v3_image_bytes") if build.kv_shared else None
         combine = mod.get_function("pa_combine")

@@ -43,6 +43,28 @@ class TimingSettings:
     placements: int = 1             # copies of a shape's inputs in GPU memory, sampled in turn
     prime: bool = True              # cold samples: one untimed call of a variant before its samples in a round
     round_samples: int = 2          # samples of each variant per round (after its prime)
+    slow: str = ""                  # a test instrument, never a measurement: "VARIANT=FRACTION[,...]"
+                                    # slows those variants on purpose by that fraction (slow_spec;
+                                    # docs/TIMING.md); "": off
 
 
 __all__ = ["TimingSettings", "L2_FLUSHES", "MAX_PLACEMENTS", "MAX_ROUND_SAMPLES"]
+
+
+def slow_spec(text: str) -> dict[str, float]:
+    """``timing.slow``'s {variant: fraction} ({} for ""); a bad entry is one line (ValueError
+    naming it)."""
+    import math
+
+    out: dict[str, float] = {}
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        name, sep, frac = item.partition("=")
+        try:
+            value = float(frac)
+        except ValueError:
+            value = math.nan
+        if not sep or not name.strip() or not 0 < value < 1:
+            raise ValueError(f"timing.slow: {item!r} is not VARIANT=FRACTION with 0 < FRACTION < 1 "
+                             "(e.g. v3=0.02)")
+        out[name.strip()] = value
+    return out

@@ -38,7 +38,7 @@ before the hold: every sample then follows the variant's own kernel, as in a ben
 kernel alone (nvbench's), whatever runs beside it. Without it a sample follows another variant's
 kernel, and what that leaves behind survives the L2 flush: on the H200 a first chunk through
 cuDNN took up to 1.9 % longer after another variant than after itself, flash up to 3.3 % less
-(docs/TIMING.md, scripts/order_check.py), so a variant's time depended on its neighbour in the
+(docs/TIMING.md, experiments/order_check.py), so a variant's time depended on its neighbour in the
 variant list. Sampling stops by the rule of :class:`pa_bench.measure.settings.TimingSettings`:
 every variant's median is known to ``max_noise`` (the 95 %
 interval of the median within that of it, with ``min_samples``) and the shape's samples hold
@@ -62,7 +62,7 @@ from typing import Callable, Protocol
 
 from pa_bench.measure import stats
 from pa_bench.measure.deadline import KernelHung, wait
-from pa_bench.measure.settings import TimingSettings
+from pa_bench.measure.settings import TimingSettings, slow_spec
 
 HOLD_TIMEOUT_S = 2.0      # the hold kernel's own limit: past it, the sample is "late"
 HOT_BATCH_MS = 1.0        # hot mode: launches per sample chosen to fill about this much GPU time
@@ -327,7 +327,7 @@ def time_interleaved(
         except KernelHung as exc:
             raise exc.at(name, name) from None
     batch = {name: _hot_batch(fns[name], timer, limit_s[name]) if hot else 1 for name in names}
-    fns = slowed_on_purpose(fns, timer, slow_spec())
+    fns = slowed_on_purpose(fns, timer, slow_spec(settings.slow))
 
     samples: dict[str, list[float]] = {n: [] for n in names}
     clocks: dict[str, list[float | None]] = {n: [] for n in names}
@@ -397,37 +397,17 @@ def time_interleaved(
     }
 
 
-#: ``PA_BENCH_SLOW="VARIANT=FRACTION[,...]"``: a test instrument, never a measurement. Each named
-#: variant's every call is followed, inside the timed interval, by a one-thread kernel that spins
-#: for FRACTION of the variant's own time, so the variant really runs about that much slower on
-#: the GPU (``compare`` must call it slower). Off unless set; a run with it says so on stderr.
-SLOW_ENV = "PA_BENCH_SLOW"
+#: ``timing.slow = "VARIANT=FRACTION[,...]"`` (TimingSettings.slow): a test instrument, never a
+#: measurement. Each named variant's every call is followed, inside the timed interval, by a
+#: one-thread kernel that spins for FRACTION of the variant's own time, so the variant really runs
+#: about that much slower on the GPU (``compare`` must call it slower). Off unless set; the config
+#: in meta.json records it, and a run with it says so on stderr.
 _SPIN_SOURCE = r"""
 extern "C" __global__ void pa_spin(long long cycles) {
     long long t0 = clock64();
     while (clock64() - t0 < cycles) { }
 }
 """
-
-
-def slow_spec(text: str | None = None) -> dict[str, float]:
-    """``PA_BENCH_SLOW``'s {variant: fraction} ({} when unset); a bad entry is one line
-    (ValueError naming it)."""
-    import os
-
-    raw = os.environ.get(SLOW_ENV, "") if text is None else text
-    out: dict[str, float] = {}
-    for item in (t.strip() for t in raw.split(",") if t.strip()):
-        name, sep, frac = item.partition("=")
-        try:
-            value = float(frac)
-        except ValueError:
-            value = math.nan
-        if not sep or not name.strip() or not 0 < value < 1:
-            raise ValueError(f"{SLOW_ENV}: {item!r} is not VARIANT=FRACTION with 0 < FRACTION < 1 "
-                             "(e.g. v3=0.02)")
-        out[name.strip()] = value
-    return out
 
 
 def spin_cycles(plain_ms: float, padded_ms: float, mhz: float | None, fraction: float) -> int:
@@ -443,7 +423,7 @@ def spin_cycles(plain_ms: float, padded_ms: float, mhz: float | None, fraction: 
 def slowed_on_purpose(fns: dict[str, Callable[[], None]], timer: Timer,
                       spec: dict[str, float]) -> dict[str, Callable[[], None]]:
     """``fns`` with each variant of ``spec`` followed by a spin of its fraction of the variant's
-    time (:data:`SLOW_ENV`); calibrated on five cold samples without and with an empty spin."""
+    time (``timing.slow``); calibrated on five cold samples without and with an empty spin."""
     todo = [n for n in fns if n in spec]
     if not todo:
         return fns
@@ -473,7 +453,7 @@ def slowed_on_purpose(fns: dict[str, Callable[[], None]], timer: Timer,
         empty, _ = median_of(padded)
         cycles[0] = spin_cycles(plain, empty, mhz or timer.nominal_mhz(), spec[name])
         sys.stderr.write(f"timing: {name} slowed on purpose by {100 * spec[name]:g} % "
-                         f"({SLOW_ENV}; a spin of {cycles[0]} cycles after each call)\n")
+                         f"(timing.slow; a spin of {cycles[0]} cycles after each call)\n")
         out[name] = padded
     return out
 

@@ -21,7 +21,7 @@ import yaml
 from pa_bench import resources
 from pa_bench import variants as registry
 from pa_bench.errors import ConfigError, ShapeError
-from pa_bench.measure.settings import L2_FLUSHES, MAX_PLACEMENTS, MAX_ROUND_SAMPLES, TimingSettings
+from pa_bench.measure.settings import L2_FLUSHES, MAX_PLACEMENTS, MAX_ROUND_SAMPLES, TimingSettings, slow_spec
 from pa_bench.problem.shapes import Shape, parse_shape, parse_shapes
 
 # How the numerics model accumulates P.V (``parity.mma``): ``emulated`` follows mma.sync's measured
@@ -627,7 +627,12 @@ def _timing(c: _Checker, value: Any) -> TimingSettings:
         placements=c.integer(get("placements"), "timing.placements", 1),
         prime=c.boolean(get("prime"), "timing.prime"),
         round_samples=c.integer(get("round_samples"), "timing.round_samples", 1),
+        slow=c.string(get("slow"), "timing.slow", allow_empty=True),
     )
+    try:
+        slow_spec(t.slow)
+    except ValueError as exc:
+        raise c.fail("timing.slow", str(exc).removeprefix("timing.slow: ")) from None
     if t.round_samples > MAX_ROUND_SAMPLES:
         raise c.fail("timing.round_samples", f"({t.round_samples}) must be at most {MAX_ROUND_SAMPLES}")
     if t.placements > MAX_PLACEMENTS:
