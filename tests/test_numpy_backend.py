@@ -31,9 +31,10 @@ def test_compute_is_the_model_of_the_variants_tile(inputs):
         ko = be.compute(be.prepare(inputs), variant, rows)
         assert isinstance(ko, KernelOutput)
         assert ko.out.dtype == np.float32 and ko.out.shape == (4, len(rows), 64)
-        # the variant's tile, P.V chain and running maximum (registry.pv_chain_keys, max_slack)
+        # the variant's tile, P.V chain, running maximum and input rounding (the registry's)
         assert np.array_equal(ko.out, model_attention(inputs, tile, rows, pv_chain_keys=pv_chain_keys(variant),
-                                                      max_slack=max_slack(variant)))
+                                                      max_slack=max_slack(variant),
+                                                      input_rounding=registry.get(variant).input_rounding))
         assert ko.canary_ok is True
         assert ko.deterministic is True  # small: checked by running twice
 
