@@ -59,11 +59,6 @@
 #define PA_V3_STEP_KEYS 64 // keys of a consumer step: one 64-key tile, or two (128) with shared tiles at 128 rows
 #endif
 static_assert(PA_KV_F16 + PA_V3_DQ + PA_V3_SHARE <= 1, "PA_KV_F16, PA_V3_DQ and PA_V3_SHARE are three producers: build one");
-#ifndef PA_V4
-#define PA_V4 0   // 1: kernels/v4.cu's build of this file: Q and K int8, S on the int8 tensor cores (v4_qk.cuh)
-#endif
-static_assert(!PA_V4 || (!PA_V3_CONTROL && !PA_V3_SHARE && PA_V3_STEP_KEYS == 64),
-              "v4 builds v3's own producer at 64-key steps only");
 
 namespace v3 {
 using pa::u32;
@@ -81,7 +76,7 @@ static_assert(PA_V3_STEP_KEYS == 64 || (PA_V3_STEP_KEYS == 128 && (PA_V3_IMAGES 
 // consumer warpgroups get 152 registers a thread, two get 216 (at 128-key steps, S, P and O take
 // 160 of those).
 constexpr bool STEP2 = PA_V3_STEP_KEYS == 128;  // a consumer step is two tiles (see the layout below)
-constexpr bool Q_SS = NCWG == 3 || STEP2 || PA_V4;   // (v4: Q int8, always from shared memory)
+constexpr bool Q_SS = NCWG == 3 || STEP2;
 constexpr int THREADS = 128 * (1 + NCWG);       // producer warpgroup + consumers
 constexpr int M_CTA = 64 * NCWG;                // rows of a CTA
 constexpr int BN = 64;                          // keys per tile
@@ -124,8 +119,8 @@ constexpr int Q_BLOCK = M_CTA * 128;            // bytes of one 64-dim block of 
 constexpr int KV_BLOCK = BN * 128;              // bytes of one 64-dim block of a K or V tile
 // fp16 stage: K tile, V tile, kq[64], vs[64]
 [[maybe_unused]] constexpr int F16_K = 0;
-constexpr int F16_V = PA_V4 ? BN * D : NG * KV_BLOCK;   // (v4: the K tile is int8, BN rows of D bytes)
-constexpr int F16_KQ = F16_V + NG * KV_BLOCK;
+constexpr int F16_V = NG * KV_BLOCK;
+constexpr int F16_KQ = 2 * NG * KV_BLOCK;
 constexpr int F16_VS = F16_KQ + BN * 4;
 constexpr int F16_STAGE = (F16_VS + BN * 4 + 1023) / 1024 * 1024;
 // A tile's stage image (PA_V3_DQ): the stage's bytes up to the end of vs, as pa_v3_images writes
@@ -155,7 +150,7 @@ constexpr int I8_SLOTS = PA_V3_CONTROL ? 0 : I8_STAGES;
 [[maybe_unused]] constexpr int V_SLOT = 2 * NG * KV_BLOCK;
 // the whole CTA (offsets from a 1024-aligned base)
 constexpr int SM_Q = 0;
-constexpr int SM_F16 = PA_V4 ? M_CTA * D : NG * Q_BLOCK;   // (v4: Q int8, M_CTA rows of D bytes)
+constexpr int SM_F16 = NG * Q_BLOCK;
 #if PA_V3_STEP_KEYS == 128
 constexpr int SM_K = SM_F16, SM_V = SM_K + K_PAIRS * K_SLOT;
 constexpr int SM_I8 = SM_V + V_PAIRS * V_SLOT;
@@ -170,8 +165,7 @@ constexpr int SM_BAR = SM_I8 + I8_SLOTS * I8_STAGE;   // full[F16_STAGES], empty
 constexpr int BAR_LANDED = SM_BAR + 16 * F16_STAGES;
 #endif
 constexpr int SM_CLAIM = BAR_LANDED + 8 * I8_SLOTS;   // PA_V3_SHARE: the issuer's claim, for its warpgroup
-constexpr int SM_QS = SM_CLAIM + 8 * PA_V3_SHARE;   // (PA_V3_SHARE: two words) v4: Q's scales [M_CTA]
-constexpr int SM_BYTES = SM_QS + 4 * M_CTA * PA_V4;
+constexpr int SM_BYTES = SM_CLAIM + 8 * PA_V3_SHARE;   // (two words)
 // Named barriers: 0 is __syncthreads, 1 + wg a consumer warpgroup's own (Q stored), PP_BAR + wg the
 // pingpong turn of consumer warpgroup wg, PROD_BAR the producer warpgroup's (staging slot read).
 constexpr int PP_BAR = 1 + NCWG;
@@ -284,10 +278,6 @@ __device__ __forceinline__ Cta cta_of(const pa::Args& a) {
     }
     return c;
 }
-
-#if PA_V4
-#include "v4_qk.cuh"
-#endif
 
 #if PA_V3_SHARE
 // The same image from tile `tile`'s int8 staging slot `st` (its copies landed; rows past the cache
@@ -589,9 +579,6 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
         for (int i = 0; i < (PA_V3_KNOCKED(CONVERT) ? 0 : ROUNDS); ++i) {
             const int r = prod_row(pw, lane, i);
             uint4 lo, hi;
-#if PA_V4
-            store(kx[i], f + F16_K + k8_off(r, ch));   // K as the cache holds it, in S's int8 layout
-#else
             if constexpr (PA_V3_KNOCKED(ALU_K)) {
                 lo = kx[i];
                 hi = kx[i];
@@ -600,7 +587,6 @@ __device__ __forceinline__ void producer(const pa::Args& a, const Cta& c, unsign
             }
             store(lo, f + F16_K + sw128(r, 2 * ch, KV_BLOCK));
             store(hi, f + F16_K + sw128(r, 2 * ch + 1, KV_BLOCK));
-#endif
             if constexpr (PA_V3_KNOCKED(ALU_V)) {
                 lo = vx[i];
                 hi = vx[i];
@@ -908,16 +894,12 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
             qv[i] = __ldg(reinterpret_cast<const uint4*>(a.q + ((u64)hq * a.n_q + pos) * D + 8 * ch));
         }
     }
-#if PA_V4
-    quantise_q(qv, sm + SM_Q, reinterpret_cast<float*>(sm + SM_QS), r0, tid);   // int8 rows and their scales
-#else
     if constexpr (PA_V3_KNOCKED(KSCALE_IN_Q)) pa_v3_ko_kscale_in_q(qv, a, PA_KV_F16);
 #pragma unroll
     for (int i = 0; i < Q_CHUNKS; ++i) {
         const int idx = tid + 128 * i;
         *reinterpret_cast<uint4*>(sm + SM_Q + sw128(r0 + idx / (D / 8), idx % (D / 8), Q_BLOCK)) = qv[i];
     }
-#endif
     if constexpr (Q_SS) fence_proxy_async();   // S's wgmma reads Q through the async proxy
     named_barrier_sync(1 + wg, 128);         // (RS: read back below with ordinary loads, no fence)
     PA_V3_STAMP_WG(q_ready, wg, tid, 0);
@@ -949,31 +931,16 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
             }
     }
     // with Q_SS: the descriptor of this warpgroup's 64 rows of Q (K-major, as K's)
-#if PA_V4
-    const u64 dq = desc_k8(base + SM_Q + r0 * D);
-#else
     const u64 dq = desc_sw128(base + SM_Q + r0 * 128, 16, 1024);
-#endif
 
 #if PA_V3_STEP_KEYS == 64
     float o[O_REGS], s[S_REGS], m[2] = {PA_NEG_INF, PA_NEG_INF}, l[2] = {0.f, 0.f};
     float alpha[2] = {1.f, 1.f};             // the rescale of O that the pending P.V's tile asks for
     u32 pf[PV_STEPS][4];                     // the pending P.V's A fragments
-#if PA_V4
-    u32 si[S_REGS];                          // S in int32, as the int8 wgmma leaves it
-    auto issue_s_tile = [&](u64 dk) { issue_s8(si, dq, dk); };
-    auto s_ready = [&]() {                   // after the wait for S: S_i32 -> fp32 -> times the row's q_scale
-        pin(si);                             // (the scales of the thread's two rows read again each tile:
-        const float* qs = reinterpret_cast<const float*>(sm + SM_QS) + r0 + 16 * warp + g;   // two registers
-        const float qsc[2] = {qs[0], qs[8]};                                                  // fewer in the loop)
-        s_from_i32(si, qsc, s);
-    };
-#else
     auto issue_s_tile = [&](u64 dk) {
         if constexpr (Q_SS) issue_s(s, dq, dk);
         else issue_s(s, qf, dk);
     };
-#endif
 #pragma unroll
     for (int i = 0; i < O_REGS; ++i) o[i] = 0.f;
     const int n_tiles = c.t_end - c.t_begin;
@@ -998,11 +965,7 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
     };
     auto release = [&](int n) { mbar_arrive(bar_empty + 8 * ((n - 1) % F16_STAGES)); };   // tile n-1
     // descriptors of tile n's K (S's B) and V (P.V's B), formed (and pinned) before a wgmma.fence
-#if PA_V4
-    auto desc_k = [&](int n) { return desc_k8(base + SM_F16 + (n % F16_STAGES) * F16_STAGE + F16_K); };
-#else
     auto desc_k = [&](int n) { return desc_sw128(base + SM_F16 + (n % F16_STAGES) * F16_STAGE + F16_K, 16, 1024); };
-#endif
     auto desc_v = [&](int n) { return desc_sw128(base + SM_F16 + (n % F16_STAGES) * F16_STAGE + F16_V, KV_BLOCK, 1024); };
     auto f16_stage = [&](int n) { return sm + SM_F16 + (n % F16_STAGES) * F16_STAGE; };
     auto kq_of = [&](int n) { return reinterpret_cast<const float*>(f16_stage(n) + F16_KQ); };
@@ -1028,9 +991,6 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
         turn_end(0);
         wgmma_wait<0>();
         pin(s);
-#if PA_V4
-        s_ready();
-#endif
         softmax(0, alpha);
         PA_V3_STAMP_WG(first_softmax, wg, tid, 0);
         scale_by_vs(f16_stage(0), s);
@@ -1056,9 +1016,6 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
             PA_V3_STAMP_WG(issued, wg, tid, n);
             wgmma_wait<1>();                 // S of tile n (P.V of tile n-1 may still run)
             pin(s);
-#if PA_V4
-            s_ready();
-#endif
             PA_V3_STAMP_WG(s_done, wg, tid, n);
             float alpha_next[2];
             // a tile with no masked key: the softmax speculative (softmax_tile_kept), with V's
@@ -1072,9 +1029,6 @@ __device__ __forceinline__ void consumer(const pa::Args& a, const Cta& c, unsign
                     wgmma_commit();
                     wgmma_wait<0>();
                     pin(s);
-#if PA_V4
-                    s_ready();
-#endif
                 }
                 softmax(n, alpha_next);
                 scale_by_vs(f16_stage(n), s);

@@ -37,8 +37,7 @@ DIFF_PARTNERS = ("v1", "v2")
 SEGMENT_KEYS = 65536
 
 #: Input roundings a kernel may declare (``Variant.input_rounding``): "q-int8-row" rounds Q to int8
-#: with one fp32 scale per query row and head (pa_bench.numerics.rounding; v4's kernels/v4_qk.cuh,
-#: quantise_q; docs/NUMERICS.md).
+#: with one fp32 scale per query row and head (pa_bench.numerics.rounding, docs/NUMERICS.md).
 INPUT_ROUNDINGS = ("q-int8-row",)
 
 
@@ -237,15 +236,6 @@ register(Variant(
     "by pa_bench.launch.fill's estimate); 214 KB of dynamic shared memory at D=128, 110 KB at D=64",
     turing_path=False, fill_rows=(128, 192), tile_sharing=True, max_slack=8.0))
 register(Variant(
-    "v4", CUDA_KERNEL, "Hopper: v3 with S = Q.K^T on the int8 tensor cores: Q rounded to int8 per row and head "
-    "in the prologue, K copied from the cache unconverted, V converted to fp16 as in v3",
-    source="v4.cu", min_arch=90, max_arch=90, arch_suffix="a", arch_needs="wgmma, setmaxnreg", tile_keys=64,
-    threads=512, cta="512 threads: a producer warpgroup + 3 consumer warpgroups x 64 rows (the query heads of "
-    "one KV group packed into the rows; 384 threads and 2 warpgroups where those fill the GPU faster, "
-    "by pa_bench.launch.fill's estimate); 159 KB of dynamic shared memory at D=128 (167 KB at 128 rows), 83 KB at "
-    "D=64 (87 KB)",
-    turing_path=False, fill_rows=(128, 192), max_slack=8.0, input_rounding="q-int8-row"))
-register(Variant(
     "triton", TRITON_KERNEL, "the same problem in Triton: int8 K/V gathered and converted in the kernel, "
     "the query heads of a KV group packed into a program's rows",
     source="triton_pa.py", min_arch=80, arch_needs="Triton's supported GPUs", tile_keys=64,
@@ -269,6 +259,6 @@ register(Variant(
     "(bottom-right causal block mask, enable_gqa)", runner="pa_bench.peers.torch_flex:FlexPeer"))
 
 
-__all__ = ["Variant", "INPUT_ROUNDINGS", "register", "unregister", "get", "find", "names", "all_variants", "cuda_kernels", "is_kernel",
+__all__ = ["Variant", "register", "unregister", "get", "find", "names", "all_variants", "cuda_kernels", "is_kernel",
            "is_peer", "order_key", "in_order", "CUDA_KERNEL", "TRITON_KERNEL", "PEER", "BASELINE",
-           "DIFF_PARTNERS"]
+           "DIFF_PARTNERS", "INPUT_ROUNDINGS"]

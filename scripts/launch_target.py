@@ -28,7 +28,7 @@ SWEEP_SETUPS = (  # head_dim, heads_q, heads_kv, layout, page
     (64, 2, 2, "contiguous", 64),
     (128, 32, 8, "paged", 64),  # the PR's heads: v3 packs 4 query heads into a CTA's rows
 )
-BUILTIN = ("v1", "v3", "triton", "v2", "v2t", "v4")
+BUILTIN = ("v1", "v3", "triton", "v2", "v2t")
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class Item:
     @property
     def label(self) -> str:
         pb, p = self.problem, self.pins
-        what = f"rows={p.rows}" if self.variant in ("v3", "v4") else f"tiles={p.tiles}"
+        what = f"rows={p.rows}" if self.variant == "v3" else f"tiles={p.tiles}"
         return f"{pb.label} d{pb.head_dim} {pb.layout} {self.variant} {what} split={p.split}"
 
 
@@ -54,20 +54,17 @@ def sweep_problems(small: bool) -> list[pa_bench.Problem]:
 
 
 def sweep_items(problem: pa_bench.Problem, only: set[str] | None) -> list[Item]:
-    """Every variant's launches on ``problem``: v3 at both CTA sizes (and v4, opt-in, where ``only``
-    names it), v2/v2t at both tile counts with the key split off and (after a context) on; a
-    plug-in's named in ``only`` once."""
+    """Every variant's launches on ``problem``: v3 at both CTA sizes, v2/v2t at both tile counts
+    with the key split off and (after a context) on; a plug-in's named in ``only`` once."""
     splits = (False, True) if problem.context >= 32 else (False,)
     picks = [("v1", 1, False), ("v3", 1, False), ("v3", 2, False), ("triton", 1, False)]
     picks += [(v, t, sp) for v in ("v2", "v2t") for t in (2, 1) for sp in splits]
-    if only is not None and "v4" in only:   # opt-in, as in the configs: named with --only
-        picks += [("v4", 1, False), ("v4", 2, False)]
     picks += [(name, 1, False) for name in sorted(only or ()) if name not in BUILTIN]
     items = []
     for variant, tiles, split in picks:
         if only is not None and variant not in only:
             continue
-        rows = (128, 192)[tiles - 1] if variant in ("v3", "v4") else None  # v3, v4: both CTA sizes
+        rows = (128, 192)[tiles - 1] if variant == "v3" else None  # v3: both CTA sizes
         items.append(Item(problem, variant, pa_bench.Pins(tiles=tiles, split=split, rows=rows)))
     return items
 

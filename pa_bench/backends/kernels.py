@@ -298,7 +298,6 @@ GEOMETRY: dict[str, Callable[..., LaunchGeometry]] = {
     "v2": _warp_tiles,
     "v2t": _warp_tiles,
     "v3": _kv_group_rows,
-    "v4": _kv_group_rows,
 }
 
 
