@@ -61,7 +61,7 @@ def test_v3_f16_against_fp64(backend, case):
     assert backend.unsupported_parity("v3-f16", pb) is None
     from pa_bench.backends.v3_f16 import build_for
 
-    assert build_for(pb).step_keys == backend.step_keys("v3", pb) == (128 if "128-key" in case else 64)
+    assert build_for(pb).step_keys == backend.launch("v3", pb).step_keys == (128 if "128-key" in case else 64)
     prep = backend.prepare(inp)
     try:
         ko = backend.compute(prep, "v3-f16", check_determinism=True)
