@@ -240,7 +240,7 @@ def _run(
         # the slowest compiles, built ahead in a child process (pa_bench.backends.compile_ahead); then what
         # the run is about to do, and roughly how long it will take
         job.ahead = compile_ahead.start(config, backend.name, plan.variants)
-        backend.build_ahead(plan.problems, plan.variants)   # every kernel build, side by side
+        backend.compile_builds(plan.problems, plan.variants)   # every kernel build, side by side
         announce_plan(mode, plan, backend, lambda pb: _rows_for(job, pb.queries, pb.seed), progress.log)
     progress.start(len(plan), f"{mode} {config.name} on {backend.name}",
                    work=sum(p.flops for p in plan.problems) * len(plan.variants))

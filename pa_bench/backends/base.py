@@ -85,12 +85,12 @@ class Backend(Protocol):
     def time(self, prepared, variants: list[str], settings: TimingSettings) -> dict[str, TimingResult | str]:
         """Time ``variants`` interleaved; a string is why that variant was not timed."""
 
-    def build_ahead(self, problems, variants: list[str]) -> None:
+    def compile_builds(self, problems, variants: list[str]) -> None:
         """Start compiling the builds a run of ``problems`` x ``variants`` needs, side by side, so
         that ``compute`` waits less (cuda: a process pool); nothing where nothing compiles."""
 
     def close(self) -> None:
-        """End what ``build_ahead`` started; the run calls it once, whatever ended the walk."""
+        """End what ``compile_builds`` started; the run calls it once, whatever ended the walk."""
 
     def release(self, prepared) -> None:
         """Free what ``prepare`` allocated."""

@@ -300,7 +300,7 @@ class CudaBackend:
         return Prepared(inputs, q, k, v, ks, vs, table, page_shift, pb.out_dtype,
                         cp.empty(n_out, dtype=odt), cp.empty(n_out, dtype=odt))
 
-    def build_ahead(self, problems, variants: list[str]) -> None:
+    def compile_builds(self, problems, variants: list[str]) -> None:
         """Every kernel build of the run compiled side by side in a process pool
         (pa_bench.backends.compile_ahead.start_pool); ``kernel()`` waits for a build's worker."""
         from pa_bench.backends import compile_ahead

@@ -302,7 +302,7 @@ class NumpyBackend:
         reason = self.unsupported_timing("", None)
         return {variant: reason for variant in variants}
 
-    def build_ahead(self, problems, variants: list[str]) -> None:
+    def compile_builds(self, problems, variants: list[str]) -> None:
         """Nothing is compiled here: the model is NumPy."""
 
     def close(self) -> None:
