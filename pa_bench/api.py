@@ -436,7 +436,7 @@ class Session:
         if self.backend.name != "cuda":
             from pa_bench.errors import BackendUnavailable
 
-            raise BackendUnavailable(f"{what} needs the cuda backend (this session is on {self.backend.name})")
+            raise BackendUnavailable(f"{what} needs the cuda backend (this Session runs on {self.backend.name})")
         return self.backend
 
     def launch_of(self, variant: str, *, launch: Launch | Pins | None = None) -> Launch:
